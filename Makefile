@@ -1,0 +1,41 @@
+# agentrl: two commands. `make demo` runs the main job; `make test` runs the whole suite.
+# Both create .venv and install what they need; nothing is assumed to be there before.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch, taken from this machine's disk. GPU users: install your own torch
+# first (and `pip install -e '.[sglang]'`); TORCH_SPEC= skips this step.
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+MODEL  := examples/tiny-model
+
+.PHONY: install demo test lint model clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install -q "$(TORCH_SPEC)"; fi
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+# The tiny demo model is committed; this rebuilds it only when it is absent.
+model: install
+	@if [ ! -f $(MODEL)/config.json ]; then $(BIN)/agentrl model tiny --out $(MODEL); fi
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+test: install lint
+	$(BIN)/python -m pytest -q -ra
+
+demo: model
+	$(BIN)/agentrl model eval $(MODEL)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

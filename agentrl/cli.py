@@ -1,0 +1,56 @@
+"""The ``agentrl`` command line: one subcommand per module in ``agentrl/commands/``.
+
+Each command module defines ``register(subparsers)``, which adds its parser and sets
+``func`` (a callable taking the parsed args and returning an exit code). Command modules
+import only the standard library at top level and load heavy parts (torch, servers)
+inside ``func``, so ``agentrl --help`` stays fast.
+
+Errors agentrl raises on purpose (``AgentRLError``) end the command with one line on
+stderr and exit code 2; nothing else is swallowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from agentrl.errors import AgentRLError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentrl",
+        description="Asynchronous RL for multi-turn LLM agents.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    import agentrl.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"agentrl.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        # `agentrl` or `agentrl GROUP` without a subcommand: show the relevant help.
+        (getattr(args, "group_parser", None) or parser).print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except AgentRLError as e:
+        print(f"agentrl {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

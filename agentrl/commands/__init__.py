@@ -1,0 +1,1 @@
+"""Subcommands of the ``agentrl`` CLI, one module each (see ``agentrl.cli``)."""

@@ -1,0 +1,242 @@
+"""Typed configuration: dataclasses loaded from YAML plus dotted ``key=value`` overrides.
+
+What it is: one loader for every component's config. Each component declares its own
+dataclass beside its code (``TrainerConfig`` in the trainer module, ...), documenting
+each field with ``option(default, help=..., ge=..., choices=...)``. What it is not: a
+registry of all settings in one file.
+
+Main hooks:
+    cfg = load_config(TinyModelConfig, "run.yaml", ["model.hidden_size=64"])
+    save_config(cfg, run_dir / "config.yaml")   # the resolved config, beside the outputs
+
+Every mistake becomes a one-line ``ConfigError`` naming the dotted key, the value that
+came, and what is allowed ("did you mean ...?" for misspelt keys).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from agentrl.errors import ConfigError
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+def option(
+    default: Any = _MISSING,
+    *,
+    help: str,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: Iterable[Any] | None = None,
+) -> Any:
+    """A documented, validated dataclass field. Mutable defaults are copied per instance."""
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt,
+            "choices": tuple(choices) if choices is not None else None}
+    if isinstance(default, (list, dict, set)):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    if dataclasses.is_dataclass(default) and isinstance(default, type):
+        return dataclasses.field(default_factory=default, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
+    """Build ``cls`` from an optional YAML file and ``key=value`` overrides (applied last)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist; pass a YAML file path")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}".replace("\n", " ")) from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(
+                f"config file {str(path)!r} must hold a mapping of keys, got {type(loaded).__name__}"
+            )
+        data = loaded
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(data, key, value)
+    return from_dict(cls, data)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"trainer.lr=1e-5"`` -> ``("trainer.lr", 1e-5)``; the value is parsed as YAML."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key=value (e.g. trainer.lr=1e-5)")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {item!r} has an empty key; expected dotted.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {key!r}: {part!r} holds a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
+    """Validate ``data`` against the dataclass ``cls`` (recursively) and build it."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config key {prefix.rstrip('.') or '<root>'!r}: expected a section (mapping), "
+            f"got {type(data).__name__} {data!r}"
+        )
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {prefix + close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"unknown config key {prefix + str(key)!r}{hint} "
+                f"(known keys here: {', '.join(sorted(fields))})"
+            )
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is _MISSING and f.default_factory is _MISSING:
+                raise ConfigError(f"config key {prefix + name!r} is required: {f.metadata.get('help', '')}")
+            continue
+        kwargs[name] = _coerce(hints[name], data[name], prefix + name, f.metadata)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config section {prefix.rstrip('.') or '<root>'!r}: {e}") from e
+
+
+def _coerce(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(arg, value, key, meta)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"config key {key!r}: got {value!r}, "
+                          f"expected one of {[_type_name(a) for a in args]}")
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value if value is not None else {}, key + ".")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"config key {key!r}: got {value!r}, expected one of {list(args)}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key {key!r}: expected a list, got {type(value).__name__} {value!r}")
+        item_tp = args[0] if args else Any
+        return [_coerce(item_tp, v, f"{key}[{i}]", {}) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"config key {key!r}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key {key!r}: expected true or false, got {value!r}")
+        return _check_range(value, key, meta)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key {key!r}: expected an integer, got {type(value).__name__} {value!r}")
+        return _check_range(value, key, meta)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key {key!r}: expected a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"config key {key!r}: expected a finite number, got {value!r}")
+        return _check_range(float(value), key, meta)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"config key {key!r}: expected a string, got {type(value).__name__} {value!r}")
+        return _check_range(str(value), key, meta)
+    return value
+
+
+def _check_range(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"config key {key!r}: got {value!r}, expected one of {list(choices)}{hint}")
+    for bound, ok, word in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ):
+        b = meta.get(bound)
+        if b is not None and not ok(value, b):
+            raise ConfigError(f"config key {key!r}: got {value!r}, expected a value {word} {b}")
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain dict of the (possibly nested) config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: Any, path: str | Path) -> Path:
+    """Write the resolved config as YAML (keeps the field order of the dataclasses)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    return path
+
+
+def describe(cls: type) -> list[tuple[str, str, Any, str]]:
+    """(dotted key, type, default, help) for every field, nested sections included."""
+    rows: list[tuple[str, str, Any, str]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows += [(f"{f.name}.{k}", t, d, h) for k, t, d, h in describe(tp)]
+            continue
+        default = f.default if f.default is not _MISSING else (
+            f.default_factory() if f.default_factory is not _MISSING else "<required>")
+        rows.append((f.name, _type_name(tp) if not typing.get_args(tp) else str(tp), default,
+                     f.metadata.get("help", "")))
+    return rows

@@ -1,0 +1,90 @@
+"""The one exception tree of agentrl.
+
+Every class names the boundary that failed, so a caller can catch exactly the layer it
+can recover from. A failed *episode* is not an exception that escapes a training step:
+the rollout side catches these and records them as the trajectory's status.
+
+    AgentRLError
+    ├── ConfigError              a config file or override is wrong (names the key)
+    ├── TrajectoryError          a Trajectory or Completion violates its invariants
+    ├── ModelError               a model/tokenizer directory is missing or unreadable
+    ├── InferenceError           talking to an inference server failed
+    │   ├── ServerUnavailable    no healthy server could take the request (safe to retry)
+    │   ├── RequestRejected      the server answered 4xx: the request itself is wrong
+    │   └── ServerError          the server answered 5xx or broke the protocol
+    ├── SandboxError             the sandbox backend failed (never the program inside it)
+    │   └── SandboxUnavailable   the backend cannot be reached or started
+    ├── EnvError                 an environment raised or returned something invalid
+    │   └── ToolError            a tool could not be declared or run
+    ├── VerifierError            a verifier crashed or timed out (not a wrong answer)
+    └── TrainerError             the trainer cannot continue
+        └── CheckpointError      a checkpoint cannot be written or restored
+
+Messages say what was expected, what came, and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class AgentRLError(Exception):
+    """Base of every error agentrl raises on purpose."""
+
+
+class ConfigError(AgentRLError, ValueError):
+    """A config value is unknown, of the wrong type, or out of range."""
+
+
+class TrajectoryError(AgentRLError, ValueError):
+    """A Trajectory or Completion was built with inconsistent fields."""
+
+
+class ModelError(AgentRLError):
+    """A model or tokenizer directory is missing, incomplete or unreadable."""
+
+
+class InferenceError(AgentRLError):
+    """Talking to an inference server failed."""
+
+
+class ServerUnavailable(InferenceError):
+    """No healthy server could take the request; retrying later may succeed."""
+
+
+class RequestRejected(InferenceError):
+    """The server refused the request (HTTP 4xx); resending it unchanged will fail again."""
+
+    def __init__(self, message: str, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ServerError(InferenceError):
+    """The server failed (HTTP 5xx) or answered something that breaks the protocol."""
+
+
+class SandboxError(AgentRLError):
+    """The sandbox backend itself failed; the program under test is not to blame."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The sandbox backend cannot be reached or started (no Docker engine, service down)."""
+
+
+class EnvError(AgentRLError):
+    """An environment raised, or returned an observation/reward of the wrong shape."""
+
+
+class ToolError(EnvError):
+    """A tool could not be declared (bad signature) or failed outside the model's control."""
+
+
+class VerifierError(AgentRLError):
+    """A verifier crashed or ran past its hard timeout (a wrong answer is not an error)."""
+
+
+class TrainerError(AgentRLError):
+    """The trainer cannot continue (bad batch, non-recoverable distributed failure)."""
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint cannot be written, or restored into the current run."""

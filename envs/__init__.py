@@ -1,0 +1,1 @@
+"""Gymnasium environments shipped with agentrl, registered as ``agentrl/Name-vN`` on import."""

@@ -1,0 +1,1 @@
+"""Code-execution backends behind the ``agentrl.api.Sandbox`` interface."""

@@ -1,0 +1,1 @@
+"""Agent workflows: how an episode is played against an inference client."""
