@@ -28,7 +28,7 @@ NOT_SAMPLED = -1
 # --------------------------------------------------------------------------- trajectories
 
 
-class TrajectoryStatus(str, enum.Enum):
+class TrajectoryStatus(enum.StrEnum):
     """Why a trajectory is (or is not) usable for the loss. Only OK enters the loss."""
 
     OK = "ok"
@@ -78,7 +78,7 @@ class Trajectory:
             raise TrajectoryError(
                 f"Trajectory fields must all have len(input_ids)={n}, got {bad}"
             )
-        for i, (m, v, lp) in enumerate(zip(self.loss_mask, self.versions, self.logprobs)):
+        for i, (m, v, lp) in enumerate(zip(self.loss_mask, self.versions, self.logprobs, strict=True)):
             if m not in (0, 1):
                 raise TrajectoryError(f"loss_mask[{i}] must be 0 or 1, got {m!r}")
             if m == 0 and v != NOT_SAMPLED:
@@ -248,7 +248,7 @@ class Workflow(Protocol):
 # --------------------------------------------------------------------------- execution
 
 
-class ExecStatus(str, enum.Enum):
+class ExecStatus(enum.StrEnum):
     """Outcome of running one program in a sandbox."""
 
     OK = "ok"  # exited with code 0
