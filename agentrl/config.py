@@ -176,6 +176,11 @@ def _coerce(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
             raise ConfigError(f"config key {key!r}: expected an integer, got {type(value).__name__} {value!r}")
         return _check_range(value, key, meta)
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key {key!r}: expected a number, got {type(value).__name__} {value!r}")
         if not math.isfinite(value):
