@@ -1,0 +1,183 @@
+"""Integer arithmetic problems: the demo task family of the tiny model.
+
+What it is: a seeded generator of problems such as ``What is 17+72+97?`` (answer 186), the
+answer format ``\\boxed{N}`` and its extractor, the held-out split that keeps evaluation and
+RL problems out of the supervised data, and the ``calculator`` tool (its OpenAI schema and a
+safe evaluator) that tool-call traces and the tool-use environment share. Pure Python: it
+imports neither torch nor transformers. What it is not: an environment (``envs/`` wraps it)
+or a verifier of free-form math (``envs/math`` does that).
+
+Main hooks::
+
+    problems = generate_problems(1000, seed=0)                 # held-out split (eval / RL)
+    train = generate_problems(1000, seed=0, split="train")     # never overlaps the above
+    extract_answer(r"so \\boxed{186}") == 186
+
+How the tiny model was trained to see a problem (match it to get its trained accuracy):
+the user turn is ``problem.question`` alone, rendered by the tokenizer's chat template with
+the generation prompt; the model answers ``\\boxed{N}<|end|>``. With ``tools=[CALCULATOR_TOOL]``
+(and no system message) it was trained to answer by first calling
+``calculator(expression=problem.expression)``, then, after the tool turn returns the result,
+to answer ``\\boxed{N}``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+QUESTION_TEMPLATE = "What is {expression}?"
+HELDOUT_PERCENT = 10  # share of all expressions reserved for evaluation and RL
+SPLITS = ("heldout", "train", "all")
+OPS = ("+", "-", "*")
+
+CALCULATOR_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an integer arithmetic expression.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 17+72+97"}},
+            "required": ["expression"],
+        },
+    },
+}
+MAX_EXPRESSION_CHARS = 200
+MAX_RESULT_DIGITS = 30
+
+
+@dataclass(frozen=True)
+class ArithProblem:
+    """One problem: the user-turn text, the integer answer and the bare expression."""
+
+    question: str
+    answer: int
+    expression: str
+
+    def to_row(self) -> dict[str, Any]:
+        """A dataset row: ``{"question", "answer", "expression"}`` (answer as a string)."""
+        return {"question": self.question, "answer": str(self.answer), "expression": self.expression}
+
+
+def is_heldout(expression: str) -> bool:
+    """Whether ``expression`` belongs to the held-out split (a fixed hash, the same everywhere)."""
+    digest = hashlib.sha256(expression.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 100 < HELDOUT_PERCENT
+
+
+def generate_problems(
+    n: int,
+    seed: int,
+    *,
+    num_terms: tuple[int, ...] = (2, 3),
+    max_operand: int = 99,
+    ops: tuple[str, ...] = ("+",),
+    split: str = "heldout",
+) -> list[ArithProblem]:
+    """``n`` problems drawn from ``random.Random(seed)``: the same arguments give the same list.
+
+    Each problem picks its number of terms uniformly from ``num_terms``, operands uniformly
+    from 0..max_operand and each operator uniformly from ``ops``. ``split`` keeps only
+    held-out expressions (``"heldout"``, for evaluation and RL), only the others
+    (``"train"``, for supervised data) or both (``"all"``). Problems may repeat when the
+    space is small (two terms under 100 hold only ~1,000 held-out expressions).
+    """
+    _check_args(n, num_terms, max_operand, ops, split)
+    rng = random.Random(seed)
+    out: list[ArithProblem] = []
+    while len(out) < n:
+        k = rng.choice(num_terms)
+        operands = [rng.randint(0, max_operand) for _ in range(k)]
+        operators = [rng.choice(ops) for _ in range(k - 1)]
+        expression = str(operands[0]) + "".join(f"{o}{v}" for o, v in zip(operators, operands[1:], strict=True))
+        if split != "all" and is_heldout(expression) != (split == "heldout"):
+            continue
+        out.append(make_problem(expression))
+    return out
+
+
+def make_problem(expression: str) -> ArithProblem:
+    """The problem for one expression (its answer computed by ``calculate``)."""
+    return ArithProblem(QUESTION_TEMPLATE.format(expression=expression), int(calculate(expression)), expression)
+
+
+def _check_args(n: int, num_terms: tuple[int, ...], max_operand: int, ops: tuple[str, ...], split: str) -> None:
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    if not num_terms or any(not isinstance(k, int) or k < 1 for k in num_terms):
+        raise ValueError(f"num_terms must be a non-empty tuple of integers >= 1, got {num_terms!r}")
+    if not isinstance(max_operand, int) or max_operand < 0:
+        raise ValueError(f"max_operand must be an integer >= 0, got {max_operand!r}")
+    if not ops or any(o not in OPS for o in ops):
+        raise ValueError(f"ops must be a non-empty tuple drawn from {OPS}, got {ops!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def format_answer(n: int) -> str:
+    """The answer as the model writes it: ``\\boxed{N}``."""
+    return f"\\boxed{{{int(n)}}}"
+
+
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def extract_answer(text: str) -> int | None:
+    """The integer in the last ``\\boxed{...}`` of ``text``; None if absent or not an integer.
+
+    Only the last box counts (a model that writes several answers is judged on its final
+    one). Spaces and thousands separators inside the box are ignored: ``\\boxed{ 1,024 }``.
+    """
+    boxes = _BOXED.findall(text)
+    if not boxes:
+        return None
+    inner = boxes[-1].replace(",", "").replace(" ", "")
+    return int(inner) if _INTEGER.fullmatch(inner) else None
+
+
+# --------------------------------------------------------------------------- the calculator
+
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+
+
+def calculate(expression: str) -> str:
+    """Evaluate integer ``+ - *`` with parentheses and unary minus; the result as a string.
+
+    The ``calculator`` tool. Raises ``ValueError`` with a message meant for the model to read
+    for anything else (names, division, powers, calls, very long input or huge results).
+    """
+    if not isinstance(expression, str):
+        raise ValueError(f"expression must be a string, got {type(expression).__name__}")
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ValueError(f"expression is longer than {MAX_EXPRESSION_CHARS} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(
+            f"cannot parse {expression!r}; write integers with + - * and parentheses, e.g. 17+72*3"
+        ) from None
+    return str(_eval(tree.body))
+
+
+def _eval(node: ast.AST) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        value = node.value
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _eval(node.operand)
+        value = -inner if isinstance(node.op, ast.USub) else inner
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        value = _BINOPS[type(node.op)](_eval(node.left), _eval(node.right))
+    else:
+        raise ValueError("only integers, + - * and parentheses are allowed, e.g. 17+72*3")
+    if len(str(abs(value))) > MAX_RESULT_DIGITS:
+        raise ValueError(f"result has more than {MAX_RESULT_DIGITS} digits")
+    return value
