@@ -74,13 +74,15 @@ def generate_problems(
     n: int,
     seed: int,
     *,
-    num_terms: tuple[int, ...] = (2, 3),
+    num_terms: tuple[int, ...] = (3,),
     max_operand: int = 99,
     ops: tuple[str, ...] = ("+",),
     split: str = "heldout",
 ) -> list[ArithProblem]:
     """``n`` problems drawn from ``random.Random(seed)``: the same arguments give the same list.
 
+    The defaults are the demo task: ``a+b+c`` with operands 0..99 (the tiny model's headline
+    accuracy is measured on these; ``num_terms=(2,)`` is much easier for it).
     Each problem picks its number of terms uniformly from ``num_terms``, operands uniformly
     from 0..max_operand and each operator uniformly from ``ops``. ``split`` keeps only
     held-out expressions (``"heldout"``, for evaluation and RL), only the others
