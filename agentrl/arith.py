@@ -42,7 +42,7 @@ CALCULATOR_TOOL: dict[str, Any] = {
         "description": "Evaluate an integer arithmetic expression.",
         "parameters": {
             "type": "object",
-            "properties": {"expression": {"type": "string", "description": "e.g. 17+72+97"}},
+            "properties": {"expression": {"type": "string"}},
             "required": ["expression"],
         },
     },
