@@ -13,3 +13,14 @@ def untrained_model_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("untrained-model")
     init_tiny_model(out, seed=0)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir():
+    """The committed, trained demo model (`examples/tiny-model`, built by `agentrl model tiny`)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tiny-model"
+    if not (path / "config.json").is_file():
+        pytest.fail(f"{path} is missing; rebuild it with `agentrl model tiny --out {path}`")
+    return path
