@@ -1,0 +1,66 @@
+"""``agentrl serve``: run the embedded inference server (SGLang's HTTP API) on a checkpoint.
+
+    agentrl serve --model examples/tiny-model [--host 127.0.0.1] [--port 30000] [--device cpu]
+
+Prints one line ``agentrl serve: ready on http://HOST:PORT`` once the model is loaded and the
+socket listens (tests and scripts wait for it). See ``agentrl.server`` for the routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve a model over SGLang's HTTP API (continuous batching)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="Hugging Face checkpoint directory")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=30000, help="port (default 30000; 0 picks a free one)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs")
+    p.add_argument("--max-running-requests", type=int, default=64, help="KV-cache slots (default 64)")
+    p.add_argument("--context-length", type=int, default=None,
+                   help="longest prompt + output (default min(model max positions, 4096))")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--weight-version", default="default", help="initial weight version (default 'default')")
+    p.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: --model)")
+    p.add_argument("--seed", type=int, default=0, help="engine RNG seed for unseeded requests")
+    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import asyncio
+    import logging
+    import socket
+
+    import uvicorn
+
+    from agentrl.config import from_dict
+    from agentrl.server import ServeConfig, ServerState, build_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = from_dict(ServeConfig, {
+        "model": args.model, "host": args.host, "port": args.port, "device": args.device,
+        "max_running_requests": args.max_running_requests, "context_length": args.context_length,
+        "threads": args.threads, "weight_version": args.weight_version,
+        "served_model_name": args.served_model_name, "seed": args.seed,
+    })
+    state = ServerState(config)
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    config.port = sock.getsockname()[1]
+    app = build_app(config, state)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5))
+
+    async def main() -> None:
+        serve = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not serve.done():  # noqa: ASYNC110 (uvicorn offers no event)
+            await asyncio.sleep(0.05)
+        if server.started:
+            print(f"agentrl serve: ready on http://{config.host}:{config.port}", flush=True)
+        await serve
+
+    asyncio.run(main())
+    return 0

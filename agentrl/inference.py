@@ -1,0 +1,346 @@
+"""``RemoteEngine``: the trainer's and the rollout's client of SGLang-compatible servers.
+
+What it is: an ``agentrl.api.InferenceClient`` over HTTP (``httpx``) to one or more servers
+speaking SGLang's native API — real SGLang (0.5.10 to 0.5.23) or ``agentrl serve``.
+``await generate(input_ids, sampling)`` returns a ``Completion`` with the exact tokens, their
+logprobs, the policy version of every token and the finish reason. The weight-publishing
+side calls ``pause()``, ``update_weights(path, version)`` and ``resume()``, in the order of
+DESIGN.md §4, and reads ``version``.
+
+How it behaves:
+  * **Interruption is invisible.** A request that comes back ``abort`` (a pause for a weight
+    update) waits until generation continues, then is re-sent to the same server as prompt +
+    tokens so far with the remaining ``max_new_tokens``. Tokens keep the version the server
+    reported for them (``meta_info.weight_versions`` spans, else ``weight_version``; a
+    non-numeric version such as SGLang's ``"default"`` reads as the client's ``version``).
+    No token is lost or duplicated: only tokens a server returned are kept.
+  * **Routing.** Each call goes to the healthy server with the fewest requests in flight from
+    this client, and stays pinned there across resumes (KV/prefix reuse). A server that
+    fails at the transport level (refused, reset, died mid-request) is taken out, probed with
+    ``GET /health`` after ``health_check_interval`` seconds, re-synced to the current weight
+    version when it comes back, and the calls it held are re-run elsewhere from their last
+    returned token. Generation has no side effects, so that re-run is safe.
+  * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
+    fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
+    exponential backoff, at most ``max_retries`` times in a row without progress, then
+    ``ServerUnavailable``/``ServerError``.
+
+What it is not: a chat client (see the OpenAI routes), nor a load balancer for clients other
+than itself. A stop string that straddles an interruption point is not detected (the server
+only sees the output since the resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agentrl.api import Completion, SamplingParams
+from agentrl.config import option
+from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
+
+log = logging.getLogger(__name__)
+
+_TRANSPORT_ERRORS = (httpx.TransportError,)
+
+
+@dataclass
+class RemoteEngineConfig:
+    """How to reach and treat the inference servers."""
+
+    addresses: list[str] = option([], help="server base URLs, e.g. http://127.0.0.1:30000")
+    timeout: float = option(600.0, help="seconds one /generate call may take (incl. waiting out a pause)", gt=0)
+    connect_timeout: float = option(5.0, help="seconds to open a connection", gt=0)
+    control_timeout: float = option(300.0, help="seconds for pause/update/continue calls", gt=0)
+    max_retries: int = option(3, help="retries in a row without progress before giving up", ge=0)
+    backoff: float = option(0.25, help="first retry delay in seconds (doubles each retry)", ge=0)
+    health_check_interval: float = option(2.0, help="seconds before a failed server is probed again", gt=0)
+    max_resumes: int = option(1000, help="resumes of one aborted request before returning 'abort'", ge=0)
+
+
+@dataclass
+class _Server:
+    address: str
+    inflight: int = 0
+    healthy: bool = True
+    down_since: float = 0.0
+    failures: int = 0
+    pinned: set[str] = field(default_factory=set)
+
+
+class RemoteEngine:
+    """Interruption-hiding, load-balancing client of SGLang-compatible servers."""
+
+    def __init__(self, addresses: Sequence[str] | str, *, timeout: float = 600.0, connect_timeout: float = 5.0,
+                 control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
+                 health_check_interval: float = 2.0, max_resumes: int = 1000, version: int = 0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        if not addresses:
+            raise ValueError("RemoteEngine needs at least one server address, e.g. http://127.0.0.1:30000")
+        self._servers = [_Server(a.rstrip("/") if "://" in a else f"http://{a.rstrip('/')}") for a in addresses]
+        self.timeout, self.control_timeout = timeout, control_timeout
+        self.max_retries, self.backoff = max_retries, backoff
+        self.health_check_interval, self.max_resumes = health_check_interval, max_resumes
+        self._http = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+        self._version = version
+        self._last_update: tuple[str, int] | None = None
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
+        self.stats = {"requests": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
+
+    @classmethod
+    def from_config(cls, config: RemoteEngineConfig, **kwargs: Any) -> RemoteEngine:
+        return cls(config.addresses, timeout=config.timeout, connect_timeout=config.connect_timeout,
+                   control_timeout=config.control_timeout, max_retries=config.max_retries, backoff=config.backoff,
+                   health_check_interval=config.health_check_interval, max_resumes=config.max_resumes, **kwargs)
+
+    @property
+    def version(self) -> int:
+        """The policy version the servers were last updated to (DESIGN.md §4 step 5)."""
+        return self._version
+
+    @property
+    def addresses(self) -> list[str]:
+        return [s.address for s in self._servers]
+
+    def healthy_addresses(self) -> list[str]:
+        return [s.address for s in self._servers if s.healthy]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> RemoteEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ generation
+
+    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion:
+        prompt = [int(t) for t in input_ids]
+        if not prompt:
+            raise RequestRejected("input_ids cannot be empty", 400)
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        base_rid = uuid.uuid4().hex
+        server: _Server | None = None
+        resumes = failures = attempt = 0
+        self.stats["requests"] += 1
+        try:
+            while True:
+                remaining = sampling.max_new_tokens - len(tokens)
+                if attempt and remaining <= 0:
+                    return Completion(tokens, logprobs, versions, "length")
+                await self._wait_unpaused()
+                if server is None or not server.healthy:
+                    if server is not None:
+                        server.pinned.discard(base_rid)
+                        server.inflight -= 1
+                    server = await self._pick()
+                    server.pinned.add(base_rid)
+                    server.inflight += 1
+                payload = {
+                    "input_ids": prompt + tokens,
+                    "sampling_params": {**sampling.to_sglang(), "max_new_tokens": remaining},
+                    "return_logprob": True,
+                    "rid": f"{base_rid}-{attempt}",
+                }
+                attempt += 1
+                try:
+                    data = await self._post(server, "/generate", payload, self.timeout)
+                except _TRANSPORT_ERRORS as e:
+                    self._mark_down(server, e)
+                    failures += 1
+                    self.stats["reruns"] += 1
+                    if failures > self.max_retries + len(self._servers):
+                        raise ServerUnavailable(f"generation failed on every server ({e!r}); "
+                                                "check that the inference servers are up") from e
+                    await asyncio.sleep(self.backoff * min(2 ** (failures - 1), 16))
+                    continue
+                except ServerError:
+                    failures += 1
+                    self.stats["retries"] += 1
+                    if failures > self.max_retries:
+                        raise
+                    await asyncio.sleep(self.backoff * 2 ** (failures - 1))
+                    continue
+                new_tokens, new_lps, new_versions, reason = self._parse_generate(data)
+                tokens += new_tokens
+                logprobs += new_lps
+                versions += new_versions
+                if new_tokens:
+                    failures = 0
+                kind = reason.get("type")
+                if kind == "abort":
+                    code = reason.get("status_code")
+                    if code is not None and code >= 400:
+                        raise ServerError(f"{server.address} failed the request: {reason.get('message')}")
+                    resumes += 1
+                    self.stats["resumes"] += 1
+                    if resumes > self.max_resumes:
+                        return Completion(tokens, logprobs, versions, "abort")
+                    continue
+                if kind not in ("stop", "length"):
+                    raise ServerError(f"{server.address} answered an unknown finish_reason {reason!r}")
+                return Completion(tokens, logprobs, versions, kind, reason.get("matched"))
+        finally:
+            if server is not None:
+                server.pinned.discard(base_rid)
+                server.inflight -= 1
+
+    def _parse_generate(self, data: Any) -> tuple[list[int], list[float], list[int], dict[str, Any]]:
+        if isinstance(data, list) and len(data) == 1:
+            data = data[0]
+        try:
+            meta = data["meta_info"]
+            reason = meta["finish_reason"] or {}
+            triples = meta.get("output_token_logprobs")
+            if triples is None:
+                raise KeyError("meta_info.output_token_logprobs")
+            toks = [int(t[1]) for t in triples]
+            lps = [float(t[0]) for t in triples]
+        except (KeyError, TypeError, IndexError, ValueError) as e:
+            raise ServerError(f"/generate answered an unexpected shape ({e!r}): {str(data)[:300]}") from e
+        spans = meta.get("weight_versions")
+        if spans:
+            versions = [self._as_version(meta.get("weight_version"))] * len(toks)
+            for s in spans:
+                v = self._as_version(s.get("version"))
+                for i in range(int(s.get("start", 0)), min(int(s.get("end", 0)), len(toks))):
+                    versions[i] = v
+        else:
+            versions = [self._as_version(meta.get("weight_version"))] * len(toks)
+        return toks, lps, versions, reason
+
+    def _as_version(self, v: Any) -> int:
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            return self._version
+
+    async def _wait_unpaused(self) -> None:
+        if self._unpaused.is_set():
+            return
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._unpaused.wait()
+        except TimeoutError as e:
+            raise ServerUnavailable(f"generation stayed paused for over {self.timeout:.0f} s; "
+                                    "was resume() called after the weight update?") from e
+
+    # ------------------------------------------------------------------ servers
+
+    async def _pick(self) -> _Server:
+        for round_ in range(self.max_retries + 1):
+            now = time.monotonic()
+            for s in self._servers:
+                if not s.healthy and now - s.down_since >= self.health_check_interval:
+                    await self._probe(s)
+            healthy = [s for s in self._servers if s.healthy]
+            if healthy:
+                return min(healthy, key=lambda s: s.inflight)
+            await asyncio.sleep(max(self.health_check_interval, self.backoff * 2 ** round_))
+        raise ServerUnavailable(
+            f"no healthy inference server among {self.addresses}; start one with `agentrl serve --model DIR`")
+
+    def _mark_down(self, server: _Server, error: BaseException) -> None:
+        if server.healthy:
+            log.warning("inference server %s failed (%r); taking it out", server.address, error)
+            self.stats["servers_lost"] += 1
+        server.healthy = False
+        server.down_since = time.monotonic()
+        server.failures += 1
+
+    async def _probe(self, server: _Server) -> bool:
+        """``GET /health``; a server that answers is re-synced to the current weights."""
+        try:
+            r = await self._http.get(server.address + "/health", timeout=min(5.0, self.control_timeout))
+            ok = r.status_code == 200
+            if ok and self._last_update is not None:
+                info = (await self._http.get(server.address + "/model_info", timeout=10.0)).json()
+                path, version = self._last_update
+                if str(info.get("weight_version")) != str(version):
+                    await self._post(server, "/update_weights_from_disk",
+                                     {"model_path": path, "weight_version": str(version)}, self.control_timeout)
+        except (httpx.HTTPError, ValueError, ServerError, RequestRejected):
+            ok = False
+        server.down_since = time.monotonic()
+        server.healthy = ok
+        if ok:
+            log.info("inference server %s is back", server.address)
+        return ok
+
+    async def check_health(self) -> dict[str, bool]:
+        """Probe every server now; returns address -> healthy."""
+        await asyncio.gather(*(self._probe(s) for s in self._servers))
+        return {s.address: s.healthy for s in self._servers}
+
+    async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float) -> Any:
+        r = await self._http.post(server.address + path, json=payload, timeout=httpx.Timeout(seconds, connect=5.0))
+        if r.status_code >= 500:
+            raise ServerError(f"{server.address}{path} answered HTTP {r.status_code}: {r.text[:300]}")
+        try:
+            data = r.json() if r.content else None
+        except ValueError as e:
+            raise ServerError(f"{server.address}{path} answered non-JSON: {r.text[:300]}") from e
+        if r.status_code >= 400:
+            err = data.get("error", data.get("message", data)) if isinstance(data, dict) else data
+            if isinstance(err, dict):
+                err = err.get("message", err)
+            raise RequestRejected(f"{server.address}{path} refused the request: {err}", r.status_code)
+        return data
+
+    # ------------------------------------------------------------------ weight publishing
+
+    async def _control(self, path: str, payload: dict[str, Any]) -> list[Any]:
+        """POST to every healthy server at once (retrying transport errors); returns the answers."""
+        async def one(s: _Server) -> Any:
+            for attempt in range(self.max_retries + 1):
+                try:
+                    return await self._post(s, path, payload, self.control_timeout)
+                except _TRANSPORT_ERRORS as e:
+                    if attempt == self.max_retries:
+                        self._mark_down(s, e)
+                        return None
+                    await asyncio.sleep(self.backoff * 2 ** attempt)
+        targets = [s for s in self._servers if s.healthy]
+        if not targets:
+            raise ServerUnavailable(f"no healthy inference server among {self.addresses}")
+        return await asyncio.gather(*(one(s) for s in targets))
+
+    async def pause(self) -> None:
+        """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait."""
+        self._unpaused.clear()
+        await self._control("/pause_generation", {"mode": "abort"})
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Step 4-5: every server loads the checkpoint at ``path``; the client's version becomes ``version``."""
+        answers = await self._control("/update_weights_from_disk",
+                                      {"model_path": str(path), "weight_version": str(version)})
+        bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
+        if bad:
+            raise RequestRejected(f"weight update to version {version} failed: {bad[0].get('message')}")
+        self._last_update = (str(path), int(version))
+        self._version = int(version)
+
+    async def resume(self) -> None:
+        """Step 6: generation continues; waiting and aborted requests are (re-)sent."""
+        try:
+            await self._control("/continue_generation", {})
+        finally:
+            self._unpaused.set()

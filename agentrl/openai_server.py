@@ -1,0 +1,264 @@
+"""The OpenAI-compatible routes of ``agentrl serve``: ``/v1/models``, ``/v1/chat/completions``,
+``/v1/completions``, shaped like SGLang 0.5.23's (``protocol.py``, ``serving_chat.py``).
+
+What it is: request translation onto the engine that ``/generate`` uses. Chat prompts are
+rendered with the tokenizer's own chat template (tools included); tool calls in the output,
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (SGLang's ``qwen25`` format),
+are parsed with ``agentrl.toolcalls`` into OpenAI ``tool_calls`` with ``finish_reason``
+``"tool_calls"``. Works with the unmodified ``openai`` SDK. Responses also carry SGLang's
+``metadata.weight_version`` and, on request (``return_token_ids``), the raw token ids.
+
+What it is not: ``tool_choice`` "required" or a named function (refused with a 400),
+``echo``, reasoning parsers, logit bias. When tools are offered and streaming is on, the
+content and the parsed calls come in one delta at the end (the call syntax must be complete
+to be parsed); without tools, content streams token by token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agentrl.engine import Request as EngineRequest
+from agentrl.server import (
+    BadRequest,
+    ServerState,
+    finish_text,
+    parse_json_body,
+    parse_prompt_ids,
+    parse_sampling,
+)
+from agentrl.toolcalls import parse_tool_calls
+
+
+def _error(e: BadRequest) -> JSONResponse:
+    return JSONResponse({"object": "error", "message": str(e), "type": "BadRequestError", "param": None,
+                         "code": e.status}, status_code=e.status)
+
+
+def _sampling_from_openai(body: dict[str, Any], default_max: int | None) -> dict[str, Any]:
+    """OpenAI request fields -> a SGLang ``sampling_params`` object."""
+    sp: dict[str, Any] = {}
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_max))
+    sp["max_new_tokens"] = max_tokens
+    for src, dst in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
+                     ("stop_token_ids", "stop_token_ids"), ("ignore_eos", "ignore_eos"), ("seed", "sampling_seed"),
+                     ("skip_special_tokens", "skip_special_tokens"), ("no_stop_trim", "no_stop_trim"),
+                     ("frequency_penalty", "frequency_penalty"), ("presence_penalty", "presence_penalty"),
+                     ("repetition_penalty", "repetition_penalty"), ("min_p", "min_p"), ("logit_bias", "logit_bias")):
+        if body.get(src) is not None:
+            sp[dst] = body[src]
+    if body.get("stop") is not None:
+        sp["stop"] = body["stop"]
+    return sp
+
+
+async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
+                   default_max: int | None, top_n: int) -> tuple[list[EngineRequest], dict[str, Any]]:
+    parsed = parse_sampling(_sampling_from_openai(body, default_max), state, len(prompt))
+    n = body.get("n", 1) or 1
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise BadRequest(f"n must be an integer >= 1, got {n!r}")
+    base = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex
+    reqs = [EngineRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), top_logprobs_num=top_n,
+                          **parsed["engine"]) for i in range(n)]
+    done = await asyncio.gather(*(state.run(r, http) for r in reqs))
+    for r in done:
+        reason = r.finish_reason or {}
+        if reason.get("status_code") and reason["status_code"] >= 400:
+            raise BadRequest(reason.get("message", "request failed"), status=reason["status_code"])
+    return list(done), parsed
+
+
+def _finish_reason(req: EngineRequest) -> tuple[str, int | str | None]:
+    reason = req.finish_reason or {}
+    kind = reason.get("type", "stop")
+    return kind, reason.get("matched") if kind == "stop" else None
+
+
+def _chat_logprobs(state: ServerState, req: EngineRequest) -> dict[str, Any]:
+    content = []
+    for i, (lp, tok) in enumerate(zip(req.logprobs, req.output_ids, strict=True)):
+        text = state.tokenizer.decode([tok])
+        tops = [{"token": state.tokenizer.decode([t]), "bytes": list(state.tokenizer.decode([t]).encode()),
+                 "logprob": v} for v, t in (req.top_logprobs[i] if req.top_logprobs else [])]
+        content.append({"token": text, "bytes": list(text.encode()), "logprob": lp, "top_logprobs": tops})
+    return {"content": content}
+
+
+def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], bool]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise BadRequest("messages must be a non-empty list of {\"role\": ..., \"content\": ...} objects")
+    for i, m in enumerate(messages):
+        if m.get("role") not in ("system", "user", "assistant", "tool", "developer"):
+            raise BadRequest(f"messages[{i}].role must be system, user, assistant or tool, got {m.get('role')!r}")
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    if choice not in ("auto", "none"):
+        raise BadRequest(f"tool_choice {choice!r} is not supported by agentrl serve; use \"auto\" or \"none\"")
+    use_tools = bool(tools) and choice == "auto"
+    if body.get("input_ids") is not None:
+        return parse_prompt_ids(body["input_ids"], state), use_tools
+    if not getattr(state.tokenizer, "chat_template", None):
+        raise BadRequest("this model's tokenizer has no chat template; use /v1/completions or /generate")
+    try:
+        text = state.tokenizer.apply_chat_template(
+            messages, tools=tools if use_tools else None, add_generation_prompt=True, tokenize=False,
+            **(body.get("chat_template_kwargs") or {}))
+    except Exception as e:  # a template error is the request's fault (bad message shape)
+        raise BadRequest(f"the chat template could not render these messages: {e}") from e
+    return state.tokenizer.encode(text, add_special_tokens=False), use_tools
+
+
+def add_openai_routes(app: FastAPI, state: ServerState) -> None:
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [_card(state)]}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str):
+        if model != state.served_model_name:
+            return JSONResponse({"error": {"message": f"The model `{model}` does not exist.",
+                                           "type": "invalid_request_error", "param": "model",
+                                           "code": "model_not_found"}}, status_code=404)
+        return _card(state)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(http: Request):
+        try:
+            body = parse_json_body(await http.body())
+            prompt, use_tools = _render_chat(state, body)
+            want_lp = bool(body.get("logprobs"))
+            top_n = int(body.get("top_logprobs") or 0) if want_lp else 0
+            if body.get("stream"):
+                return StreamingResponse(_chat_stream(state, body, prompt, use_tools, top_n, want_lp),
+                                         media_type="text/event-stream")
+            reqs, parsed = await _run_all(state, prompt, body, http, None, top_n)
+        except BadRequest as e:
+            return _error(e)
+        choices = []
+        for i, r in enumerate(reqs):
+            text = finish_text(state, r, parsed["no_stop_trim"], parsed["skip_special_tokens"])
+            kind, matched = _finish_reason(r)
+            message: dict[str, Any] = {"role": "assistant", "content": text, "reasoning_content": None}
+            if use_tools:
+                calls = parse_tool_calls(text)
+                if calls.calls:
+                    message["content"] = calls.content
+                    message["tool_calls"] = [c.to_openai(j) for j, c in enumerate(calls.calls)]
+                    if kind == "stop":
+                        kind, matched = "tool_calls", None
+            choice = {"index": i, "message": message, "logprobs": _chat_logprobs(state, r) if want_lp else None,
+                      "finish_reason": kind, "matched_stop": matched}
+            if body.get("return_token_ids"):
+                choice["prompt_token_ids"], choice["response_token_ids"] = list(prompt), list(r.output_ids)
+            choices.append(choice)
+        return _response(state, body, reqs, prompt, "chat.completion", choices)
+
+    @app.post("/v1/completions")
+    async def completions(http: Request):
+        try:
+            body = parse_json_body(await http.body())
+            if body.get("echo"):
+                raise BadRequest("echo is not supported by agentrl serve")
+            if body.get("stream"):
+                raise BadRequest("stream is not supported on /v1/completions by agentrl serve; use /generate")
+            prompt = body.get("prompt")
+            if isinstance(prompt, str):
+                if not prompt:
+                    raise BadRequest("prompt cannot be empty")
+                ids = state.tokenizer.encode(prompt, add_special_tokens=False)
+            elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                ids = parse_prompt_ids(prompt, state, "prompt")
+            else:
+                raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)")
+            top_n = body.get("logprobs")
+            if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0):
+                raise BadRequest(f"logprobs must be an integer >= 0, got {top_n!r}")
+            reqs, parsed = await _run_all(state, ids, body, http, 16, top_n or 0)
+        except BadRequest as e:
+            return _error(e)
+        choices = []
+        for i, r in enumerate(reqs):
+            kind, matched = _finish_reason(r)
+            lp = None
+            if top_n is not None:
+                toks = [state.tokenizer.decode([t]) for t in r.output_ids]
+                lp = {"tokens": toks, "token_logprobs": list(r.logprobs),
+                      "top_logprobs": [{state.tokenizer.decode([t]): v for v, t in row} for row in r.top_logprobs]
+                      if top_n else None,
+                      "text_offset": [sum(len(t) for t in toks[:j]) for j in range(len(toks))]}
+            choices.append({"index": i, "text": finish_text(state, r, parsed["no_stop_trim"]), "logprobs": lp,
+                            "finish_reason": kind, "matched_stop": matched})
+        return _response(state, body, reqs, ids, "text_completion", choices)
+
+
+def _card(state: ServerState) -> dict[str, Any]:
+    return {"id": state.served_model_name, "object": "model", "created": int(state.started), "owned_by": "sglang",
+            "root": state.served_model_name, "parent": None, "max_model_len": state.engine.context_length}
+
+
+def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict[str, Any]:
+    completion = sum(len(r.output_ids) for r in reqs)
+    versions = reqs[0].versions if reqs else []
+    return {"id": reqs[0].rid, "object": obj, "created": int(time.time()),
+            "model": body.get("model") or state.served_model_name, "choices": choices,
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion,
+                      "total_tokens": len(prompt) + completion, "reasoning_tokens": 0},
+            "metadata": {"weight_version": versions[-1] if versions else state.engine.weight_version}}
+
+
+async def _chat_stream(state: ServerState, body, prompt, use_tools: bool, top_n: int, want_lp: bool):
+    """``chat.completion.chunk`` events; n must be 1 when streaming."""
+    try:
+        if (body.get("n") or 1) != 1:
+            raise BadRequest("n > 1 is not supported with stream=true by agentrl serve")
+        parsed = parse_sampling(_sampling_from_openai(body, None), state, len(prompt))
+    except BadRequest as e:
+        yield f"data: {json.dumps({'error': {'message': str(e), 'type': 'invalid_request_error', 'code': e.status}})}\n\n"
+        yield "data: [DONE]\n\n"
+        return
+    req = EngineRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), top_logprobs_num=top_n, **parsed["engine"])
+    base = {"id": req.rid, "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": body.get("model") or state.served_model_name}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, matched=None) -> str:
+        c = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+                                  "matched_stop": matched}]}
+        return f"data: {json.dumps(c)}\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    sent = ""
+    async for n, finished in state.stream(req):
+        if finished:
+            break
+        if not use_tools:
+            text = state.tokenizer.decode(req.output_ids[:n], skip_special_tokens=True)
+            if text.startswith(sent) and len(text) > len(sent) and "\ufffd" not in text[len(sent):]:
+                yield chunk({"content": text[len(sent):]})
+                sent = text
+    text = finish_text(state, req, parsed["no_stop_trim"], parsed["skip_special_tokens"])
+    kind, matched = _finish_reason(req)
+    delta: dict[str, Any] = {}
+    if use_tools:
+        calls = parse_tool_calls(text)
+        delta["content"] = calls.content if calls.calls else text
+        if calls.calls:
+            delta["tool_calls"] = [c.to_openai(j) for j, c in enumerate(calls.calls)]
+            if kind == "stop":
+                kind, matched = "tool_calls", None
+    elif text.startswith(sent) and len(text) > len(sent):
+        delta["content"] = text[len(sent):]
+    if delta:
+        yield chunk(delta)
+    yield chunk({}, kind, matched)
+    yield "data: [DONE]\n\n"
