@@ -1,0 +1,590 @@
+"""The executor: our own small program that runs untrusted code and reports what happened.
+
+What it is: a standard-library-only script that serves a line protocol (one JSON object per
+line in, one per line out) and, for each request, starts the program as an unprivileged uid
+under rlimits, drains its output with caps while it runs, enforces the wall-clock deadline,
+reports the real exit status or signal, kills every process of that uid afterwards and wipes
+the work dir. It is pid 1 wherever it runs, so it reaps orphans and sees the true status.
+
+It runs in two places:
+  * inside a LocalSandbox jail (``sandboxes/jail.py`` forks it as pid 1 of fresh namespaces),
+  * inside a DockerSandbox container (``python3 -c <this file> container``), as the
+    container's main process, reached through the container's stdin/stdout.
+
+What it is not: the isolation boundary by itself. It drops privileges and sets rlimits; the
+namespaces (LocalSandbox) or the container (DockerSandbox) around it are the boundary.
+
+Protocol ops: ``run`` (one program, fresh work dir), ``session_start`` / ``session_call`` /
+``session_end`` (a persistent Python interpreter whose globals survive between calls; a call
+that times out or kills the interpreter restarts it with empty state), ``ping``.
+Main hook: ``Executor.handle(message) -> reply``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import sys
+import time
+
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/work",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONIOENCODING": "utf-8",
+}
+"""The whole environment a program sees: nothing of the host's is passed on."""
+
+PR_SET_NO_NEW_PRIVS = 38
+MAX_FETCH_BYTES = 8 << 20
+GRACE_S = 0.2  # how long output pipes may stay open after the program exited
+
+# The interpreter a session keeps: reads one JSON request per line on fd 0, runs the code in
+# one persistent globals dict (the value of a trailing expression is printed, like a REPL),
+# answers on fd 3. User output goes to fd 1/2, which the executor drains with caps.
+SESSION_DRIVER = r"""
+import ast, json, os, resource, sys, traceback
+reply = os.fdopen(3, "w")
+requests = os.fdopen(0, "r")
+sys.stdin = open(os.devnull)
+scope = {"__name__": "__main__", "__builtins__": __builtins__}
+for line in requests:
+    msg = json.loads(line)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    code = 0
+    try:
+        tree = ast.parse(msg["code"], "<cell>", "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<cell>", "exec"), scope)
+        if last is not None:
+            value = eval(compile(last, "<cell>", "eval"), scope)
+            if value is not None:
+                print(repr(value))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    reply.write(json.dumps({"exit_code": code, "cpu_s": cpu, "maxrss_kb": after.ru_maxrss}) + "\n")
+    reply.flush()
+"""
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def _no_new_privs() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    except Exception:  # no ctypes in a minimal image: the container's no-new-privileges holds
+        pass
+
+
+def set_limits(limits: dict) -> None:
+    """rlimits of the program (called in the child, before dropping root)."""
+    mb = 1 << 20
+    cpu = int(limits["cpu_s"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    mem = int(limits["memory_mb"]) * mb
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    fsize = int(limits["file_mb"]) * mb
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["nproc"]), int(limits["nproc"])))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def launch(argv: list[str], uid: int, limits: dict, fds: dict[int, int], join_fds=()) -> int:
+    """Fork the program: own session, ``fds`` mapped onto 0/1/2(/3), joined to the given
+    cgroup.procs files, rlimits set, groups dropped, uid switched, no new privileges."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        for target, fd in fds.items():
+            os.dup2(fd, target, inheritable=True)
+        for fd in join_fds:
+            os.write(fd, b"0")
+        os.closerange(max(fds) + 1, 1 << 16)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        set_limits(limits)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        _no_new_privs()
+        os.chdir("/work")
+        os.umask(0o022)
+        os.execve(argv[0], argv, SANDBOX_ENV)
+    except BaseException as e:  # report why the program could not start
+        try:
+            os.write(2, f"sandbox: cannot start {argv[0]}: {e}\n".encode())
+        finally:
+            os._exit(127)
+    raise AssertionError("unreachable")
+
+
+def uid_pids(uid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    out.append(int(name))
+            except OSError:
+                pass
+    return out
+
+
+_REAPED: dict[int, int] = {}  # wait statuses of children reaped while sweeping orphans
+
+
+def reap() -> None:
+    """Collect every finished child (as pid 1 we inherit the program's orphans)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _REAPED[pid] = status
+
+
+def wait_for(pid: int) -> int:
+    """The wait status of ``pid``, also when a sweep has already reaped it."""
+    if pid in _REAPED:
+        return _REAPED.pop(pid)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return _REAPED.pop(pid, 0)
+
+
+def kill_uid(uid: int, rounds: int = 400) -> bool:
+    """SIGKILL every process owned by ``uid`` (found in /proc), until none is left."""
+    for _ in range(rounds):
+        pids = uid_pids(uid)
+        if not pids:
+            return True
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap()
+        time.sleep(0.002)
+    return not uid_pids(uid)
+
+
+# --------------------------------------------------------------------------- supervising
+
+
+class Capture:
+    """Bytes read from one pipe, kept up to ``cap``; what is beyond is counted, not kept."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.over = False
+
+    def feed(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        if len(chunk) > room:
+            self.over = True
+        self.data += chunk[: max(room, 0)]
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def _read_into(fd: int, cap: Capture) -> bool:
+    """Read what is there; False at EOF."""
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    if not chunk:
+        return False
+    cap.feed(chunk)
+    return True
+
+
+def _drain(fd: int, cap: Capture, limit: int = 64) -> None:
+    """Read what is already in the pipe (at most ``limit`` chunks), without waiting."""
+    for _ in range(limit):
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            return
+        cap.feed(chunk)
+
+
+def supervise(pid, out_fd, err_fd, caps, deadline, reply_fd=None, stop_on_cap=True) -> dict:
+    """Drain ``out_fd``/``err_fd`` into capped buffers until the program exits (or, in a
+    session, until it writes one reply line on ``reply_fd``) or the deadline passes."""
+    out, err = Capture(caps), Capture(caps)
+    reply = bytearray()
+    sel = selectors.DefaultSelector()
+    for fd in (out_fd, err_fd) + ((reply_fd,) if reply_fd is not None else ()):
+        os.set_blocking(fd, False)
+    sel.register(out_fd, selectors.EVENT_READ, out)
+    sel.register(err_fd, selectors.EVENT_READ, err)
+    if reply_fd is not None:
+        sel.register(reply_fd, selectors.EVENT_READ, "reply")
+    try:
+        pidfd = os.pidfd_open(pid)
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+    except (AttributeError, OSError):
+        pidfd = None
+    status = None
+    timed_out = over_cap = replied = False
+    exit_grace = None
+    open_pipes = 2
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            timed_out = True
+            break
+        if exit_grace is not None and (open_pipes == 0 or now >= exit_grace):
+            break
+        if replied and reply_fd is not None:
+            break
+        wait = min(deadline, exit_grace or deadline) - now
+        if pidfd is None:
+            wait = min(wait, 0.01)
+        for key, _ in sel.select(max(wait, 0)):
+            if key.data == "exit":
+                sel.unregister(pidfd)
+            elif key.data == "reply":
+                try:
+                    chunk = os.read(reply_fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(reply_fd)
+                reply += chunk
+                replied = reply.endswith(b"\n")
+            elif not _read_into(key.fd, key.data):
+                sel.unregister(key.fd)
+                open_pipes -= 1
+            if (out.over or err.over) and stop_on_cap:
+                over_cap = True
+        if over_cap:
+            break
+        if status is None:
+            got, st = os.waitpid(pid, os.WNOHANG) if pid not in _REAPED else (pid, _REAPED.pop(pid))
+            if got:
+                status = st
+                exit_grace = time.monotonic() + GRACE_S
+                if reply_fd is not None:  # the interpreter died mid-call: drain what is there
+                    _drain(out_fd, out)
+                    _drain(err_fd, err)
+                    break
+    if replied:  # what the cell wrote before its reply is already in the pipes
+        _drain(out_fd, out)
+        _drain(err_fd, err)
+    sel.close()
+    if pidfd is not None:
+        os.close(pidfd)
+    return {
+        "status": status,
+        "stdout": out,
+        "stderr": err,
+        "timed_out": timed_out,
+        "over_cap": over_cap or out.over or err.over,
+        "reply": bytes(reply),
+    }
+
+
+def classify(*, exit_code, sig, timed_out, over_cap, oom, cpu_s, cpu_limit, stderr) -> str:
+    """The ExecStatus value of one finished program."""
+    if over_cap:
+        return "output_limit"
+    if timed_out or sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_s >= cpu_limit):
+        return "timeout"
+    tail = stderr.rstrip().rsplit("\n", 1)[-1]
+    if oom or (exit_code not in (0, None) and tail.startswith("MemoryError")):
+        return "memory"
+    if exit_code == 0 and sig is None:
+        return "ok"
+    return "runtime_error"
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+def _safe_name(name: str) -> str:
+    norm = os.path.normpath(name)
+    if os.path.isabs(norm) or norm == "." or norm.startswith(".."):
+        raise ValueError(f"file name {name!r} must be a relative path inside the work dir")
+    return norm
+
+
+def _wipe(path: str) -> None:
+    for entry in os.listdir(path):
+        full = os.path.join(path, entry)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            try:
+                os.unlink(full)
+            except OSError:
+                pass
+
+
+class Executor:
+    """Serves the protocol for one sandbox slot (one uid, one work dir, one session at most).
+
+    ``python`` is the interpreter programs run under; ``cgroups`` (optional) is an object
+    with ``join_fds()``, ``oom()`` and ``peak_mb()`` (LocalSandbox's jail provides it).
+    """
+
+    def __init__(self, uid: int, python: str, cgroups=None) -> None:
+        if os.getpid() != 1:  # it wipes /work and kills by uid: only ever inside a jail/container
+            raise RuntimeError("the executor runs only as pid 1 of a jail or container")
+        self.uid = uid
+        self.python = python
+        self.cgroups = cgroups
+        self.session = None  # (pid, stdin_w, out_r, err_r, reply_r, limits)
+
+    def handle(self, msg: dict) -> dict:
+        op = msg.get("op")
+        try:
+            if op == "run":
+                return self.run(msg["request"])
+            if op == "session_start":
+                self.session_end()
+                self.session_limits = msg["limits"]
+                self._start_driver()
+                return {"ok": True}
+            if op == "session_call":
+                return self.session_call(msg["request"])
+            if op == "session_end":
+                self.session_end()
+                return {"ok": True}
+            if op == "ping":
+                return {"ok": True, "pid": os.getpid(), "uid": self.uid}
+            return {"status": "sandbox_error", "error": f"unknown op {op!r}"}
+        except Exception as e:  # the backend failed: say so, keep serving
+            return {"status": "sandbox_error", "error": f"{type(e).__name__}: {e}"}
+
+    # ---- one program
+
+    def _limits(self, req: dict) -> dict:
+        return {
+            "cpu_s": int(req["time_limit_s"]) + 1,
+            "memory_mb": int(req["memory_limit_mb"]),
+            "file_mb": int(req.get("file_limit_mb", 64)),
+            "nproc": int(req.get("max_processes", 64)),
+        }
+
+    def _write_files(self, req: dict) -> None:
+        items = [(n, c.encode()) for n, c in req.get("files", {}).items()]
+        items += [(n, base64.b64decode(c)) for n, c in req.get("files_b64", {}).items()]
+        for name, data in items:
+            path = os.path.join("/work", _safe_name(name))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chown(path, self.uid, self.uid)
+
+    def _fetch(self, names: list[str]) -> dict[str, str]:
+        out = {}
+        for name in names:
+            path = os.path.join("/work", _safe_name(name))
+            try:  # never follow a link the program left: it could point anywhere
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                if not os.path.isfile(path) or os.path.islink(path):
+                    continue
+                out[name] = f.read(MAX_FETCH_BYTES).decode("utf-8", errors="replace")
+        return out
+
+    def run(self, req: dict) -> dict:
+        start = time.monotonic()
+        limits = self._limits(req)
+        try:
+            self._write_files(req)
+        except (ValueError, OSError) as e:
+            return {"status": "sandbox_error", "error": f"cannot write files: {e}"}
+        ext = ".py" if req["language"] == "python" else ".sh"
+        prog = "/tmp/.main" + ext
+        with open(prog, "w") as f:
+            f.write(req["code"])
+        argv = [self.python, "-I", "-S", prog] if ext == ".py" else ["/bin/bash", prog]
+        stdin_fd = os.memfd_create("stdin")
+        os.write(stdin_fd, req.get("stdin", "").encode())
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        join = self.cgroups.join_fds() if self.cgroups else ()
+        pid = launch(argv, self.uid, limits, {0: stdin_fd, 1: out_w, 2: err_w}, join)
+        for fd in (stdin_fd, out_w, err_w):
+            os.close(fd)
+        deadline = time.monotonic() + float(req["time_limit_s"])
+        sup = supervise(pid, out_r, err_r, int(req["output_limit_bytes"]), deadline)
+        status = sup["status"]
+        if status is None:
+            kill_uid(self.uid)
+            status = wait_for(pid)
+        wall = time.monotonic() - start
+        kill_uid(self.uid)
+        reap()
+        for fd in (out_r, err_r):
+            os.close(fd)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        oom = bool(self.cgroups and self.cgroups.oom())
+        peak = self.cgroups.peak_mb() if self.cgroups else after.ru_maxrss / 1024
+        stderr = sup["stderr"].text()
+        files = self._fetch(req.get("fetch", []))
+        for d in ("/work", "/tmp"):
+            _wipe(d)
+        return {
+            "status": classify(
+                exit_code=exit_code, sig=sig, timed_out=sup["timed_out"], over_cap=sup["over_cap"],
+                oom=oom, cpu_s=cpu, cpu_limit=limits["cpu_s"], stderr=stderr,
+            ),
+            "exit_code": exit_code,
+            "signal": sig,
+            "stdout": sup["stdout"].text(),
+            "stderr": stderr,
+            "stdout_truncated": sup["stdout"].over,
+            "stderr_truncated": sup["stderr"].over,
+            "wall_s": round(wall, 6),
+            "cpu_s": round(cpu, 6),
+            "peak_memory_mb": round(peak, 3),
+            "files": files,
+        }
+
+    # ---- a persistent interpreter
+
+    def _start_driver(self) -> None:
+        limits = dict(self.session_limits)
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        join = self.cgroups.join_fds() if self.cgroups else ()
+        argv = [self.python, "-I", "-S", "-c", SESSION_DRIVER]
+        pid = launch(argv, self.uid, limits, {0: in_r, 1: out_w, 2: err_w, 3: rep_w}, join)
+        for fd in (in_r, out_w, err_w, rep_w):
+            os.close(fd)
+        self.session = (pid, in_w, out_r, err_r, rep_r)
+
+    def session_end(self) -> None:
+        if self.session is None:
+            return
+        kill_uid(self.uid)
+        reap()
+        for fd in self.session[1:]:
+            os.close(fd)
+        self.session = None
+        for d in ("/work", "/tmp"):
+            _wipe(d)
+
+    def session_call(self, req: dict) -> dict:
+        if self.session is None:
+            return {"status": "sandbox_error", "error": "no session: send session_start first"}
+        start = time.monotonic()
+        pid, in_w, out_r, err_r, rep_r = self.session
+        try:
+            self._write_files(req)
+        except (ValueError, OSError) as e:
+            return {"status": "sandbox_error", "error": f"cannot write files: {e}"}
+        try:
+            os.write(in_w, (json.dumps({"code": req["code"]}) + "\n").encode())
+        except OSError:  # the interpreter is gone: restart it and say so
+            self.session_end()
+            self._start_driver()
+            return {"status": "sandbox_error", "error": "the session interpreter had died; restarted"}
+        deadline = start + float(req["time_limit_s"])
+        sup = supervise(pid, out_r, err_r, int(req["output_limit_bytes"]), deadline, rep_r, False)
+        wall = time.monotonic() - start
+        restarted = sup["status"] is not None or sup["timed_out"] or not sup["reply"]
+        info = {}
+        if sup["reply"]:
+            info = json.loads(sup["reply"].decode().splitlines()[0])
+        st = sup["status"]
+        exit_code, sig = info.get("exit_code"), None
+        if st is not None:
+            exit_code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else None
+            sig = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
+        if restarted:
+            self.session_end()
+            self._start_driver()
+        stderr = sup["stderr"].text()
+        return {
+            "status": classify(
+                exit_code=exit_code, sig=sig, timed_out=sup["timed_out"], over_cap=sup["over_cap"],
+                oom=False, cpu_s=info.get("cpu_s", 0.0), cpu_limit=1e9, stderr=stderr,
+            ),
+            "exit_code": exit_code,
+            "signal": sig,
+            "stdout": sup["stdout"].text(),
+            "stderr": stderr,
+            "stdout_truncated": sup["stdout"].over,
+            "stderr_truncated": sup["stderr"].over,
+            "wall_s": round(wall, 6),
+            "cpu_s": round(info.get("cpu_s", 0.0), 6),
+            "peak_memory_mb": round(info.get("maxrss_kb", 0) / 1024, 3),
+            "files": self._fetch(req.get("fetch", [])),
+            "error": "interpreter restarted; its variables are gone" if restarted else "",
+        }
+
+
+def serve(executor: Executor, rfile, wfile) -> None:
+    """Answer one JSON line per request line until EOF."""
+    for line in rfile:
+        if not line.strip():
+            continue
+        try:
+            msg = json.loads(line)
+        except ValueError as e:
+            reply = {"status": "sandbox_error", "error": f"bad request line: {e}"}
+        else:
+            reply = executor.handle(msg)
+        wfile.write((json.dumps(reply) + "\n").encode())
+        wfile.flush()
+    executor.session_end()
+
+
+def container_main() -> None:
+    """Entry point inside a DockerSandbox container (pid 1, root with few capabilities)."""
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    uid = int(os.environ.get("SANDBOX_UID", "10000"))
+    os.chmod("/work", 0o1777)
+    executor = Executor(uid, python=os.environ.get("SANDBOX_PYTHON", "/usr/bin/python3"))
+    serve(executor, sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["container"]:
+    container_main()

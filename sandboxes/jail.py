@@ -1,0 +1,305 @@
+"""The local jail: fresh Linux namespaces, a read-only root, cgroups, and our executor as pid 1.
+
+What it is: a warm fork server (the *zygote*, ``zygote_main``) that LocalSandbox starts once.
+For each jail it is sent a small JSON message and one end of a socket pair; it forks a
+child that creates the jail's cgroups, unshares pid/net/ipc/uts namespaces and forks pid 1
+of the new pid namespace, which unshares the mount namespace, builds a root of its own and
+then serves the executor protocol (``sandboxes/executor.py``) on that socket. When the
+socket closes, pid 1 exits and the kernel kills everything left in the namespace.
+
+What is covered (root on the host):
+  * pid namespace: the program sees only its jail; it cannot signal host processes; every
+    process it leaves behind dies with pid 1;
+  * empty net namespace (not even ``lo`` is up): no socket reaches anything, 127.0.0.1 included;
+  * mount namespace with pivot_root into a tmpfs root that holds read-only, nosuid, nodev
+    binds of ``/usr`` and the interpreter's prefix, a minimal ``/etc`` and ``/dev``, a fresh
+    ``/proc``, and size-bounded tmpfs ``/work`` and ``/tmp``; the host's other files
+    (``/root``, ``/home``, the repository, ``/etc/shadow``) are not in its view;
+  * ipc and uts namespaces; hostname ``sandbox``;
+  * programs run as an unprivileged uid of their own (one per jail), no supplementary
+    groups, no new privileges, rlimits on CPU, address space, file size, processes and fds;
+  * cgroups (v1 or v2, when writable) cap memory (also tmpfs pages) and process count and
+    report OOM kills and peak memory; they nest under ``cgroup_parent`` when one is given.
+
+What is not covered: kernel exploits (there is no seccomp filter), CPU contention
+between jails (no cpu quota; the CPU-time rlimit bounds each program), timing side
+channels, and the readable contents of ``/usr`` and the interpreter's prefix. Without root
+the jail cannot be built and LocalSandbox says so (no user-namespace fallback yet).
+Main hook: ``zygote_main(fd, python)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from executor import Executor, serve  # noqa: E402  (stdlib-only sibling, importable as a script)
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG = 1
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine, 155)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(_libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+
+
+def bind_ro(src: str, target: str) -> None:
+    mount(src, target, None, MS_BIND | MS_REC)
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+def _own_cgroup_path(controller: str) -> str:
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if controller in ctrls.split(",") or (controller == "" and ctrls == ""):
+                return path
+    return "/"
+
+
+class Cgroups:
+    """The memory and pids cgroups of one jail (v1 hierarchies or the v2 unified one)."""
+
+    def __init__(self, name: str, memory_mb: int, pids: int, parent: str = "") -> None:
+        self.dirs: list[str] = []
+        mb = memory_mb << 20
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):  # pure v2
+            base = "/sys/fs/cgroup/" + parent.strip("/") if parent else "/sys/fs/cgroup" + _own_cgroup_path("")
+            d = os.path.join(base, name)
+            os.mkdir(d)
+            self.dirs.append(d)
+            self._write(d, "memory.max", mb)
+            self._write(d, "memory.swap.max", 0, optional=True)
+            self._write(d, "pids.max", pids)
+            self.procs = [os.open(f"{d}/cgroup.procs", os.O_WRONLY)]
+            self.events = os.open(f"{d}/memory.events", os.O_RDONLY)
+            self.peak = os.open(f"{d}/memory.peak", os.O_RDONLY) if os.path.exists(f"{d}/memory.peak") else None
+            self.v2 = True
+        else:
+            self.v2 = False
+            self.procs = []
+            for ctrl, settings in (
+                ("memory", {"memory.limit_in_bytes": mb, "memory.memsw.limit_in_bytes": mb}),
+                ("pids", {"pids.max": pids}),
+            ):
+                root = f"/sys/fs/cgroup/{ctrl}"
+                base = os.path.join(root, parent.strip("/")) if parent else root + _own_cgroup_path(ctrl)
+                if not os.path.isdir(base):
+                    base = root
+                d = os.path.join(base, name)
+                os.mkdir(d)
+                self.dirs.append(d)
+                for key, value in settings.items():
+                    self._write(d, key, value, optional=key.startswith("memory.memsw"))
+                self.procs.append(os.open(f"{d}/cgroup.procs", os.O_WRONLY))
+            mem = self.dirs[0]
+            self.events = os.open(f"{mem}/memory.oom_control", os.O_RDONLY)
+            self.peak = os.open(f"{mem}/memory.max_usage_in_bytes", os.O_RDWR)
+        self._oom_seen = 0
+
+    @staticmethod
+    def _write(d: str, key: str, value: int, optional: bool = False) -> None:
+        try:
+            with open(os.path.join(d, key), "w") as f:
+                f.write(str(value))
+        except OSError:
+            if not optional:
+                raise
+
+    def join_fds(self) -> list[int]:
+        """cgroup.procs files a child writes "0" into to join (open before pivot_root)."""
+        if self.peak is not None and not self.v2:
+            os.pwrite(self.peak, b"0", 0)
+        self._oom_seen = self._oom_kills()
+        return list(self.procs)
+
+    def _oom_kills(self) -> int:
+        text = os.pread(self.events, 4096, 0).decode()
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def oom(self) -> bool:
+        return self._oom_kills() > self._oom_seen
+
+    def peak_mb(self) -> float:
+        if self.peak is None:
+            return 0.0
+        return int(os.pread(self.peak, 64, 0).decode().strip() or 0) / (1 << 20)
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            for _ in range(100):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # the kernel is still tearing the last processes down
+                    time.sleep(0.005)
+
+
+# --------------------------------------------------------------------------- the root
+
+
+def build_root(root: str, python_prefix: str, work_mb: int, uid: int) -> None:
+    """Mount the jail's file system at ``root`` and pivot into it (in a fresh mount ns)."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for d in ("usr", "etc", "dev", "proc", "work", "tmp"):
+        os.mkdir(f"{root}/{d}")
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = f"/{top}"
+        if os.path.islink(host):
+            os.symlink(os.readlink(host), f"{root}/{top}")
+        elif os.path.isdir(host):
+            os.mkdir(f"{root}/{top}")
+            bind_ro(host, f"{root}/{top}")
+    bind_ro("/usr", f"{root}/usr")
+    if not python_prefix.startswith("/usr/"):
+        os.makedirs(root + python_prefix)
+        bind_ro(python_prefix, root + python_prefix)
+    etc = {
+        "passwd": f"root:x:0:0::/:/bin/false\nsandbox:x:{uid}:{uid}::/work:/bin/bash\n",
+        "group": f"root:x:0:\nsandbox:x:{uid}:\n",
+        "hostname": "sandbox\n",
+        "hosts": "127.0.0.1 localhost sandbox\n",
+    }
+    for name, text in etc.items():
+        with open(f"{root}/etc/{name}", "w") as f:
+            f.write(text)
+    if os.path.exists("/etc/ld.so.cache"):
+        open(f"{root}/etc/ld.so.cache", "w").close()
+        bind_ro("/etc/ld.so.cache", f"{root}/etc/ld.so.cache")
+    for dev in ("null", "zero", "full", "random", "urandom"):
+        open(f"{root}/dev/{dev}", "w").close()
+        mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    opts = f"size={work_mb}m,mode=700,uid={uid},gid={uid}"
+    mount("tmpfs", f"{root}/work", "tmpfs", MS_NOSUID | MS_NODEV, opts)
+    mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={max(work_mb // 4, 1)}m,mode=1777")
+    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(root)
+    _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+# --------------------------------------------------------------------------- the zygote
+
+
+def _jail(sock: socket.socket, params: dict, root: str, python: str, prefix: str) -> None:
+    """Runs in the forked child: cgroups, namespaces, pid 1. Never returns."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        cg = None
+        if params.get("cgroups", True):
+            try:
+                cg = Cgroups(params["name"], params["memory_mb"], params["pids"], params.get("cgroup_parent", ""))
+            except OSError:
+                if params.get("require_cgroups"):
+                    raise
+        sock.sendall((json.dumps({"jail_pid": os.getpid()}) + "\n").encode())
+        unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+        pid1 = os.fork()
+        if pid1 == 0:
+            try:
+                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                unshare(CLONE_NEWNS)
+                _libc.sethostname(b"sandbox", 7)
+                build_root(root, prefix, params["work_mb"], params["uid"])
+                executor = Executor(params["uid"], python, cgroups=cg)
+                f = sock.makefile("rwb")
+                serve(executor, f, f)
+                os._exit(0)
+            except BaseException as e:
+                try:
+                    sock.sendall((json.dumps({"status": "sandbox_error", "error": f"jail setup: {e}"}) + "\n").encode())
+                finally:
+                    os._exit(1)
+        sock.close()
+        os.waitpid(pid1, 0)
+        if cg is not None:
+            cg.remove()
+        code = 0
+    except BaseException as e:
+        try:
+            sock.sendall((json.dumps({"status": "sandbox_error", "error": f"jail: {e}"}) + "\n").encode())
+        except OSError:
+            pass
+    finally:
+        os._exit(code)
+
+
+def join_parent(parent: str) -> None:
+    """Move this process into the cgroup ``parent`` (made beforehand, e.g. by a test)."""
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        paths = [f"/sys/fs/cgroup/{parent.strip('/')}"]
+    else:
+        paths = [f"/sys/fs/cgroup/{c}/{parent.strip('/')}" for c in ("memory", "pids")]
+    for path in paths:
+        with open(f"{path}/cgroup.procs", "w") as f:
+            f.write("0")
+
+
+def zygote_main(fd: int, python: str, cgroup_parent: str = "") -> None:
+    """Serve jail requests on the SEQPACKET socket ``fd`` until it closes."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # jails are reaped by the kernel
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    os.setsid()
+    control = socket.socket(fileno=fd)
+    prefix = os.path.realpath(os.path.join(os.path.dirname(python), ".."))
+    root = f"/tmp/.agentrl-jail-root-{os.getpid()}"
+    os.makedirs(root, exist_ok=True)
+    if cgroup_parent:
+        join_parent(cgroup_parent)
+    try:
+        while True:
+            msg, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+            if not msg:
+                return
+            params = json.loads(msg)
+            jail_sock = socket.socket(fileno=fds[0])
+            if os.fork() == 0:
+                control.close()
+                _jail(jail_sock, params, root, python, prefix)
+            jail_sock.close()
+    finally:
+        os.rmdir(root)
+
+
+if __name__ == "__main__":
+    zygote_main(int(sys.argv[1]), sys.argv[2], *sys.argv[3:4])
