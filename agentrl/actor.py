@@ -1,0 +1,291 @@
+"""Actor: the policy being trained — an HF causal LM sharded with FSDP2, one process per rank.
+
+What it is: model + AdamW + warmup/cosine schedule behind two calls, ``compute_logprobs(batch)``
+(no grad: the proximal policy π_prox, or the reference policy) and ``train_step(batch)``
+(the decoupled PPO update of ``agentrl.losses`` over mini-batches of packed micro-batches).
+It runs under ``torchrun``: gloo on CPU, NCCL on GPUs; ``init_distributed`` sets that up.
+What it is not: batch preparation (``agentrl.batch``), checkpoints (``agentrl.checkpoint``) or
+weight publishing (``agentrl.publish``), though it exposes what they need.
+
+Main hook: ``Actor(model_dir, TrainerConfig(...)).train_step(prepare_batch(...))``.
+
+How a step runs. Every rank holds the same global ``TrainBatch``. It is split in order into
+``num_mini_batches`` mini-batches; each is one optimizer step. A mini-batch's sequences are
+dealt to ranks by token count and packed into micro-batches of ``micro_batch_tokens``
+(``agentrl.packing``); each micro-batch's loss is its share of the mini-batch's global token
+mean, and the gradient is accumulated. FSDP averages gradients over ranks, so each rank scales
+its loss by the world size: the result is the same as one rank running the whole batch.
+π_prox is a no-grad forward pass before the first update when there are several mini-batches,
+and π_θ detached when there is one (it is then the same number). A step whose gradient norm is
+not finite is skipped (no optimizer or schedule step) and counted in ``skipped_steps``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from agentrl.batch import TrainBatch
+from agentrl.errors import ModelError, TrainerError
+from agentrl.losses import policy_loss
+from agentrl.packing import pack, plan_micro_batches, sequence_starts, token_logprobs
+from agentrl.trainer_config import TrainerConfig
+
+
+def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, torch.device]:
+    """Join the process group torchrun describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...)
+    with NCCL when GPUs are visible and gloo otherwise; returns (rank, world_size, device)."""
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            raise TrainerError(
+                "the actor runs under torchrun (RANK/WORLD_SIZE/MASTER_ADDR not set); launch with "
+                "`python -m torch.distributed.run --nproc_per_node=N your_script.py`"
+            )
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def lr_lambda(config: TrainerConfig):
+    """Multiplier of the peak lr at optimizer step s: linear warmup, then cosine to min_lr_ratio."""
+    warm, total, floor = config.warmup_steps, config.total_steps, config.min_lr_ratio
+
+    def f(step: int) -> float:
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        progress = min(1.0, (step - warm) / max(1, total))
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+class Actor:
+    """The trained policy on this rank. Construct it on every rank, after ``init_distributed``."""
+
+    def __init__(self, model_dir: str | Path, config: TrainerConfig):
+        from torch.distributed.device_mesh import init_device_mesh
+        from transformers import AutoModelForCausalLM
+
+        self.config = config
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise ModelError(f"{str(self.model_dir)!r} has no config.json; expected an HF model directory")
+        self.rank, self.world_size, self.device = init_distributed()
+        torch.manual_seed(config.seed)
+        on_gpu = self.device.type == "cuda"
+        if config.dtype == "auto":
+            self.compute_dtype = torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
+        else:
+            self.compute_dtype = getattr(torch, config.dtype)
+        attn = config.attn_implementation
+        if attn == "auto":
+            attn = "sdpa"
+            if on_gpu:
+                try:
+                    import flash_attn  # noqa: F401
+
+                    attn = "flash_attention_2"
+                except ImportError:
+                    pass
+        self.attn_implementation = attn
+        self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+
+        self.model = self._load(AutoModelForCausalLM, trainable=True)
+        self.pad_id = self.model.config.pad_token_id or 0
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.adam_eps,
+            weight_decay=config.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(config))
+        self.ref_model = self._load(AutoModelForCausalLM, trainable=False) if config.loss.kl_coef > 0 else None
+        self.version = 0  # train steps done: the policy version of the current weights
+        self.optimizer_steps = 0
+        self.skipped_steps = 0
+
+    # ------------------------------------------------------------------ setup
+
+    def _load(self, auto_cls, *, trainable: bool) -> torch.nn.Module:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        try:
+            model = auto_cls.from_pretrained(str(self.model_dir), dtype=torch.float32,
+                                             attn_implementation=self.attn_implementation)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot load a causal LM from {str(self.model_dir)!r}: {e}") from e
+        model.config.use_cache = False
+        if trainable and self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if not trainable:
+            model.eval().requires_grad_(False)
+        model.to(self.device)
+        mp = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
+        blocks = set(getattr(model, "_no_split_modules", None) or [])
+        for module in model.modules():
+            if type(module).__name__ in blocks:
+                fully_shard(module, mesh=self.mesh, mp_policy=mp)
+        fully_shard(model, mesh=self.mesh, mp_policy=mp)
+        return model
+
+    # ------------------------------------------------------------------ forward
+
+    def _mini_batches(self, batch: TrainBatch) -> list[list[int]]:
+        n = len(batch)
+        k = min(self.config.num_mini_batches, n)
+        bounds = [round(i * n / k) for i in range(k + 1)]
+        return [list(range(bounds[i], bounds[i + 1])) for i in range(k)]
+
+    def _micro_batches(self, batch: TrainBatch, indices: list[int]) -> list[list[int]]:
+        """This rank's micro-batches (global indices) of the mini-batch ``indices``."""
+        lengths = [batch.lengths[i] for i in indices]
+        plan = plan_micro_batches(lengths, self.world_size, self.config.micro_batch_tokens)
+        return [[indices[j] for j in mb] for mb in plan[self.rank]]
+
+    def _forward(self, model, batch: TrainBatch, mb: list[int], *, with_entropy: bool = False):
+        """Packed forward of micro-batch ``mb``; returns (packed, token logprobs [T], entropy)."""
+        packed = pack(batch.sequences, mb)
+        ids = packed.input_ids.to(self.device)
+        pos = packed.position_ids.to(self.device)
+        mask = packed.attention_mask(self.attn_implementation, self.compute_dtype)
+        logits = model(input_ids=ids, position_ids=pos,
+                       attention_mask=None if mask is None else mask.to(self.device),
+                       use_cache=False).logits
+        logp, ent = token_logprobs(logits, ids, sequence_starts(packed.seq_lens, self.device),
+                                   with_entropy=with_entropy)
+        return packed, logp[0], None if ent is None else ent[0]
+
+    def _dummy_forward(self, model) -> torch.Tensor:
+        """A one-token forward for a rank with no work left, keeping FSDP's collectives in step."""
+        ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
+        return model(input_ids=ids, use_cache=False).logits.sum() * 0.0
+
+    def _iter_rank_micro_batches(self, batch: TrainBatch) -> Iterator[list[int]]:
+        for indices in self._mini_batches(batch):
+            yield from self._micro_batches(batch, indices)
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> dict[int, torch.Tensor]:
+        """Token-aligned log-probabilities (float32, CPU) under the current weights — or the
+        frozen reference model — for the sequences this rank trains on; {batch index: [len]}.
+        A collective: every rank calls it with the same batch."""
+        model = self.ref_model if reference else self.model
+        if model is None:
+            raise TrainerError("compute_logprobs(reference=True) needs trainer.loss.kl_coef > 0")
+        out: dict[int, torch.Tensor] = {}
+        for mb in self._iter_rank_micro_batches(batch):
+            if not mb:
+                self._dummy_forward(model)
+                continue
+            packed, logp, _ = self._forward(model, batch, mb)
+            for i, lp in zip(packed.indices, packed.split(logp.float().cpu()), strict=True):
+                out[i] = lp
+        return out
+
+    # ------------------------------------------------------------------ update
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One policy update over ``batch`` (a collective); returns reduced statistics."""
+        cfg = self.config
+        stats: dict[str, float] = {f"batch/{k}": v for k, v in batch.stats.items()}
+        if len(batch) == 0 or batch.num_loss_tokens == 0:
+            warnings.warn("train_step got a batch without loss tokens; the step is skipped "
+                          "(see the batch/* counters for why)", RuntimeWarning, stacklevel=2)
+            stats.update(empty_batch=1.0, version=float(self.version))
+            return stats
+        minis = self._mini_batches(batch)
+        kind = cfg.loss.kind
+        prox = None
+        if kind == "decoupled_ppo" and len(minis) > 1:
+            prox = self.compute_logprobs(batch)
+        ref = self.compute_logprobs(batch, reference=True) if self.ref_model is not None else None
+
+        self.model.train()
+        sums: dict[str, float] = {}
+        maxes: dict[str, float] = {}
+        grad_norms, skipped = [], 0
+        for indices in minis:
+            n_tokens = batch.loss_tokens(indices)
+            if n_tokens == 0:
+                continue
+            for mb in self._micro_batches(batch, indices):
+                if not mb:
+                    (self._dummy_forward(self.model)).backward()
+                    continue
+                packed, logp, ent = self._forward(self.model, batch, mb, with_entropy=True)
+                f = packed.fields
+                mask = f["loss_mask"].to(self.device)
+                prox_t = (torch.cat([prox[i] for i in packed.indices]).to(self.device)
+                          if prox is not None else logp.detach())
+                ref_t = torch.cat([ref[i] for i in packed.indices]).to(self.device) if ref is not None else None
+                loss, st = policy_loss(
+                    kind, logp, f["behaviour_logprobs"].to(self.device), f["advantages"].to(self.device),
+                    mask, total_loss_tokens=n_tokens, proximal_logprobs=prox_t,
+                    eps_low=cfg.loss.eps_low, eps_high=cfg.loss.eps_high,
+                    behaviour_weight_cap=cfg.loss.behaviour_weight_cap,
+                    ref_logprobs=ref_t, kl_coef=cfg.loss.kl_coef,
+                )
+                (loss * self.world_size).backward()
+                st["loss"] = loss.detach()
+                st["entropy"] = (ent * mask).sum() / n_tokens
+                for k, v in st.items():
+                    if k.endswith("_max"):
+                        maxes[k] = max(maxes.get(k, -math.inf), float(v))
+                    else:
+                        sums[k] = sums.get(k, 0.0) + float(v)
+            norm = self._clip_grad_norm()
+            grad_norms.append(norm)
+            if math.isfinite(norm):
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer_steps += 1
+            else:
+                skipped += 1
+                warnings.warn(f"gradient norm is {norm}; the optimizer step is skipped",
+                              RuntimeWarning, stacklevel=2)
+            self.optimizer.zero_grad(set_to_none=True)
+        self.skipped_steps += skipped
+        self.version += 1
+        stats.update(self._reduce(sums, maxes, len(minis)))
+        stats.update(
+            grad_norm=sum(grad_norms) / max(1, len(grad_norms)),
+            lr=self.scheduler.get_last_lr()[0],
+            skipped_steps=float(skipped),
+            optimizer_steps=float(self.optimizer_steps),
+            version=float(self.version),
+        )
+        return stats
+
+    def _clip_grad_norm(self) -> float:
+        max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm, foreach=True)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    def _reduce(self, sums: dict[str, float], maxes: dict[str, float], num_minis: int) -> dict[str, float]:
+        """Sum the token-normalized statistics over ranks (and average over mini-batches)."""
+        # every rank reduces the same keys, also a rank that only ran empty micro-batches
+        ppo = self.config.loss.kind != "reinforce"
+        keys = ["policy_loss", "loss", "entropy"]
+        keys += ["clip_frac", "capped_frac", "behaviour_weight_mean", "approx_kl", "ratio_mean"] if ppo else []
+        keys += ["kl_ref"] if self.ref_model is not None else []
+        t = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        out = {k: float(v) / num_minis for k, v in zip(keys, t.tolist(), strict=True)}
+        mkeys = ["behaviour_weight_max"] if ppo else []
+        if mkeys:
+            m = torch.tensor([maxes.get(k, 0.0) for k in mkeys], dtype=torch.float64)
+            dist.all_reduce(m, op=dist.ReduceOp.MAX)
+            out.update(zip(mkeys, m.tolist(), strict=True))
+        return out

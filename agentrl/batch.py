@@ -1,0 +1,122 @@
+"""TrainBatch: one train step's trajectories, filtered and turned into token tensors.
+
+What it is: ``prepare_batch`` — the trainer-side gate between the trajectory queue and the
+actor. It counts and drops what must not enter the loss (failed episodes, stale trajectories,
+trajectories without a sampled token), shapes rewards, computes group-relative advantages
+and lays every kept trajectory out as token-aligned tensors. Nothing is dropped silently:
+each reason is a counter in ``TrainBatch.stats`` and a warning when it empties the batch or
+leaves no learning signal. What it is not: packing or the forward pass (``agentrl.actor``).
+
+Main hook: ``prepare_batch(trajectories, version=v, config=trainer_config)``.
+
+Per kept trajectory, ``TrainBatch.sequences[i]`` holds 1-D tensors of its length:
+``input_ids`` (long), ``loss_mask`` (float 0/1), ``behaviour_logprobs`` and ``advantages``
+(float32; the trajectory's advantage on loss tokens, 0 elsewhere). The first token of a
+sequence cannot be predicted, so it never is a loss token (counted in
+``first_token_unmasked`` if a trajectory claimed it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agentrl.advantages import grpo_advantages, normalize_advantages, shape_rewards
+from agentrl.api import Trajectory, TrajectoryStatus
+from agentrl.staleness import split_stale
+from agentrl.trainer_config import TrainerConfig
+
+
+@dataclass
+class TrainBatch:
+    """The global batch of one train step; every rank holds the same one."""
+
+    sequences: list[dict[str, torch.Tensor]]
+    version: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [int(s["input_ids"].numel()) for s in self.sequences]
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return int(sum(float(s["loss_mask"].sum()) for s in self.sequences))
+
+    def loss_tokens(self, indices: Sequence[int]) -> int:
+        return int(sum(float(self.sequences[i]["loss_mask"].sum()) for i in indices))
+
+
+def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: TrainerConfig) -> TrainBatch:
+    """Filter, score and lay out ``trajectories`` for a trainer at ``version``."""
+    stats: dict[str, float] = {"num_trajectories": float(len(trajectories))}
+    status = Counter(t.status for t in trajectories)
+    for s in TrajectoryStatus:
+        if s is not TrajectoryStatus.OK:
+            stats[f"num_{s.value}"] = float(status.get(s, 0))
+    ok = [t for t in trajectories if t.status is TrajectoryStatus.OK]
+    fresh, stale = split_stale(ok, version, config.max_staleness)
+    stats["num_stale"] = float(len(stale))
+    if ok and not fresh:
+        warnings.warn(
+            f"every one of {len(ok)} trajectories is older than max_staleness={config.max_staleness} "
+            f"versions behind the trainer (version {version}); the step has no data. Raise "
+            "trainer.max_staleness or let fewer episodes run ahead of the trainer",
+            RuntimeWarning, stacklevel=2,
+        )
+    kept = [t for t in fresh if t.num_sampled > 0 and len(t) > 1]
+    stats["num_no_loss_tokens"] = float(len(fresh) - len(kept))
+    stats["num_kept"] = float(len(kept))
+    if not kept:
+        if not ok:
+            warnings.warn(f"no trajectory of {len(trajectories)} finished OK ({dict(status)}); "
+                          "the step has no data", RuntimeWarning, stacklevel=2)
+        return TrainBatch([], version, stats)
+
+    acfg = config.advantages
+    rewards = shape_rewards([t.reward for t in kept], scale=acfg.reward_scale, bias=acfg.reward_bias,
+                            clip=acfg.reward_clip)
+    adv, diag = grpo_advantages(rewards, [t.group_id for t in kept], [t.episode_id for t in kept],
+                                std_normalize=acfg.std_normalize)
+    stats.update({f"adv/{k}": v for k, v in diag.items()})
+    if diag["frac_groups_zero_std"] == 1.0:
+        warnings.warn(
+            f"all {int(diag['num_groups'])} groups got identical rewards within the group: every "
+            "advantage is 0 and this step learns nothing. Check the reward function, or sample "
+            "more answers per prompt", RuntimeWarning, stacklevel=2,
+        )
+    if acfg.batch_normalize:
+        adv = normalize_advantages(adv, [t.num_sampled for t in kept])
+
+    sequences = []
+    first_unmasked = 0
+    staleness = []
+    for t, a in zip(kept, adv.tolist(), strict=True):
+        mask = torch.tensor(t.loss_mask, dtype=torch.float32)
+        if mask[0] > 0:
+            first_unmasked += 1
+            mask[0] = 0.0
+        sequences.append({
+            "input_ids": torch.tensor(t.input_ids, dtype=torch.long),
+            "loss_mask": mask,
+            "behaviour_logprobs": torch.tensor(t.logprobs, dtype=torch.float32) * mask,
+            "advantages": mask * a,
+        })
+        staleness.append(version - t.oldest_version)
+    stats["first_token_unmasked"] = float(first_unmasked)
+    stats["staleness_mean"] = sum(staleness) / len(staleness)
+    stats["staleness_max"] = float(max(staleness))
+    stats["reward_raw_mean"] = sum(t.reward for t in kept) / len(kept)
+    stats["seq_len_mean"] = sum(len(t) for t in kept) / len(kept)
+    batch = TrainBatch(sequences, version, stats)
+    stats["num_loss_tokens"] = float(batch.num_loss_tokens)
+    if stats["num_loss_tokens"] == 0:  # every sampled token was a first token
+        return TrainBatch([], version, stats)
+    return batch

@@ -1,0 +1,164 @@
+"""Checkpoints: resumable sharded training state, and HF-format exports of the weights.
+
+What it is: ``save_checkpoint``/``load_checkpoint`` write and restore everything a resumed run
+needs to continue as if never stopped — model and optimizer shards (torch.distributed.checkpoint,
+one file per rank, reshardable), the LR schedule, each rank's RNG state and the step counters;
+and ``export_hf``, which gathers the full weights to rank 0 and writes a directory that
+``transformers.AutoModelForCausalLM.from_pretrained``, ``agentrl serve`` and SGLang load
+(``model.safetensors`` + ``config.json`` + the tokenizer files of the source model).
+What it is not: the schedule of when to save (the training loop's), or weight publishing
+(``agentrl.publish``, which uses ``export_hf``).
+
+Main hooks: ``save_checkpoint(actor, dir)``, ``load_checkpoint(actor, dir)``,
+``export_hf(model, dir, source_dir=...)``. All are collectives: every rank calls them.
+
+Layout of a checkpoint directory (written under ``<dir>.tmp`` and renamed when complete, so a
+run killed mid-save leaves the previous checkpoint intact and no half-written one)::
+
+    <dir>/dcp/            model + optimizer shards (torch.distributed.checkpoint)
+    <dir>/rng_rank{r}.pt  RNG state of rank r
+    <dir>/trainer.pt      scheduler state and counters (version, optimizer steps, ...)
+    <dir>/meta.json       written last: step counters and world size, human-readable
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from agentrl.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from agentrl.actor import Actor
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save_checkpoint(actor: Actor, path: str | Path) -> Path:
+    """Write ``actor``'s full training state to ``path`` (replacing an older one there)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    rank = dist.get_rank()
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    try:
+        model_sd, optim_sd = get_state_dict(actor.model, actor.optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+        torch.save(_rng_state(), tmp / f"rng_rank{rank}.pt")
+    except (OSError, RuntimeError) as e:
+        raise CheckpointError(f"cannot write checkpoint {str(path)!r}: {e}") from e
+    dist.barrier()
+    if rank == 0:
+        counters = {"version": actor.version, "optimizer_steps": actor.optimizer_steps,
+                    "skipped_steps": actor.skipped_steps}
+        torch.save({"scheduler": actor.scheduler.state_dict(), **counters}, tmp / "trainer.pt")
+        (tmp / "meta.json").write_text(json.dumps({**counters, "world_size": dist.get_world_size()}))
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    dist.barrier()
+    return path
+
+
+def load_checkpoint(actor: Actor, path: str | Path) -> dict:
+    """Restore ``actor`` from ``path``; returns the checkpoint's meta (version, steps ...).
+
+    The world size may differ from the saving run's (the shards are resharded); each rank then
+    restores the RNG state of the rank with its number if there was one."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = Path(path)
+    if not (path / "meta.json").is_file():
+        hint = " (only a partial <dir>.tmp exists: the save was interrupted)" if path.with_name(
+            path.name + ".tmp").exists() else ""
+        raise CheckpointError(f"{str(path)!r} is not a complete checkpoint: no meta.json{hint}; "
+                              "pass a directory written by save_checkpoint")
+    meta = json.loads((path / "meta.json").read_text())
+    try:
+        model_sd, optim_sd = get_state_dict(actor.model, actor.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(path / "dcp"))
+        set_state_dict(actor.model, actor.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        trainer = torch.load(path / "trainer.pt", weights_only=False)
+    except (OSError, RuntimeError, KeyError) as e:
+        raise CheckpointError(f"cannot restore checkpoint {str(path)!r}: {e}") from e
+    actor.scheduler.load_state_dict(trainer["scheduler"])
+    actor.version = trainer["version"]
+    actor.optimizer_steps = trainer["optimizer_steps"]
+    actor.skipped_steps = trainer["skipped_steps"]
+    rng = path / f"rng_rank{dist.get_rank()}.pt"
+    if rng.is_file():
+        _set_rng_state(torch.load(rng, weights_only=False))
+    dist.barrier()
+    return meta
+
+
+def export_hf(model: torch.nn.Module, out_dir: str | Path, *, source_dir: str | Path,
+              dtype: torch.dtype | None = None) -> Path:
+    """Gather the full weights and write an HF model directory at ``out_dir`` (rank 0).
+
+    ``source_dir`` is the model directory training started from; its tokenizer and other
+    non-weight files (chat template, generation config) are copied. ``dtype`` casts floating
+    weights (default: as trained). Tied input/output embeddings are written once."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    out = Path(out_dir)
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        cfg = copy.deepcopy(model.config)
+        cfg.use_cache = True
+        if getattr(cfg, "tie_word_embeddings", False):
+            sd.pop("lm_head.weight", None)
+        tensors = {}
+        for k, v in sd.items():
+            v = v.detach()
+            if dtype is not None and v.is_floating_point():
+                v = v.to(dtype)
+            tensors[k] = v.contiguous().clone()
+        if dtype is not None:
+            cfg.dtype = dtype
+        tmp = out.with_name(out.name + ".tmp")
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            cfg.save_pretrained(str(tmp))
+            for f in Path(source_dir).iterdir():
+                if f.is_file() and f.name != "config.json" and not f.name.endswith(WEIGHT_SUFFIXES):
+                    shutil.copy2(f, tmp / f.name)
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
+        except OSError as e:
+            raise CheckpointError(f"cannot export HF weights to {str(out)!r}: {e}") from e
+    dist.barrier()
+    return out

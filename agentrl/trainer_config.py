@@ -1,0 +1,74 @@
+"""TrainerConfig: every setting of the trainer, as typed, documented dataclasses.
+
+What it is: the ``trainer:`` section of a run's YAML (loaded with ``agentrl.config``), split
+into the loss, the advantages and the optimization. What it is not: the rollout side's
+settings (concurrency, sampling), which live beside the rollout executor; ``max_staleness``
+(η) is here because the trainer enforces it on every batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentrl.config import option
+from agentrl.errors import ConfigError
+from agentrl.losses import LOSS_KINDS
+
+
+@dataclass
+class LossConfig:
+    """The policy objective (see ``agentrl.losses``)."""
+
+    kind: str = option("decoupled_ppo", choices=LOSS_KINDS,
+                       help="decoupled_ppo (async RL, π_prox from a forward pass before the update), "
+                            "ppo (π_prox = π_behav) or reinforce (-A·log π, no ratio)")
+    eps_low: float = option(0.2, ge=0.0, lt=1.0, help="lower clip: the ratio is clipped at 1 - eps_low")
+    eps_high: float = option(0.2, ge=0.0, help="upper clip: the ratio is clipped at 1 + eps_high "
+                                                "(a larger value than eps_low, e.g. 0.28, keeps exploring)")
+    behaviour_weight_cap: float | None = option(
+        5.0, gt=1.0, help="decoupled_ppo: tokens with π_prox/π_behav above this are masked out; null keeps all")
+    kl_coef: float = option(0.0, ge=0.0, help="weight of the k3 KL penalty against the frozen initial "
+                                              "model; > 0 loads a second (reference) copy of the model")
+
+
+@dataclass
+class AdvantageConfig:
+    """From rewards to advantages (see ``agentrl.advantages``)."""
+
+    reward_scale: float = option(1.0, gt=0.0, help="rewards are (r + reward_bias) * reward_scale ...")
+    reward_bias: float = option(0.0, help="... added before scaling")
+    reward_clip: float | None = option(None, gt=0.0, help="... then clipped to ±reward_clip; null: no clip")
+    std_normalize: bool = option(True, help="divide by the group's reward std (GRPO); false: Dr. GRPO")
+    batch_normalize: bool = option(False, help="then normalize advantages over the batch's loss tokens")
+
+
+@dataclass
+class TrainerConfig:
+    """The ``trainer:`` section."""
+
+    lr: float = option(1e-5, gt=0.0, help="peak learning rate of AdamW")
+    weight_decay: float = option(0.0, ge=0.0, help="AdamW decoupled weight decay")
+    betas: list[float] = option([0.9, 0.999], help="AdamW (beta1, beta2)")
+    adam_eps: float = option(1e-8, gt=0.0, help="AdamW epsilon")
+    warmup_steps: int = option(0, ge=0, help="optimizer steps of linear warmup from 0 to lr")
+    total_steps: int = option(1000, ge=1, help="optimizer steps of the cosine schedule (after warmup)")
+    min_lr_ratio: float = option(0.0, ge=0.0, le=1.0, help="the cosine ends at lr * min_lr_ratio")
+    grad_clip: float = option(1.0, ge=0.0, help="clip the global grad norm to this; 0 disables clipping")
+    num_mini_batches: int = option(1, ge=1, help="optimizer steps per train_step (the batch is split in order)")
+    micro_batch_tokens: int = option(4096, ge=1, help="token budget of one packed micro-batch on one rank; "
+                                                      "a longer sequence gets a micro-batch of its own")
+    max_staleness: int = option(4, ge=0, help="η: drop trajectories whose oldest token is more than η "
+                                             "versions behind the trainer (0 = synchronous RL)")
+    dtype: str = option("auto", choices=("auto", "float32", "bfloat16"),
+                        help="compute dtype; auto = bfloat16 on GPUs that support it, float32 on CPU. "
+                             "Master weights and gradient reduction stay float32")
+    attn_implementation: str = option("auto", choices=("auto", "eager", "sdpa", "flash_attention_2"),
+                                      help="auto = flash_attention_2 on GPU when installed, else sdpa")
+    gradient_checkpointing: bool = option(False, help="recompute activations in backward (less memory)")
+    seed: int = option(0, help="seed of the trainer's RNGs")
+    loss: LossConfig = option(LossConfig, help="the policy objective")
+    advantages: AdvantageConfig = option(AdvantageConfig, help="rewards to advantages")
+
+    def __post_init__(self) -> None:
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"config key 'betas': expected two numbers in [0, 1), got {self.betas!r}")

@@ -1,0 +1,91 @@
+"""Test-only torchrun worker: a few deterministic train steps, with optional checkpoint/export.
+
+    python -m torch.distributed.run --nproc_per_node=N tests/trainer/dist_worker.py \
+        MODEL_DIR OUT.pt [--steps K] [--save-after S CKPT] [--restore CKPT] [--export DIR]
+
+Rank 0 writes OUT.pt: {"stats": [per-step stats], "weights_after_first": {name: tensor},
+"weights_final": {...}, "world_size": N}. The batch of each step is a pure function of the
+step number, so runs with different world sizes see the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+
+import torch
+import torch.distributed as dist
+
+from agentrl.actor import Actor
+from agentrl.api import Trajectory
+from agentrl.batch import prepare_batch
+from agentrl.checkpoint import export_hf, load_checkpoint, save_checkpoint
+from agentrl.trainer_config import LossConfig, TrainerConfig
+
+
+def make_trajectories(step: int, version: int) -> list[Trajectory]:
+    """4 groups x 3 samples of mixed lengths: prompt tokens (not trained) + sampled tokens."""
+    rng = random.Random(1000 + step)
+    out = []
+    for g in range(4):
+        prompt = [rng.randrange(256) for _ in range(rng.choice([3, 6, 11]))]
+        for s in range(3):
+            n = rng.choice([2, 5, 9, 23])
+            resp = [rng.randrange(256) for _ in range(n)]
+            out.append(Trajectory(
+                input_ids=prompt + resp,
+                loss_mask=[0] * len(prompt) + [1] * n,
+                logprobs=[0.0] * len(prompt) + [-5.6 + rng.uniform(-0.3, 0.3) for _ in range(n)],
+                versions=[-1] * len(prompt) + [version] * n,
+                reward=float(rng.random() < 0.5) + 0.1 * s,
+                group_id=f"s{step}g{g}", episode_id=f"s{step}g{g}e{s}",
+            ))
+    return out
+
+
+def full_weights(actor: Actor) -> dict[str, torch.Tensor]:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(actor.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.clone() for k, v in sd.items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("model_dir")
+    p.add_argument("out")
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--save-after", nargs=2, metavar=("STEP", "DIR"))
+    p.add_argument("--restore")
+    p.add_argument("--export")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+
+    config = TrainerConfig(lr=1e-4, warmup_steps=1, total_steps=10, num_mini_batches=2,
+                           micro_batch_tokens=40, loss=LossConfig(kind="decoupled_ppo", eps_high=0.28))
+    actor = Actor(args.model_dir, config)
+    if args.restore:
+        load_checkpoint(actor, args.restore)
+    result: dict = {"stats": [], "world_size": dist.get_world_size()}
+    first = actor.version
+    for _ in range(args.steps):
+        step = actor.version
+        batch = prepare_batch(make_trajectories(step, max(0, step - 1)), version=step, config=config)
+        result["stats"].append(actor.train_step(batch))
+        if step == first:
+            result["weights_after_first"] = full_weights(actor)
+        if args.save_after and actor.version == int(args.save_after[0]):
+            save_checkpoint(actor, args.save_after[1])
+    result["weights_final"] = full_weights(actor)
+    if args.export:
+        export_hf(actor.model, args.export, source_dir=args.model_dir)
+    if dist.get_rank() == 0:
+        torch.save(result, args.out)
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Real torchrun runs of the FSDP2 actor on CPU (gloo): rank invariance, checkpoint resume, HF export.
+
+Three short launches share one module fixture: 2 ranks (two steps, checkpoint after the first,
+HF export), 1 rank (one step), and 2 fresh ranks restoring the checkpoint (the second step).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, *args: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+           f"--master_port={_free_port()}", "--master_addr=127.0.0.1", str(WORKER), *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def runs(untrained_model_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    ckpt, export = d / "ckpt", d / "export"
+    torchrun(2, str(untrained_model_dir), str(d / "two.pt"), "--steps", "2",
+             "--save-after", "1", str(ckpt), "--export", str(export))
+    torchrun(1, str(untrained_model_dir), str(d / "one.pt"), "--steps", "1")
+    torchrun(2, str(untrained_model_dir), str(d / "resumed.pt"), "--steps", "1", "--restore", str(ckpt))
+    load = lambda name: torch.load(d / name, weights_only=False)  # noqa: E731
+    return {"two": load("two.pt"), "one": load("one.pt"), "resumed": load("resumed.pt"),
+            "ckpt": ckpt, "export": export, "model_dir": untrained_model_dir}
+
+
+def _flat(sd: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([sd[k].reshape(-1).double() for k in sorted(sd)])
+
+
+def test_two_ranks_match_one_rank(runs):
+    one, two = runs["one"], runs["two"]
+    assert (one["world_size"], two["world_size"]) == (1, 2)
+    s1, s2 = one["stats"][0], two["stats"][0]
+    assert s1["optimizer_steps"] == s2["optimizer_steps"] == 2  # two mini-batches
+    assert s1["loss"] == pytest.approx(s2["loss"], rel=1e-5)
+    assert s1["grad_norm"] == pytest.approx(s2["grad_norm"], rel=1e-5)
+    w1, w2 = _flat(one["weights_after_first"]), _flat(two["weights_after_first"])
+    assert ((w1 - w2).norm() / w1.norm()).item() < 1e-5
+    # per tensor too, except the k_proj biases: their gradient is 0 analytically (softmax ignores
+    # a per-query constant), so Adam turns float noise into steps; those must stay << lr (1e-4)
+    for k, a in one["weights_after_first"].items():
+        b = two["weights_after_first"][k]
+        if k.endswith("k_proj.bias"):
+            assert (a - b).abs().max().item() < 1e-6, k
+        else:
+            assert ((a - b).norm() / a.norm()).item() < 1e-5, k
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_the_step_really_moved_the_weights(runs, untrained_model_dir):
+    from safetensors.torch import load_file
+
+    init = load_file(str(Path(untrained_model_dir) / "model.safetensors"))
+    after = {k: v for k, v in runs["one"]["weights_after_first"].items() if k in init}
+    w0, w1 = _flat({k: init[k] for k in after}), _flat(after)
+    assert ((w1 - w0).norm() / w0.norm()).item() > 1e-3  # 100x the tolerance above
+
+
+def test_resume_from_checkpoint_gives_the_uninterrupted_next_step(runs):
+    uninterrupted, resumed = runs["two"]["stats"][1], runs["resumed"]["stats"][0]
+    assert resumed["version"] == uninterrupted["version"] == 2
+    assert resumed["loss"] == pytest.approx(uninterrupted["loss"], rel=1e-6)
+    assert resumed["lr"] == pytest.approx(uninterrupted["lr"], rel=1e-9)  # scheduler restored
+    assert resumed["loss"] != pytest.approx(runs["two"]["stats"][0]["loss"], rel=1e-3)
+    for k, v in runs["two"]["weights_final"].items():
+        torch.testing.assert_close(runs["resumed"]["weights_final"][k], v, rtol=1e-6, atol=1e-8, msg=k)
+
+
+def test_hf_export_loads_with_transformers(runs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(runs["export"]), dtype=torch.float32)
+    trained = runs["two"]["weights_final"]
+    sd = model.state_dict()
+    for k, v in trained.items():
+        torch.testing.assert_close(sd[k], v, rtol=0, atol=0, msg=k)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # still tied
+    tok = AutoTokenizer.from_pretrained(str(runs["export"]))
+    assert tok("hi")["input_ids"] == AutoTokenizer.from_pretrained(str(runs["model_dir"]))("hi")["input_ids"]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[1, 2, 3]])).logits
+    assert torch.isfinite(logits).all()
+
+
+def test_incomplete_checkpoint_is_refused(runs, tmp_path):
+    from agentrl.checkpoint import load_checkpoint
+    from agentrl.errors import CheckpointError
+
+    (tmp_path / "half.tmp").mkdir()
+    with pytest.raises(CheckpointError, match="interrupted"):
+        load_checkpoint(object(), tmp_path / "half")  # type: ignore[arg-type]
