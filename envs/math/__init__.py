@@ -1,0 +1,26 @@
+"""Math task family: the verifier (``math_reward_fn``) and the Math / MathRetry environments.
+
+``math_reward_fn(response, gold) -> float`` is the reward most users want on its own; the
+environments in ``envs.math.env`` wrap it in Gymnasium's API.
+"""
+
+from envs.math.env import MathEnv, MathRetryEnv
+from envs.math.verifier import (
+    VerifierConfig,
+    VerifierPool,
+    amath_reward_fn,
+    extract_final_answer,
+    math_reward_fn,
+    normalize_gold,
+)
+
+__all__ = [
+    "MathEnv",
+    "MathRetryEnv",
+    "VerifierConfig",
+    "VerifierPool",
+    "amath_reward_fn",
+    "extract_final_answer",
+    "math_reward_fn",
+    "normalize_gold",
+]

@@ -1,0 +1,160 @@
+"""Multi-turn tool use: a calculator and a small price lookup; tasks need one to three calls.
+
+What it is: ``ToolUseEnv`` (``agentrl/ToolUse-v0``). The calculator is exactly the tool the
+tiny demo model was trained on (``agentrl.arith.CALCULATOR_TOOL``: same name, description
+and argument), so its arithmetic tasks are the ones it can already solve with a call. The
+``lookup`` tool reads a per-task price list. What it is not: a sandbox — both tools are
+pure Python running in this process.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from agentrl.api import Message
+from agentrl.arith import calculate, extract_answer, make_problem
+from agentrl.env import EpisodeLimits, TextEnv, Turn
+from agentrl.errors import EnvError
+from agentrl.rewards import Reward, Rubric, fact
+from agentrl.tools import ToolBox
+
+ITEMS = ("apple", "pear", "plum", "lemon", "mango", "melon", "onion", "bread", "cheese", "honey",
+         "rice", "tea", "coffee", "salt", "sugar", "flour", "butter", "milk", "egg", "nut")
+KINDS = ("calc", "lookup", "lookup_calc", "two_lookups_calc")
+"""Task kinds and the calls they need: calculator (1), lookup (1), lookup + calculator (2),
+two lookups + calculator (3)."""
+
+
+def calculator(expression: str) -> str:
+    """Evaluate an integer arithmetic expression."""
+    return calculate(expression)
+
+
+def make_task(rng: random.Random, kind: str) -> dict[str, Any]:
+    """One task row ``{"question", "answer", "store", "kind"}`` of the given kind."""
+    names = rng.sample(ITEMS, 4)
+    store = {name: rng.randint(2, 60) for name in names}
+    a, b = names[0], names[1]
+    n, m = rng.randint(2, 12), rng.randint(2, 12)
+    if kind == "calc":
+        expression = f"{rng.randint(0, 99)}+{rng.randint(0, 99)}+{rng.randint(0, 99)}"
+        problem = make_problem(expression)
+        question, answer = problem.question, problem.answer
+    elif kind == "lookup":
+        question, answer = f"What is the price of one {a}? Use the lookup tool.", store[a]
+    elif kind == "lookup_calc":
+        question, answer = f"What do {n} units of {a} cost? Use the tools.", n * store[a]
+    elif kind == "two_lookups_calc":
+        question = f"What do {n} units of {a} and {m} units of {b} cost together? Use the tools."
+        answer = n * store[a] + m * store[b]
+    else:
+        raise EnvError(f"unknown tool-use task kind {kind!r}; choose from {KINDS}")
+    return {"question": question, "answer": str(answer), "store": store, "kind": kind}
+
+
+class ToolUseEnv(TextEnv):
+    """Answer a question by calling tools, then give the final answer in ``\\boxed{N}``.
+
+    ## Description
+    The model may call ``calculator(expression)`` (integer ``+ - *``) and ``lookup(key)``
+    (the price of an item in this task's store) by writing
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; each call is answered with
+    a tool message. A reply without any tool call is the final answer.
+
+    ## Action Space
+    ``Text``: the assistant's reply, any Unicode string.
+
+    ## Observation Space
+    ``Messages``. Reset: the user's question (plus a system message when ``system_prompt``
+    is set). After a reply with calls: one ``role: tool`` message per call, in order
+    (malformed calls get an error message explaining the format). Final step: ``[]``.
+
+    ## Starting State
+    ``options["task"]``: ``{"question", "answer", "store": {item: price}}``; else a task
+    generated from the seeded ``np_random``, its kind drawn from ``kinds``.
+
+    ## Rewards
+    ``correct`` (weight 1): 1.0 when the final reply's last box holds the answer.
+    ``tool_errors`` (weight ``tool_error_weight``, default 0): number of failed calls.
+
+    ## Episode End
+    Terminated by a reply without tool calls. Truncated after ``max_turns`` replies
+    (default 4, Gymnasium's TimeLimit semantics), or by ``max_tokens`` / ``max_wall_s``.
+
+    ## Information
+    Reset: ``tools`` (the OpenAI schemas, for the chat template). Step: ``turn``,
+    ``tool_calls`` and ``tool_errors`` (totals so far), ``correct`` and ``answer`` on the
+    final reply, ``rewards`` on the last step.
+
+    ## Arguments
+    ``kinds`` (default all of ``KINDS``), ``system_prompt`` (default None, as the tiny
+    model was trained), ``max_turns``, ``tool_timeout_s``, ``tool_error_weight``,
+    ``max_tokens``, ``max_wall_s``, ``render_mode``: "ansi" or None.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        kinds: Sequence[str] = KINDS,
+        system_prompt: str | None = None,
+        max_turns: int = 4,
+        tool_timeout_s: float = 5.0,
+        tool_error_weight: float = 0.0,
+        max_tokens: int | None = None,
+        max_wall_s: float | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(
+            rubric=Rubric([Reward("correct", fact("correct")),
+                           Reward("tool_errors", fact("tool_errors"), tool_error_weight)]),
+            limits=EpisodeLimits(max_turns=max_turns, max_tokens=max_tokens, max_wall_s=max_wall_s),
+            render_mode=render_mode,
+        )
+        bad = [k for k in kinds if k not in KINDS]
+        if bad or not kinds:
+            raise EnvError(f"kinds must be a non-empty subset of {KINDS}, got {list(kinds)}")
+        self.kinds = tuple(kinds)
+        self.system_prompt = system_prompt
+        self.toolbox = ToolBox([calculator, self.lookup], timeout_s=tool_timeout_s)
+        self._store: dict[str, Any] = {}
+        self._calls = self._errors = 0
+
+    def lookup(self, key: str) -> str:
+        """Look up the price of an item."""
+        if key not in self._store:
+            raise KeyError(f"no item {key!r}; the items are {sorted(self._store)}")
+        return str(self._store[key])
+
+    def sample_task(self) -> dict[str, Any]:
+        rng = self.rng()
+        return make_task(rng, self.kinds[rng.randrange(len(self.kinds))])
+
+    async def _start(self, task: dict[str, Any]) -> list[Message]:
+        if not isinstance(task.get("question"), str) or "answer" not in task:
+            raise EnvError(f"a tool-use task needs 'question' and 'answer'; got keys {sorted(task)}")
+        store = task.get("store", {})
+        if not isinstance(store, dict):
+            raise EnvError(f"a tool-use task's 'store' must map item names to values, got {type(store).__name__}")
+        self._store = dict(store)
+        self._calls = self._errors = 0
+        messages: list[Message] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": task["question"]})
+        return messages
+
+    async def _turn(self, action: str) -> Turn:
+        assert self.task is not None and self.toolbox is not None
+        handled = await self.toolbox.handle(action, turn=self._turns)
+        self._calls += len(handled.calls)
+        self._errors += handled.num_errors
+        facts: dict[str, Any] = {"tool_calls": self._calls, "tool_errors": self._errors}
+        if handled.attempted:
+            return Turn(handled.messages, done=False, facts=facts)
+        answer = extract_answer(action)
+        facts.update(answer=answer, correct=answer is not None and str(answer) == str(self.task["answer"]).strip())
+        return Turn([], done=True, facts=facts)
