@@ -220,15 +220,15 @@ def parse_sampling(sp: Any, state: ServerState, prompt_len: int) -> dict[str, An
                              f"(leave it out, or use SGLang on a GPU)")
     out: dict[str, Any] = {}
     ctx = state.engine.context_length
+    if prompt_len >= ctx:
+        raise BadRequest(f"The input ({prompt_len} tokens) is longer than the model's context length "
+                         f"({ctx} tokens).")
     max_new = sp.get("max_new_tokens", 128)
     if max_new is None:
         max_new = ctx - prompt_len
     _check_type("sampling_params.max_new_tokens", max_new, (int,), "an integer >= 0")
     if max_new < 0:
         raise BadRequest(f"sampling_params.max_new_tokens must be >= 0, got {max_new}")
-    if prompt_len >= ctx:
-        raise BadRequest(f"The input ({prompt_len} tokens) is longer than the model's context length "
-                         f"({ctx} tokens).")
     if prompt_len + max_new > ctx:
         raise BadRequest(f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
                          f"You requested a total of {prompt_len + max_new} tokens: {prompt_len} tokens from "
@@ -475,7 +475,8 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
                 "max_req_input_len": state.engine.context_length - 1, "skip_tokenizer_init": False,
                 "incremental_streaming_output": False, "weight_version": c.weight_version,
                 "disable_radix_cache": True, "random_seed": c.seed, "status": "ready",
-                "internal_states": [{**load, "last_gen_throughput": 0.0,
+                "internal_states": [{**load, "last_gen_throughput": 0.0, "num_decode_steps": state.engine.steps,
+                                     "num_generated_tokens": state.engine.generated_tokens,
                                      "effective_max_running_requests_per_dp": c.max_running_requests}],
                 "version": f"{SGLANG_API_VERSION} (agentrl serve)", "frontend": "python",
                 "startup_time": state.started}

@@ -1,0 +1,112 @@
+"""Every bad request gets a 4xx JSON error that says what was wrong, never a 500 or a hang;
+a client that goes away frees its slot."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
+SP = {"max_new_tokens": 4}
+
+CASES = [
+    # (route, raw body or JSON, expected substring of the message)
+    ("/generate", b"{not json", "not valid JSON"),
+    ("/generate", b"", "body is empty"),
+    ("/generate", [1, 2], "must be a JSON object"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_tokens": 4}}, "unknown field `max_tokens`"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"seed": 1}}, "unknown field `seed`"),
+    ("/generate", {"input_ids": list(range(200)) * 3, "sampling_params": SP},
+     "The input (600 tokens) is longer than the model's context length (512 tokens)"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 600}},
+     "exceeds the model's maximum context length of 512"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 0"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": "5"}}, "max_new_tokens must be"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"temperature": -0.5}}, "temperature"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"top_k": 0}}, "top_k must be -1"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"stop": [1]}}, "stop must be"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"frequency_penalty": 0.5}}, "not supported"),
+    ("/generate", {"input_ids": PROMPT, "text": "hi"}, "Either text or input_ids"),
+    ("/generate", {"sampling_params": SP}, "Either text or input_ids"),
+    ("/generate", {"input_ids": []}, "input_ids cannot be empty"),
+    ("/generate", {"input_ids": [1, 99999]}, "outside the vocabulary"),
+    ("/generate", {"input_ids": ["a"]}, "list of token ids"),
+    ("/generate", {"input_ids": PROMPT, "logprob_start_len": 0}, "logprob_start_len"),
+    ("/pause_generation", {"mode": "freeze"}, "mode must be one of"),
+    ("/abort_request", {"rid": 5}, "rid must be a string"),
+    ("/update_weights_from_disk", {}, "model_path is required"),
+    ("/update_weights_from_disk", b"[", "not valid JSON"),
+    ("/v1/chat/completions", b"{", "not valid JSON"),
+    ("/v1/chat/completions", {"model": "m"}, "messages must be a non-empty list"),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "role must be"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": -2},
+     "max_new_tokens must be >= 0"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+     "function": {"name": "f"}}], "tool_choice": "required"}, "tool_choice 'required' is not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 600}]}, "longer than the model's"),
+    ("/v1/completions", {"prompt": "hi", "echo": True}, "echo is not supported"),
+    ("/v1/completions", {"prompt": {"a": 1}}, "prompt must be"),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "expected"), CASES, ids=[f"{c[0]}:{c[2][:30]}" for c in CASES])
+def test_bad_input_gets_a_4xx_that_says_what_was_wrong(server, route, body, expected):
+    if isinstance(body, bytes):
+        r = httpx.post(server + route, content=body, headers={"content-type": "application/json"}, timeout=30)
+    else:
+        r = httpx.post(server + route, json=body, timeout=30)
+    assert 400 <= r.status_code < 500, (r.status_code, r.text)
+    assert expected in r.text, r.text
+    r.json()  # always JSON
+
+
+async def test_duplicate_rid_in_flight_is_refused(server):
+    async with httpx.AsyncClient(timeout=60) as client:
+        first = asyncio.create_task(client.post(server + "/generate", json={
+            "input_ids": PROMPT, "rid": "dup-rid", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}))
+        async with asyncio.timeout(30):
+            while True:
+                if (await client.get(server + "/v1/loads")).json()["loads"][0]["num_running_reqs"]:
+                    break
+                await asyncio.sleep(0.01)
+        second = await client.post(server + "/generate", json={"input_ids": PROMPT, "rid": "dup-rid"})
+        await client.post(server + "/abort_request", json={"rid": "dup-rid"})
+        aborted = (await first).json()
+    assert second.status_code == 400 and "Duplicate request ID detected: dup-rid" in second.text
+    assert aborted["meta_info"]["finish_reason"]["type"] == "abort"
+
+
+async def test_a_disconnected_stream_frees_its_slot(server):
+    async with httpx.AsyncClient(timeout=60) as client:
+        before = (await client.get(server + "/server_info")).json()["internal_states"][0]["num_generated_tokens"]
+        async with client.stream("POST", server + "/generate", json={
+                "input_ids": PROMPT, "stream": True,
+                "sampling_params": {"max_new_tokens": 480, "ignore_eos": True}}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    break  # the client walks away after the first chunk
+        async with asyncio.timeout(30):
+            while True:
+                info = (await client.get(server + "/server_info")).json()["internal_states"][0]
+                if info["num_running_reqs"] == 0:
+                    break
+                await asyncio.sleep(0.01)
+    assert info["num_generated_tokens"] - before < 480, "the request ran to its end after the client left"
+
+
+async def test_a_disconnected_waiting_request_is_dropped(server):
+    async with httpx.AsyncClient(timeout=60) as client:
+        await client.post(server + "/pause_generation", json={"mode": "in_place"})
+        try:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post(server + "/generate", json={"input_ids": PROMPT}, timeout=0.5)
+            async with asyncio.timeout(30):
+                while True:
+                    if not (await client.get(server + "/v1/loads")).json()["loads"][0]["num_waiting_reqs"]:
+                        break
+                    await asyncio.sleep(0.05)
+        finally:
+            await client.post(server + "/continue_generation", json={})
