@@ -153,29 +153,29 @@ def uid_pids(uid: int) -> list[int]:
     return out
 
 
-_REAPED: dict[int, int] = {}  # wait statuses of children reaped while sweeping orphans
+_REAPED: dict[int, tuple] = {}  # (status, rusage) of children reaped while sweeping orphans
 
 
 def reap() -> None:
     """Collect every finished child (as pid 1 we inherit the program's orphans)."""
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        _REAPED[pid] = status
+        _REAPED[pid] = (status, usage)
 
 
-def wait_for(pid: int) -> int:
-    """The wait status of ``pid``, also when a sweep has already reaped it."""
+def wait_for(pid: int) -> tuple:
+    """(wait status, rusage) of ``pid``, also when a sweep has already reaped it."""
     if pid in _REAPED:
         return _REAPED.pop(pid)
     try:
-        return os.waitpid(pid, 0)[1]
+        return os.wait4(pid, 0)[1:]
     except ChildProcessError:
-        return _REAPED.pop(pid, 0)
+        return _REAPED.pop(pid, (0, None))
 
 
 def kill_uid(uid: int, rounds: int = 400) -> bool:
@@ -258,7 +258,7 @@ def supervise(pid, out_fd, err_fd, caps, deadline, reply_fd=None, stop_on_cap=Tr
         sel.register(pidfd, selectors.EVENT_READ, "exit")
     except (AttributeError, OSError):
         pidfd = None
-    status = None
+    status = usage = None
     timed_out = over_cap = replied = False
     exit_grace = None
     open_pipes = 2
@@ -294,9 +294,9 @@ def supervise(pid, out_fd, err_fd, caps, deadline, reply_fd=None, stop_on_cap=Tr
         if over_cap:
             break
         if status is None:
-            got, st = os.waitpid(pid, os.WNOHANG) if pid not in _REAPED else (pid, _REAPED.pop(pid))
+            got, st, ru = os.wait4(pid, os.WNOHANG) if pid not in _REAPED else (pid, *_REAPED.pop(pid))
             if got:
-                status = st
+                status, usage = st, ru
                 exit_grace = time.monotonic() + GRACE_S
                 if reply_fd is not None:  # the interpreter died mid-call: drain what is there
                     _drain(out_fd, out)
@@ -310,6 +310,7 @@ def supervise(pid, out_fd, err_fd, caps, deadline, reply_fd=None, stop_on_cap=Tr
         os.close(pidfd)
     return {
         "status": status,
+        "usage": usage,
         "stdout": out,
         "stderr": err,
         "timed_out": timed_out,
@@ -352,6 +353,12 @@ def _wipe(path: str) -> None:
                 os.unlink(full)
             except OSError:
                 pass
+
+
+def _wipe_all() -> None:
+    for d in ("/work", "/tmp", "/dev/shm"):
+        if os.path.isdir(d) and not os.path.islink(d):
+            _wipe(d)
 
 
 class Executor:
@@ -442,32 +449,29 @@ class Executor:
         os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         join = self.cgroups.join_fds() if self.cgroups else ()
         pid = launch(argv, self.uid, limits, {0: stdin_fd, 1: out_w, 2: err_w}, join)
         for fd in (stdin_fd, out_w, err_w):
             os.close(fd)
         deadline = time.monotonic() + float(req["time_limit_s"])
         sup = supervise(pid, out_r, err_r, int(req["output_limit_bytes"]), deadline)
-        status = sup["status"]
+        status, usage = sup["status"], sup["usage"]
         if status is None:
             kill_uid(self.uid)
-            status = wait_for(pid)
+            status, usage = wait_for(pid)
         wall = time.monotonic() - start
         kill_uid(self.uid)
         reap()
         for fd in (out_r, err_r):
             os.close(fd)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
         exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         oom = bool(self.cgroups and self.cgroups.oom())
-        peak = self.cgroups.peak_mb() if self.cgroups else after.ru_maxrss / 1024
+        peak = self.cgroups.peak_mb() if self.cgroups else (usage.ru_maxrss / 1024 if usage else 0.0)
         stderr = sup["stderr"].text()
         files = self._fetch(req.get("fetch", []))
-        for d in ("/work", "/tmp"):
-            _wipe(d)
+        _wipe_all()
         return {
             "status": classify(
                 exit_code=exit_code, sig=sig, timed_out=sup["timed_out"], over_cap=sup["over_cap"],
@@ -508,8 +512,7 @@ class Executor:
         for fd in self.session[1:]:
             os.close(fd)
         self.session = None
-        for d in ("/work", "/tmp"):
-            _wipe(d)
+        _wipe_all()
 
     def session_call(self, req: dict) -> dict:
         if self.session is None:

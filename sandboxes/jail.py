@@ -171,8 +171,10 @@ class Cgroups:
 # --------------------------------------------------------------------------- the root
 
 
-def build_root(root: str, python_prefix: str, work_mb: int, uid: int) -> None:
-    """Mount the jail's file system at ``root`` and pivot into it (in a fresh mount ns)."""
+def build_template(root: str, python_prefix: str) -> None:
+    """Build the read-only part of every jail's root at ``root``, once, in the zygote's own
+    mount namespace; each jail's mount namespace starts as a copy of it."""
+    unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     for d in ("usr", "etc", "dev", "proc", "work", "tmp"):
@@ -189,8 +191,8 @@ def build_root(root: str, python_prefix: str, work_mb: int, uid: int) -> None:
         os.makedirs(root + python_prefix)
         bind_ro(python_prefix, root + python_prefix)
     etc = {
-        "passwd": f"root:x:0:0::/:/bin/false\nsandbox:x:{uid}:{uid}::/work:/bin/bash\n",
-        "group": f"root:x:0:\nsandbox:x:{uid}:\n",
+        "passwd": "root:x:0:0::/:/bin/false\nnobody:x:65534:65534::/nonexistent:/bin/false\n",
+        "group": "root:x:0:\nnogroup:x:65534:\n",
         "hostname": "sandbox\n",
         "hosts": "127.0.0.1 localhost sandbox\n",
     }
@@ -206,6 +208,13 @@ def build_root(root: str, python_prefix: str, work_mb: int, uid: int) -> None:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{root}/dev/{name}")
+    mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def enter_root(root: str, work_mb: int, uid: int) -> None:
+    """In a fresh mount namespace (a copy of the zygote's): mount the jail's own /work,
+    /tmp and /proc on the template and pivot into it, dropping the host's tree."""
+    unshare(CLONE_NEWNS)
     opts = f"size={work_mb}m,mode=700,uid={uid},gid={uid}"
     mount("tmpfs", f"{root}/work", "tmpfs", MS_NOSUID | MS_NODEV, opts)
     mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={max(work_mb // 4, 1)}m,mode=1777")
@@ -214,13 +223,12 @@ def build_root(root: str, python_prefix: str, work_mb: int, uid: int) -> None:
     _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
     os.chdir("/")
-    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 # --------------------------------------------------------------------------- the zygote
 
 
-def _jail(sock: socket.socket, params: dict, root: str, python: str, prefix: str) -> None:
+def _jail(sock: socket.socket, params: dict, root: str, python: str) -> None:
     """Runs in the forked child: cgroups, namespaces, pid 1. Never returns."""
     code = 1
     try:
@@ -238,9 +246,8 @@ def _jail(sock: socket.socket, params: dict, root: str, python: str, prefix: str
         if pid1 == 0:
             try:
                 _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                unshare(CLONE_NEWNS)
                 _libc.sethostname(b"sandbox", 7)
-                build_root(root, prefix, params["work_mb"], params["uid"])
+                enter_root(root, params["work_mb"], params["uid"])
                 executor = Executor(params["uid"], python, cgroups=cg)
                 f = sock.makefile("rwb")
                 serve(executor, f, f)
@@ -284,6 +291,7 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "") -> None:
     prefix = os.path.realpath(os.path.join(os.path.dirname(python), ".."))
     root = f"/tmp/.agentrl-jail-root-{os.getpid()}"
     os.makedirs(root, exist_ok=True)
+    build_template(root, prefix)
     if cgroup_parent:
         join_parent(cgroup_parent)
     try:
@@ -295,10 +303,14 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "") -> None:
             jail_sock = socket.socket(fileno=fds[0])
             if os.fork() == 0:
                 control.close()
-                _jail(jail_sock, params, root, python, prefix)
+                _jail(jail_sock, params, root, python)
             jail_sock.close()
     finally:
-        os.rmdir(root)
+        _libc.umount2(root.encode(), MNT_DETACH)
+        try:
+            os.rmdir(root)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":
