@@ -2,15 +2,18 @@
 
     python -m torch.distributed.run --nproc_per_node=N tests/trainer/dist_worker.py \
         MODEL_DIR OUT.pt [--steps K] [--save-after S CKPT] [--restore CKPT] [--export DIR]
+        [--lr LR] [--publish SERVER_URL --publish-root DIR]
 
 Rank 0 writes OUT.pt: {"stats": [per-step stats], "weights_after_first": {name: tensor},
-"weights_final": {...}, "world_size": N}. The batch of each step is a pure function of the
+"weights_final": {...}, "world_size": N, "publish": [...]}. With --publish, the weights are
+published to a real ``agentrl serve`` after every step (rank 0 drives the client). The batch of each step is a pure function of the
 step number, so runs with different world sizes see the same data.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 
@@ -51,6 +54,28 @@ def full_weights(actor: Actor) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in sd.items()}
 
 
+async def publish(actor: Actor, args) -> dict:
+    from agentrl.inference import RemoteEngine
+    from agentrl.publish import DiskTransport, WeightPublisher
+
+    events: list[str] = []
+
+    async def hook(name):
+        events.append(name)
+
+    engine = RemoteEngine(args.publish, version=actor.version - 1) if dist.get_rank() == 0 else None
+    try:
+        publisher = WeightPublisher(
+            DiskTransport(args.publish_root, source_dir=args.model_dir, keep_last=1), engine,
+            before_pause=lambda: hook("before_pause"), after_resume=lambda: hook("after_resume"))
+        record = await publisher.apublish(actor.model, actor.version)
+    finally:
+        if engine is not None:
+            await engine.aclose()
+    return {"path": record.path, "version": record.version, "events": events,
+            "client_version": engine.version if engine is not None else None}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("model_dir")
@@ -59,15 +84,18 @@ def main() -> None:
     p.add_argument("--save-after", nargs=2, metavar=("STEP", "DIR"))
     p.add_argument("--restore")
     p.add_argument("--export")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--publish")
+    p.add_argument("--publish-root")
     args = p.parse_args()
     torch.set_num_threads(1)
 
-    config = TrainerConfig(lr=1e-4, warmup_steps=1, total_steps=10, num_mini_batches=2,
+    config = TrainerConfig(lr=args.lr, warmup_steps=1, total_steps=10, num_mini_batches=2,
                            micro_batch_tokens=40, loss=LossConfig(kind="decoupled_ppo", eps_high=0.28))
     actor = Actor(args.model_dir, config)
     if args.restore:
         load_checkpoint(actor, args.restore)
-    result: dict = {"stats": [], "world_size": dist.get_world_size()}
+    result: dict = {"stats": [], "world_size": dist.get_world_size(), "publish": []}
     first = actor.version
     for _ in range(args.steps):
         step = actor.version
@@ -77,6 +105,8 @@ def main() -> None:
             result["weights_after_first"] = full_weights(actor)
         if args.save_after and actor.version == int(args.save_after[0]):
             save_checkpoint(actor, args.save_after[1])
+        if args.publish:
+            result["publish"].append(asyncio.run(publish(actor, args)))
     result["weights_final"] = full_weights(actor)
     if args.export:
         export_hf(actor.model, args.export, source_dir=args.model_dir)

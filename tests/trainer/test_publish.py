@@ -1,0 +1,62 @@
+"""Weight publishing end to end: a 2-rank torchrun trainer publishes to a real `agentrl serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import httpx
+import pytest
+import torch
+
+from agentrl.api import SamplingParams
+from agentrl.inference import RemoteEngine
+from agentrl.publish import DiskTransport, WeightPublisher, WeightUpdateTarget
+
+from .test_distributed import torchrun
+
+
+def test_remote_engine_is_a_weight_update_target():
+    assert isinstance(RemoteEngine("http://127.0.0.1:9"), WeightUpdateTarget)
+
+
+def test_keep_last_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="keep_last"):
+        DiskTransport(tmp_path, source_dir=tmp_path, keep_last=0)
+
+
+def _teacher_forced(model_dir, ids):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logp = model(input_ids=torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
+    return logp.gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+def test_publish_round_trip_changes_the_served_weights_and_version(serve, untrained_model_dir, tmp_path):
+    root = tmp_path / "published"
+    torchrun(2, str(untrained_model_dir), str(tmp_path / "out.pt"), "--steps", "2", "--lr", "1e-2",
+             "--publish", serve, "--publish-root", str(root))
+    out = torch.load(tmp_path / "out.pt", weights_only=False)
+    pubs = out["publish"]
+    assert [p["client_version"] for p in pubs] == [1, 2]
+    assert all(p["events"] == ["before_pause", "after_resume"] for p in pubs)
+    assert [p.name for p in root.iterdir()] == ["v000002"]  # keep_last=1 pruned v1
+
+    info = httpx.get(serve + "/model_info", timeout=30).json()
+    assert info["weight_version"] == "2" and info["model_path"] == str(root / "v000002")
+
+    async def sample():
+        async with RemoteEngine(serve, version=2) as engine:
+            return await engine.generate([1, 2, 3, 4], SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+
+    c = asyncio.run(sample())
+    assert c.versions == [2] * len(c.tokens)
+    ids = [1, 2, 3, 4, *c.tokens]
+    served = torch.tensor(c.logprobs)
+    new = _teacher_forced(root / "v000002", ids)[3:]
+    old = _teacher_forced(untrained_model_dir, ids)[3:]
+    torch.testing.assert_close(served, new, rtol=0, atol=1e-4)  # the server runs the published weights
+    assert (served - old).abs().max().item() > 1e-2  # ... which are not the initial ones
+    assert all(math.isfinite(x) for x in c.logprobs)
