@@ -11,7 +11,7 @@ import torch
 
 from agentrl.api import SamplingParams
 from agentrl.inference import RemoteEngine
-from agentrl.publish import DiskTransport, WeightPublisher, WeightUpdateTarget
+from agentrl.publish import DiskTransport, WeightUpdateTarget
 
 from .test_distributed import torchrun
 
