@@ -261,13 +261,15 @@ class ExecStatus(enum.StrEnum):
 
 @dataclass
 class ExecRequest:
-    """One program to run. ``files`` are written into the work dir before it starts;
-    ``fetch`` names work-dir files to return afterwards."""
+    """One program to run. ``files`` (text) and ``files_b64`` (binary, base64-encoded) are
+    written into the work dir before it starts; ``fetch`` names work-dir files to return
+    afterwards."""
 
     code: str
     language: Literal["python", "bash"] = "python"
     stdin: str = ""
     files: dict[str, str] = field(default_factory=dict)
+    files_b64: dict[str, str] = field(default_factory=dict)
     fetch: list[str] = field(default_factory=list)
     time_limit_s: float = 10.0
     memory_limit_mb: int = 512
