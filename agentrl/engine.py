@@ -306,7 +306,8 @@ class Engine:
             r.versions.append(self.weight_version)
             if r.top_logprobs_num:
                 n = r.top_logprobs_num
-                r.top_logprobs.append(list(zip(top_vals[i][:n], top_ids[i][:n], strict=True)))
+                pairs = zip(top_vals[i][:n], top_ids[i][:n], strict=True)
+                r.top_logprobs.append([(v, t) for v, t in pairs if v != float("-inf")])  # kept tokens only
             self.generated_tokens += 1
             reason = self._stop_reason(r, tok)
             if reason is not None:

@@ -374,6 +374,11 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
     async def _bad(_: Request, e: BadRequest):
         return error_response(e)
 
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, e: Exception):
+        log.exception("internal error")
+        return JSONResponse({"error": {"message": f"internal error: {e!r}"}}, status_code=500)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError):
         return JSONResponse({"object": "error", "message": str(e.errors()), "type": "Bad Request",
