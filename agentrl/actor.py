@@ -126,7 +126,10 @@ class Actor:
             raise ModelError(f"cannot load a causal LM from {str(self.model_dir)!r}: {e}") from e
         model.config.use_cache = False
         if trainable and self.config.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+                model.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if not trainable:
             model.eval().requires_grad_(False)
         model.to(self.device)

@@ -1,0 +1,157 @@
+"""The actor in this process as a 1-rank gloo group: invariances, skipped steps, loss settings.
+
+(The 2-rank runs are in test_distributed.py; these are the cheap single-process checks.)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from agentrl.actor import Actor
+from agentrl.batch import prepare_batch
+from agentrl.trainer_config import LossConfig, TrainerConfig
+
+from .dist_worker import make_trajectories
+
+ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(scope="module")
+def group():
+    saved = {k: os.environ.get(k) for k in ENV}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(2)
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    from agentrl.tinymodel import init_tiny_model
+
+    out = tmp_path_factory.mktemp("small-model")
+    init_tiny_model(out, seed=0, hidden_size=32, num_layers=2)
+    return out
+
+
+def _config(**kw):
+    base = dict(lr=1e-3, num_mini_batches=2, micro_batch_tokens=4096, seed=0)
+    return TrainerConfig(**{**base, **kw})
+
+
+def _weights(actor):
+    return {k: v.full_tensor().detach().clone() for k, v in actor.model.state_dict().items()}
+
+
+def _batch(config, step=0):
+    return prepare_batch(make_trajectories(step, 0), version=0, config=config)
+
+
+def test_logprobs_match_the_plain_hf_model(group, small_model):
+    from transformers import AutoModelForCausalLM
+
+    actor = Actor(small_model, _config(micro_batch_tokens=50))
+    batch = _batch(actor.config)
+    got = actor.compute_logprobs(batch)
+    assert sorted(got) == list(range(len(batch)))
+    ref = AutoModelForCausalLM.from_pretrained(str(small_model), dtype=torch.float32).eval()
+    for i in (0, 5, 11):
+        ids = batch.sequences[i]["input_ids"]
+        with torch.no_grad():
+            lp = ref(input_ids=ids[None]).logits[0, :-1].log_softmax(-1).gather(-1, ids[1:, None])[:, 0]
+        torch.testing.assert_close(got[i][1:], lp, rtol=0, atol=1e-5)
+        assert got[i][0] == 0.0
+
+
+def test_micro_batch_split_does_not_change_the_step(group, small_model):
+    """Packing into many small micro-batches (gradient accumulation) = one big micro-batch."""
+    results = []
+    for budget in (4096, 30):
+        actor = Actor(small_model, _config(micro_batch_tokens=budget))
+        stats = actor.train_step(_batch(actor.config))
+        results.append((stats, _weights(actor)))
+    (s1, w1), (s2, w2) = results
+    assert s1["loss"] == pytest.approx(s2["loss"], rel=1e-5)
+    assert s1["grad_norm"] == pytest.approx(s2["grad_norm"], rel=1e-5)
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_gradient_checkpointing_gives_the_same_step(group, small_model):
+    a = Actor(small_model, _config())
+    b = Actor(small_model, _config(gradient_checkpointing=True))
+    sa, sb = a.train_step(_batch(a.config)), b.train_step(_batch(b.config))
+    assert sa["loss"] == pytest.approx(sb["loss"], rel=1e-6)
+    wa, wb = _weights(a), _weights(b)
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_non_finite_gradient_skips_the_optimizer_step(group, small_model):
+    actor = Actor(small_model, _config(num_mini_batches=1))
+    before = _weights(actor)
+    batch = _batch(actor.config)
+    batch.sequences[3]["advantages"][-1] = float("nan")
+    with pytest.warns(RuntimeWarning, match="gradient norm is nan"):
+        stats = actor.train_step(batch)
+    assert stats["skipped_steps"] == 1 and stats["optimizer_steps"] == 0
+    for k, v in _weights(actor).items():
+        assert torch.equal(v, before[k]), k
+    stats = actor.train_step(_batch(actor.config, step=1))  # the next one goes through
+    assert stats["skipped_steps"] == 0 and stats["optimizer_steps"] == 1
+
+
+@pytest.mark.parametrize("kind", ["ppo", "reinforce"])
+def test_other_loss_settings_train(group, small_model, kind):
+    actor = Actor(small_model, _config(loss=LossConfig(kind=kind)))
+    before = _weights(actor)
+    stats = actor.train_step(_batch(actor.config))
+    assert stats["optimizer_steps"] == 2 and torch.isfinite(torch.tensor(stats["loss"]))
+    assert ("clip_frac" in stats) == (kind == "ppo")
+    assert any(not torch.equal(v, before[k]) for k, v in _weights(actor).items())
+
+
+def test_kl_penalty_against_the_frozen_reference(group, small_model):
+    actor = Actor(small_model, _config(loss=LossConfig(kl_coef=0.5)))
+    assert actor.ref_model is not None
+    s1 = actor.train_step(_batch(actor.config))
+    s2 = actor.train_step(_batch(actor.config, step=1))
+    # the first mini-batch of step 1 is still at the reference weights (KL 0); later ones moved
+    assert 0.0 <= s1["kl_ref"] < s2["kl_ref"]
+    ref = actor.compute_logprobs(_batch(actor.config), reference=True)
+    now = actor.compute_logprobs(_batch(actor.config))
+    assert any((ref[i] - now[i]).abs().max() > 1e-4 for i in ref)
+
+
+def test_an_empty_batch_is_skipped_with_a_warning(group, small_model):
+    actor = Actor(small_model, _config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        empty = prepare_batch([], version=0, config=actor.config)
+    with pytest.warns(RuntimeWarning, match="without loss tokens"):
+        stats = actor.train_step(empty)
+    assert stats["empty_batch"] == 1 and actor.version == 0
+
+
+def test_lr_schedule_warmup_then_cosine():
+    from agentrl.actor import lr_lambda
+
+    f = lr_lambda(TrainerConfig(warmup_steps=3, total_steps=10, min_lr_ratio=0.1))
+    assert [round(f(s), 4) for s in (0, 1, 2)] == [0.25, 0.5, 0.75]
+    assert f(3) == pytest.approx(1.0) and f(8) == pytest.approx(0.55) and f(13) == pytest.approx(0.1)
+    assert f(100) == pytest.approx(0.1)
