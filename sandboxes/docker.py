@@ -13,7 +13,7 @@ fails a call, times out or stops answering is destroyed and replaced.
 Trust boundary — what is covered:
   * the container is the isolation boundary: its own pid, net (none: only ``lo``), mount,
     ipc and uts namespaces, cgroup limits on memory, pids and CPU, read-only root;
-  * inside it the executor runs each program as uid 10000 (no capabilities, no new
+  * inside it the executor runs each program as an unprivileged uid of that container (no capabilities, no new
     privileges) under rlimits (CPU time, address space, file size, processes, fds), drains
     output with caps, enforces the deadline, then SIGKILLs every process of that uid and
     wipes ``/work``, ``/tmp`` and ``/dev/shm`` before the next request.
@@ -43,6 +43,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import socket
@@ -76,7 +77,7 @@ class DockerSandboxConfig:
     session_memory_mb: int = option(512, help="address-space limit of a session's interpreter", ge=16)
     docker_host: str = option("", help="engine URL; empty = DOCKER_HOST or the default socket")
     cgroup_parent: str = option("", help="cgroup the containers are placed under (cgroupfs driver)")
-    uid: int = option(10000, help="uid the programs run as inside the container", ge=1000)
+    uid: int = option(10000, help="uid of the programs in the first container (the next gets uid+1, ...)", ge=1000)
     start_timeout_s: float = option(60.0, help="seconds to wait for a container's executor to answer", gt=0)
 
 
@@ -171,6 +172,7 @@ class DockerSandbox:
         self._cond: asyncio.Condition | None = None
         self._cond_loop: asyncio.AbstractEventLoop | None = None
         self._started = False
+        self._uids = itertools.count(self.config.uid)  # one uid per container: RLIMIT_NPROC is per uid
         with open(EXECUTOR_PATH) as f:
             self._executor_src = f.read()
         atexit.register(self._destroy_all)
@@ -231,7 +233,7 @@ class DockerSandbox:
             cap_add=["SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"],
             security_opt=["no-new-privileges:true"],
             ipc_mode="private",
-            environment={"SANDBOX_UID": str(cfg.uid)},
+            environment={"SANDBOX_UID": str(next(self._uids))},
             labels={LABEL: "1", f"{LABEL}.owner": self.owner},
             hostname="sandbox",
         )

@@ -272,9 +272,16 @@ def _jail(sock: socket.socket, params: dict, root: str, python: str) -> None:
 
 
 def join_parent(parent: str) -> None:
-    """Move this process into the cgroup ``parent`` (made beforehand, e.g. by a test)."""
+    """Move this process under the cgroup ``parent`` (made beforehand, e.g. by a test), so
+    the zygote and every jail count against its limits. In cgroup v2 a cgroup with
+    children may hold no processes, so the zygote takes a leaf of its own there."""
     if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        paths = [f"/sys/fs/cgroup/{parent.strip('/')}"]
+        base = f"/sys/fs/cgroup/{parent.strip('/')}"
+        with open(f"{base}/cgroup.subtree_control", "w") as f:
+            f.write("+memory +pids")
+        leaf = f"{base}/zygote-{os.getpid()}"
+        os.makedirs(leaf, exist_ok=True)
+        paths = [leaf]
     else:
         paths = [f"/sys/fs/cgroup/{c}/{parent.strip('/')}" for c in ("memory", "pids")]
     for path in paths:

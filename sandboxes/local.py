@@ -37,6 +37,9 @@ from agentrl.api import ExecRequest, ExecResult, ExecStatus
 from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
 
+CGROUP_HEADROOM_MB = 64
+"""Memory a jail's cgroup allows beyond the program's limit and its work dir (interpreter, executor)."""
+
 JAIL_SETUP_S = 10.0
 """Seconds a jail may take beyond the program's own time limit before it is killed."""
 
@@ -167,7 +170,9 @@ class LocalSandbox:
             await asyncio.to_thread(self._start_zygote)
         params = {
             "name": f"agentrl-{uuid.uuid4().hex[:12]}",
-            "memory_mb": memory_mb,
+            # RLIMIT_AS (= memory_mb) stops the program itself with a MemoryError; the cgroup
+            # is the backstop for everything the jail holds, its tmpfs files included.
+            "memory_mb": memory_mb + self.config.work_mb + CGROUP_HEADROOM_MB,
             "pids": self.config.max_processes,
             "work_mb": self.config.work_mb,
             "uid": next(self._uids),

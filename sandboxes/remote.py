@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -51,15 +52,17 @@ class RemoteSandbox:
         self.retries = retries
         self.connect_timeout_s = connect_timeout_s
         self._transport = transport
-        self._clients: dict[int, httpx.AsyncClient] = {}
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _client(self) -> httpx.AsyncClient:
-        loop_id = id(asyncio.get_running_loop())
-        client = self._clients.get(loop_id)
+        loop = asyncio.get_running_loop()  # one client per event loop (tests run several)
+        client = self._clients.get(loop)
         if client is None:
             client = httpx.AsyncClient(base_url=self.url, headers=self._headers, transport=self._transport,
                                        timeout=httpx.Timeout(60.0, connect=self.connect_timeout_s))
-            self._clients[loop_id] = client
+            self._clients[loop] = client
         return client
 
     async def _send(self, method: str, path: str, body: Any, limit_s: float) -> Any:
@@ -110,6 +113,6 @@ class RemoteSandbox:
         return await self._send("GET", "/health", None, 10.0)
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
             await client.aclose()
-        self._clients.clear()

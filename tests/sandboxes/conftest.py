@@ -1,0 +1,213 @@
+"""Fixtures for the sandbox tests: real backends, each held inside a test cgroup.
+
+Every backend under test runs inside one cgroup made for this test session, with its own
+memory and pids limits (``TEST_CGROUP_MEMORY_MB``, ``TEST_CGROUP_PIDS``): LocalSandbox's
+fork server and jails join it (``cgroup_parent``), the sandbox service is started with it,
+and the Docker containers are created under it (``cgroup_parent``). A broken jail then
+fails a test instead of taking the machine down.
+
+Docker tests skip only when no engine can be reached and ``CI`` is not set; under CI they
+fail instead (``make test`` starts the engine and builds the image first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TEST_CGROUP_MEMORY_MB = 2048
+TEST_CGROUP_PIDS = 1024
+LOCAL_UID_BASE = 60000
+DOCKER_UID_BASE = 10000
+API_KEY = "test-key-" + os.urandom(4).hex()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cgroup_v2() -> bool:
+    return os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+
+
+def _cgroup_dirs(name: str) -> list[Path]:
+    if _cgroup_v2():
+        return [Path("/sys/fs/cgroup") / name]
+    return [Path("/sys/fs/cgroup") / c / name for c in ("memory", "pids")]
+
+
+@pytest.fixture(scope="session")
+def test_cgroup():
+    """Name (relative to the hierarchy root) of this session's cgroup, with its limits set."""
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox tests need root (jails, cgroups); CI runs them as root")
+    name = f"agentrl-tests-{os.getpid()}"
+    dirs = _cgroup_dirs(name)
+    try:
+        for d in dirs:
+            d.mkdir()
+        mb = TEST_CGROUP_MEMORY_MB << 20
+        if _cgroup_v2():
+            (dirs[0] / "memory.max").write_text(str(mb))
+            (dirs[0] / "pids.max").write_text(str(TEST_CGROUP_PIDS))
+        else:
+            (dirs[0] / "memory.limit_in_bytes").write_text(str(mb))
+            (dirs[1] / "pids.max").write_text(str(TEST_CGROUP_PIDS))
+    except OSError as e:
+        pytest.fail(f"cannot make the test cgroup {name} ({e}); the hostile tests must not run unbounded")
+    yield name
+    for base in Path("/sys/fs/cgroup").iterdir() if not _cgroup_v2() else [Path("/sys/fs/cgroup")]:
+        top = base / name
+        if not top.is_dir():
+            continue
+        for d in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if d.is_dir():
+                _rmdir(d)
+        _rmdir(top)
+
+
+def _rmdir(d: Path) -> None:
+    for _ in range(100):
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+def cgroup_pids(name: str) -> int:
+    """Processes now in the test cgroup (v1: the pids hierarchy)."""
+    d = _cgroup_dirs(name)[-1]
+    return int((d / "pids.current").read_text())
+
+
+@pytest.fixture(scope="session")
+def local_sandbox(test_cgroup):
+    from sandboxes.local import LocalSandbox
+
+    sandbox = LocalSandbox(cgroup_parent=test_cgroup, max_concurrency=4, uid_base=LOCAL_UID_BASE)
+    yield sandbox
+    asyncio.run(sandbox.aclose())
+
+
+def _docker_available() -> str:
+    """'' when an engine answers and the image exists, else why not."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get("agentrl-sandbox:latest")
+        return ""
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+
+
+@pytest.fixture(scope="session")
+def docker_ready():
+    why = _docker_available()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but Docker is not usable ({why}); `make sandbox-image` should have set it up")
+        pytest.skip(f"no Docker engine or sandbox image ({why}); run `make sandbox-image` as root")
+
+
+@pytest.fixture(scope="session")
+def docker_sandbox(docker_ready, test_cgroup):
+    from sandboxes.docker import DockerSandbox
+
+    sandbox = DockerSandbox(pool_size=2, memory_mb=384, cgroup_parent="/" + test_cgroup, uid=DOCKER_UID_BASE)
+    asyncio.run(sandbox.start())
+    yield sandbox
+    sandbox._destroy_all()
+
+
+def start_service(backend: str, cgroup: str, api_key: str = API_KEY, extra: tuple[str, ...] = ()):
+    """Start ``agentrl sandbox serve`` as a real process; returns (process, url)."""
+    argv = [sys.executable, "-m", "agentrl.cli", "sandbox", "serve", "--backend", backend, "--port", "0",
+            "--api-key", api_key, "--cgroup-parent", cgroup, "--max-concurrency", "4", *extra]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    deadline = time.monotonic() + 120
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"ready on (http://\S+)", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise AssertionError(f"sandbox service did not become ready:\n{''.join(lines)}")
+
+
+@pytest.fixture(scope="session")
+def service(test_cgroup):
+    proc, url = start_service("local", test_cgroup)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def remote_sandbox(service):
+    from sandboxes.remote import RemoteSandbox
+
+    return RemoteSandbox(service, api_key=API_KEY)
+
+
+@pytest.fixture(params=["local", "docker", "service"])
+def sandbox(request):
+    """Each backend in turn: the same tests run on all three."""
+    return request.getfixturevalue({"local": "local_sandbox", "docker": "docker_sandbox",
+                                    "service": "remote_sandbox"}[request.param])
+
+
+@pytest.fixture(scope="session")
+def canary():
+    """A host process the hostile programs try to signal; it must survive them all."""
+    proc = subprocess.Popen(["sleep", "3600"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="session")
+def loopback_listener():
+    """A TCP listener on the host's 127.0.0.1 that no sandboxed program may reach."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    sock.settimeout(0.05)
+    yield sock
+    sock.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_uid_processes():
+    """Host pids of processes owned by a sandbox uid (local jails or containers)."""
+    return lambda: (host_uid_processes(LOCAL_UID_BASE, LOCAL_UID_BASE + 4096)
+                    + host_uid_processes(DOCKER_UID_BASE, DOCKER_UID_BASE + 100))
+
+
+def host_uid_processes(lo: int, hi: int) -> list[int]:
+    """Host pids owned by a uid in [lo, hi) — sandboxed programs that outlived their run."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if lo <= os.stat(f"/proc/{name}").st_uid < hi:
+                    out.append(int(name))
+            except OSError:
+                pass
+    return out
