@@ -139,9 +139,13 @@ def _json_type(tp: Any, where: str) -> dict[str, Any]:
         return {"type": _SCALARS[tp]}
     if origin in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1:
-            return _json_type(rest[0], where)
-        return {"anyOf": [_json_type(a, where) for a in rest]}
+        out = _json_type(rest[0], where) if len(rest) == 1 else {"anyOf": [_json_type(a, where) for a in rest]}
+        if type(None) in args:  # Optional[T]: JSON null is allowed too
+            if isinstance(out.get("type"), str):
+                out["type"] = [out["type"], "null"]
+            else:
+                out = {"anyOf": [*out.get("anyOf", [out]), {"type": "null"}]}
+        return out
     if origin is typing.Literal:
         kinds = {type(a) for a in args}
         if len(kinds) != 1 or next(iter(kinds)) not in _SCALARS:
@@ -191,6 +195,11 @@ def _check_value(schema: Mapping[str, Any], value: Any) -> str | None:
         problems = [_check_value(s, value) for s in schema["anyOf"]]
         return None if any(p is None for p in problems) else "; or ".join(p for p in problems if p)
     kind = schema.get("type")
+    if isinstance(kind, list):  # [T, "null"] from Optional[T]
+        if value is None and "null" in kind:
+            return None
+        problems = [_check_value({**schema, "type": k}, value) for k in kind if k != "null"]
+        return None if any(p is None for p in problems) else "; or ".join(p for p in problems if p)
     ok = {
         "string": isinstance(value, str),
         "integer": isinstance(value, int) and not isinstance(value, bool),
@@ -198,6 +207,7 @@ def _check_value(schema: Mapping[str, Any], value: Any) -> str | None:
         "boolean": isinstance(value, bool),
         "array": isinstance(value, list),
         "object": isinstance(value, dict),
+        "null": value is None,
     }.get(kind, True)
     if not ok:
         return f"expected a JSON {kind}, got {json.dumps(value)}"

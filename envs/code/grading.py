@@ -27,7 +27,7 @@ from typing import Any
 
 from agentrl.api import ExecRequest, ExecResult, ExecStatus, Sandbox
 from agentrl.errors import EnvError, SandboxError
-from envs.code.harness import test_statements
+from envs.code.harness import check_statements
 
 HARNESS_SOURCE = (Path(__file__).parent / "harness.py").read_text()
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
@@ -58,7 +58,7 @@ def count_tests(task: dict[str, Any]) -> int:
     if task_kind(task) == "stdio":
         return len(task["inputs"])
     try:
-        return sum(i is not None for i, _ in test_statements(task["test"])[1])
+        return sum(i is not None for i, _ in check_statements(task["test"])[1])
     except (SyntaxError, ValueError) as e:
         raise EnvError(f"the task's test code cannot be read: {e}") from e
 

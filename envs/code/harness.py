@@ -1,7 +1,7 @@
 """The test harness that runs *inside* the sandbox for function-call tasks (HumanEval style).
 
 What it is: a standalone stdlib-only program (its source is sent as the sandbox program;
-the host also imports it for ``test_statements``). The harness forks: the *child* loads the
+the host also imports it for ``check_statements``). The harness forks: the *child* loads the
 candidate's code and only answers calls (``candidate(*args)``) over a pipe; the *parent*
 runs the task's tests, with ``candidate`` a proxy that forwards each call to the child, and
 prints one line per test, tagged with a nonce the host generated: ``<nonce> <i> pass``.
@@ -39,7 +39,7 @@ import time
 MAX_MESSAGE = 16 << 20  # bytes a child's reply may have
 
 
-def test_statements(test_source):
+def check_statements(test_source):
     """(argument name of ``check``, [(index or None, statement)]) for a HumanEval test.
 
     Each top-level statement of ``check``'s body that holds an ``assert`` whose condition is
@@ -217,7 +217,7 @@ def main():
     env = {"__name__": "tests", "__builtins__": builtins}
     exec(compile(spec["prompt"], "prompt.py", "exec"), env)
     exec(compile(spec["test"], "test.py", "exec"), env)
-    arg, statements = test_statements(spec["test"])
+    arg, statements = check_statements(spec["test"])
     env[arg] = _make_proxy(req_w, rep_r, deadline)
     for index, stmt in statements:
         code = compile(ast.Module(body=[stmt], type_ignores=[]), "check", "exec")

@@ -5,14 +5,8 @@ environments in ``envs.math.env`` wrap it in Gymnasium's API.
 """
 
 from envs.math.env import MathEnv, MathRetryEnv
-from envs.math.verifier import (
-    VerifierConfig,
-    VerifierPool,
-    amath_reward_fn,
-    extract_final_answer,
-    math_reward_fn,
-    normalize_gold,
-)
+from envs.math.pool import VerifierConfig, VerifierPool, amath_reward_fn, math_reward_fn
+from envs.math.verifier import compare, extract_final_answer, normalize_gold
 
 __all__ = [
     "MathEnv",
@@ -20,6 +14,7 @@ __all__ = [
     "VerifierConfig",
     "VerifierPool",
     "amath_reward_fn",
+    "compare",
     "extract_final_answer",
     "math_reward_fn",
     "normalize_gold",

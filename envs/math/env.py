@@ -17,7 +17,8 @@ from agentrl.datasets import data_path, load_rows
 from agentrl.env import EpisodeLimits, TextEnv, Turn
 from agentrl.errors import EnvError, VerifierError
 from agentrl.rewards import Reward, Rubric, boxed_format, discounted, fact
-from envs.math.verifier import VerifierPool, default_pool, extract_final_answer
+from envs.math.pool import VerifierPool, default_pool
+from envs.math.verifier import extract_final_answer
 
 SYSTEM_PROMPT = "Solve the problem step by step. Put the final answer in \\boxed{}."
 DEFAULT_DATASET = "gsm8k_test.jsonl"

@@ -1,0 +1,135 @@
+"""Arith, Math, MathRetry and ToolUse episodes played with hand-written replies."""
+
+from __future__ import annotations
+
+import gymnasium
+import pytest
+
+import envs  # noqa: F401
+from agentrl.arith import CALCULATOR_TOOL, format_answer, generate_problems
+from agentrl.errors import EnvError
+from agentrl.tokenizer import tool_call_text
+from envs.tool_use import KINDS, make_task
+
+GSM8K_ROW = {"question": "Janet has 16 eggs, eats 3 and bakes with 4, and sells the rest at $2. How much?",
+             "answer": "Janet sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\n#### 18"}
+
+
+def test_arith_rewards_the_boxed_answer_and_logs_exact_format():
+    env = gymnasium.make("agentrl/Arith-v0", format_weight=0.5)
+    problem = generate_problems(1, seed=5)[0]
+    obs, _ = env.reset(options={"task": problem.to_row()})
+    assert obs == [{"role": "user", "content": problem.question}]  # as the tiny model was trained
+    *_, info = env.step(format_answer(problem.answer))
+    assert info["rewards"] == {"correct": 1.0, "format": 1.0} and info["answer"] == problem.answer
+    env.reset(options={"task": problem.to_row()})
+    _, reward, *_, info = env.step(f"It is {format_answer(problem.answer)}.")
+    assert info["rewards"] == {"correct": 1.0, "format": 0.0} and reward == 1.0
+    env.reset(options={"task": problem.to_row()})
+    assert env.step(format_answer(problem.answer + 1))[1] == 0.5
+    with pytest.raises(EnvError, match="integer"):
+        env.reset(options={"task": {"question": "q", "answer": "x"}})
+    env.close()
+
+
+def test_arith_seeded_problems_follow_the_generator_arguments():
+    env = gymnasium.make("agentrl/Arith-v0", num_terms=[2], max_operand=9, ops=["*"])
+    obs, _ = env.reset(seed=3)
+    expression = obs[0]["content"].removeprefix("What is ").removesuffix("?")
+    a, b = expression.split("*")
+    assert 0 <= int(a) <= 9 and 0 <= int(b) <= 9
+    env.close()
+    with pytest.raises(EnvError, match="ops"):
+        gymnasium.make("agentrl/Arith-v0", ops=["/"])
+
+
+def test_math_grades_gsm8k_and_latex_answers():
+    env = gymnasium.make("agentrl/Math-v0")
+    obs, _ = env.reset(options={"task": GSM8K_ROW})
+    assert [m["role"] for m in obs] == ["system", "user"] and "\\boxed{}" in obs[0]["content"]
+    _, reward, terminated, _, info = env.step("16-3-4=9 eggs, 9*2=18, so \\boxed{18}")
+    assert (reward, terminated, info["correct"], info["answer"]) == (1.0, True, True, "18")
+    env.reset(options={"task": {"question": "Half of one?", "answer": "\\frac{1}{2}"}})
+    assert env.step("The final answer is 0.5")[1] == 1.0
+    env.reset(options={"task": GSM8K_ROW})
+    assert env.step("\\boxed{17}")[1] == 0.0
+    with pytest.raises(EnvError, match="'question'"):
+        env.reset(options={"task": {"problem": "x", "answer": "1"}})
+    env.close()
+
+
+def test_math_retry_feedback_and_discount():
+    env = gymnasium.make("agentrl/MathRetry-v0", max_attempts=3, discount=0.5)
+    env.reset(options={"task": GSM8K_ROW})
+    obs, reward, terminated, truncated, info = env.step("I am not sure.")
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert "could not find a final answer" in obs[0]["content"] and "2 attempts left" in obs[0]["content"]
+    obs, *_ = env.step("\\boxed{17}")
+    assert "17 is not the answer" in obs[0]["content"] and "1 attempt left" in obs[0]["content"]
+    obs, reward, terminated, truncated, info = env.step("\\boxed{18}")
+    assert (obs, reward, terminated, truncated) == ([], 0.25, True, False)
+    assert info["attempts"] == 3 and info["rewards"]["correct"] == 0.25
+    env.reset(options={"task": GSM8K_ROW})
+    for _ in range(2):
+        env.step("\\boxed{1}")
+    *_, terminated, truncated, info = env.step("\\boxed{2}")
+    assert terminated and not truncated and info["rewards"]["correct"] == 0.0
+    env.close()
+
+
+# --------------------------------------------------------------------------- tool use
+
+
+def test_tool_use_offers_the_calculator_the_tiny_model_knows():
+    env = gymnasium.make("agentrl/ToolUse-v0")
+    _, info = env.reset(seed=0)
+    assert info["tools"][0] == CALCULATOR_TOOL
+    assert [t["function"]["name"] for t in info["tools"]] == ["calculator", "lookup"]
+    env.close()
+
+
+def _solve(task):
+    """The calls a careful agent makes for a tool-use task, one reply per list entry."""
+    store, q = task["store"], task["question"]
+    if task["kind"] == "calc":
+        return [[("calculator", {"expression": q.removeprefix("What is ").removesuffix("?")})]]
+    items = [w for w in q.replace("?", "").split() if w in store]
+    if task["kind"] == "lookup":
+        return [[("lookup", {"key": items[0]})]]
+    counts = [int(w) for w in q.split() if w.isdigit()]
+    expr = "+".join(f"{n}*{store[i]}" for n, i in zip(counts, items, strict=True))
+    return [[("lookup", {"key": i}) for i in items], [("calculator", {"expression": expr})]]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tool_use_episode_for_each_kind(kind):
+    import random
+
+    task = make_task(random.Random(7), kind)
+    needed = {"calc": 1, "lookup": 1, "lookup_calc": 2, "two_lookups_calc": 3}[kind]
+    env = gymnasium.make("agentrl/ToolUse-v0")
+    env.reset(options={"task": task})
+    results = []
+    for calls in _solve(task):
+        obs, reward, terminated, truncated, info = env.step("".join(tool_call_text(n, a) for n, a in calls))
+        assert not terminated and not truncated and all(m["role"] == "tool" for m in obs)
+        results += [m["content"] for m in obs]
+    assert info["tool_calls"] == needed and info["tool_errors"] == 0
+    assert results[-1] == task["answer"]
+    _, reward, terminated, _, info = env.step(format_answer(int(results[-1])))
+    assert (reward, terminated, info["correct"]) == (1.0, True, True)
+    env.close()
+
+
+def test_tool_use_malformed_calls_are_explained_and_turns_are_limited():
+    env = gymnasium.make("agentrl/ToolUse-v0", max_turns=3)
+    env.reset(options={"task": {"question": "What is the price of one tea?", "answer": "7", "store": {"tea": 7}}})
+    obs, *_, info = env.step('<tool_call>{"name": "lookup", "arguments": {"key": "tea"</tool_call>')
+    assert obs[0]["role"] == "tool" and "not valid JSON" in obs[0]["content"] and info["tool_errors"] == 1
+    obs, *_ = env.step(tool_call_text("lookup", {"key": "coffee"}))
+    assert "no item 'coffee'; the items are ['tea']" in obs[0]["content"]
+    obs, reward, terminated, truncated, info = env.step(tool_call_text("lookup", {"key": "tea"}))
+    assert obs[0]["content"] == "7"
+    assert (reward, terminated, truncated, info["truncated_by"]) == (0.0, False, True, "max_turns")
+    assert info["rewards"] == {"correct": 0.0, "tool_errors": 2.0}
+    env.close()
