@@ -355,6 +355,38 @@ def _wipe(path: str) -> None:
                 pass
 
 
+class ContainerMemory:
+    """OOM kills of the container's own memory cgroup, read through its read-only
+    /sys/fs/cgroup view (v1 ``memory.oom_control`` or v2 ``memory.events``), so a program
+    the kernel OOM-kills is reported as MEMORY. Peak memory stays the program's max RSS."""
+
+    PATHS = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
+
+    def __init__(self) -> None:
+        self.path = next((p for p in self.PATHS if os.access(p, os.R_OK)), None)
+        self.seen = 0
+
+    def _kills(self) -> int:
+        if self.path is None:
+            return 0
+        with open(self.path) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def join_fds(self) -> tuple:
+        self.seen = self._kills()
+        return ()
+
+    def oom(self) -> bool:
+        return self._kills() > self.seen
+
+    def peak_mb(self) -> float:
+        return 0.0
+
+
 def _wipe_all() -> None:
     for d in ("/work", "/tmp", "/dev/shm"):
         if os.path.isdir(d) and not os.path.islink(d):
@@ -468,7 +500,7 @@ class Executor:
         exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         oom = bool(self.cgroups and self.cgroups.oom())
-        peak = self.cgroups.peak_mb() if self.cgroups else (usage.ru_maxrss / 1024 if usage else 0.0)
+        peak = (self.cgroups.peak_mb() if self.cgroups else 0.0) or (usage.ru_maxrss / 1024 if usage else 0.0)
         stderr = sup["stderr"].text()
         files = self._fetch(req.get("fetch", []))
         _wipe_all()
@@ -585,7 +617,7 @@ def container_main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     uid = int(os.environ.get("SANDBOX_UID", "10000"))
     os.chmod("/work", 0o1777)
-    executor = Executor(uid, python=os.environ.get("SANDBOX_PYTHON", "/usr/bin/python3"))
+    executor = Executor(uid, python=os.environ.get("SANDBOX_PYTHON", "/usr/bin/python3"), cgroups=ContainerMemory())
     serve(executor, sys.stdin.buffer, sys.stdout.buffer)
 
 

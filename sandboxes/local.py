@@ -57,8 +57,20 @@ class LocalSandboxConfig:
     uid_base: int = option(60000, help="first uid of the range given to jails (one uid per jail)", ge=1000)
 
 
+def check_names(request: ExecRequest) -> None:
+    """Reject file names that are not relative paths inside the work dir (caller's bug)."""
+    for name in [*request.files, *request.files_b64, *request.fetch]:
+        norm = os.path.normpath(name)
+        if not name or os.path.isabs(norm) or norm == "." or norm.split(os.sep)[0] == "..":
+            raise ValueError(
+                f"file name {name!r} must be a relative path inside the work dir, like 'data/input.txt'"
+            )
+
+
 def request_payload(request: ExecRequest, work_mb: int, max_processes: int) -> dict[str, Any]:
-    """The executor's ``run`` request: the ExecRequest plus the backend's fixed limits."""
+    """The executor's ``run`` request: the ExecRequest plus the backend's fixed limits.
+    Raises ValueError for file names outside the work dir."""
+    check_names(request)
     d = request.to_dict()
     d["file_limit_mb"] = work_mb
     d["max_processes"] = max_processes

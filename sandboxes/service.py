@@ -139,7 +139,10 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
     async def run(request: Request) -> dict[str, Any]:
         req = _parse_request(await request.json())
         async with gate().slot():
-            result = await sandbox.run(req)
+            try:
+                result = await sandbox.run(req)
+            except ValueError as e:  # the request itself is wrong (a file name outside the work dir)
+                raise HTTPException(422, str(e)) from e
         return result.to_dict()
 
     @app.post("/sessions")
@@ -161,7 +164,10 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
             raise HTTPException(404, f"no session {sid!r} (it ended or expired after {SESSION_IDLE_S:.0f} s idle)")
         async with s.lock, gate().slot():
             s.last_used = time.monotonic()
-            result = await s.session.run(req)
+            try:
+                result = await s.session.run(req)
+            except ValueError as e:
+                raise HTTPException(422, str(e)) from e
             s.last_used = time.monotonic()
         return result.to_dict()
 

@@ -82,6 +82,14 @@ def _rmdir(d: Path) -> None:
             time.sleep(0.05)
 
 
+@pytest.fixture(scope="session")
+def helpers():
+    """Helpers for tests (with --import-mode=importlib a conftest is not importable)."""
+    import types
+
+    return types.SimpleNamespace(api_key=API_KEY, repo=REPO, start_service=start_service, cgroup_pids=cgroup_pids)
+
+
 def cgroup_pids(name: str) -> int:
     """Processes now in the test cgroup (v1: the pids hierarchy)."""
     d = _cgroup_dirs(name)[-1]

@@ -1,0 +1,115 @@
+"""The Sandbox contract, the same on every backend: statuses, output, files, limits, sessions.
+
+Each test runs against a real LocalSandbox jail, a real Docker pool and a real
+``agentrl sandbox serve`` process (through RemoteSandbox).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from agentrl.api import ExecRequest, ExecStatus
+from agentrl.errors import SandboxError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_ok_result_reports_output_exit_and_usage(sandbox):
+    r = await sandbox.run(ExecRequest(code="import sys\nprint('out')\nprint('err', file=sys.stderr)\n"))
+    assert r.status is ExecStatus.OK
+    assert (r.exit_code, r.signal, r.stdout, r.stderr) == (0, None, "out\n", "err\n")
+    assert 0 < r.wall_s < 5 and 0 <= r.cpu_s < 5
+    assert 0 < r.peak_memory_mb < 128
+    assert not r.stdout_truncated and not r.stderr_truncated
+
+
+async def test_exit_code_and_signal_are_the_real_ones(sandbox):
+    r = await sandbox.run(ExecRequest(code="raise SystemExit(3)"))
+    assert (r.status, r.exit_code, r.signal) == (ExecStatus.RUNTIME_ERROR, 3, None)
+    r = await sandbox.run(ExecRequest(code="import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n"))
+    assert (r.status, r.exit_code, r.signal) == (ExecStatus.RUNTIME_ERROR, None, 15)
+    r = await sandbox.run(ExecRequest(code="1 / 0"))
+    assert r.status is ExecStatus.RUNTIME_ERROR and "ZeroDivisionError" in r.stderr
+
+
+async def test_stdin_files_and_fetch(sandbox):
+    code = (
+        "import sys\nname = sys.stdin.read().strip()\ndata = open('data/in.txt').read()\n"
+        "blob = open('blob.bin', 'rb').read()\nopen('out.txt', 'w').write(f'{name}:{data}:{blob.hex()}')\n"
+    )
+    r = await sandbox.run(ExecRequest(code=code, stdin="alice\n", files={"data/in.txt": "hello"},
+                                      files_b64={"blob.bin": base64.b64encode(b"\x00\xff").decode()},
+                                      fetch=["out.txt", "missing.txt"]))
+    assert r.status is ExecStatus.OK, r
+    assert r.files == {"out.txt": "alice:hello:00ff"}
+
+
+async def test_work_dir_is_fresh_for_every_run(sandbox):
+    r = await sandbox.run(ExecRequest(code="open('left.txt', 'w').write('x')\nopen('/tmp/t', 'w').write('x')"))
+    assert r.status is ExecStatus.OK, r
+    r = await sandbox.run(ExecRequest(code="import os\nprint(sorted(os.listdir('.')), os.listdir('/tmp'))"))
+    assert r.status is ExecStatus.OK and "left.txt" not in r.stdout and "'t'" not in r.stdout, r.stdout
+
+
+async def test_bash_programs(sandbox):
+    r = await sandbox.run(ExecRequest(code="read x\necho \"got $x\"\nexit 4\n", language="bash", stdin="7\n"))
+    assert (r.status, r.exit_code, r.stdout) == (ExecStatus.RUNTIME_ERROR, 4, "got 7\n")
+
+
+async def test_stderr_is_capped_on_its_own(sandbox):
+    r = await sandbox.run(ExecRequest(code="import sys\nsys.stderr.write('e' * 10000)\nprint('fine')",
+                                      output_limit_bytes=100))
+    assert r.status is ExecStatus.OUTPUT_LIMIT
+    assert r.stderr_truncated and len(r.stderr) == 100 and not r.stdout_truncated
+
+
+async def test_file_names_outside_the_work_dir_are_refused(sandbox):
+    with pytest.raises((ValueError, SandboxError), match="relative path inside the work dir"):
+        await sandbox.run(ExecRequest(code="pass", files={"../escape.txt": "x"}))
+
+
+async def test_concurrent_runs_all_complete(sandbox):
+    codes = [f"import time\ntime.sleep(0.2)\nprint({i} * {i})" for i in range(8)]
+    results = await asyncio.gather(*[sandbox.run(ExecRequest(code=c)) for c in codes])
+    assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(8)]
+
+
+async def test_session_keeps_variables_between_calls(sandbox):
+    async with sandbox.session() as s:
+        r = await s.run(ExecRequest(code="import math\ntotal = 40"))
+        assert r.status is ExecStatus.OK, r
+        r = await s.run(ExecRequest(code="total += 2\nprint('printed')\ntotal"))
+        assert (r.status, r.stdout) == (ExecStatus.OK, "printed\n42\n")
+        r = await s.run(ExecRequest(code="undefined_name"))
+        assert r.status is ExecStatus.RUNTIME_ERROR and "NameError" in r.stderr
+        r = await s.run(ExecRequest(code="math.isqrt(total * 100)"))  # an error keeps the state
+        assert r.stdout == "64\n"
+
+
+async def test_session_timeout_restarts_the_interpreter(sandbox):
+    async with sandbox.session() as s:
+        await s.run(ExecRequest(code="kept = 1"))
+        r = await s.run(ExecRequest(code="while True:\n    pass", time_limit_s=1))
+        assert r.status is ExecStatus.TIMEOUT and "restarted" in r.error
+        r = await s.run(ExecRequest(code="kept"))
+        assert r.status is ExecStatus.RUNTIME_ERROR and "NameError" in r.stderr
+        r = await s.run(ExecRequest(code="fresh = 5\nfresh * 2"))
+        assert (r.status, r.stdout) == (ExecStatus.OK, "10\n")
+
+
+async def test_session_is_destroyed_when_the_episode_fails(sandbox, sandbox_uid_processes):
+    with pytest.raises(RuntimeError, match="episode failed"):
+        async with sandbox.session() as s:
+            await s.run(ExecRequest(code="import subprocess\np = subprocess.Popen(['sleep', '300'])"))
+            raise RuntimeError("episode failed")
+    for _ in range(60):
+        if not sandbox_uid_processes():
+            break
+        await asyncio.sleep(0.05)
+    assert not sandbox_uid_processes(), "the session's interpreter (or its child) outlived the episode"
+    async with sandbox.session() as s:  # and a new session starts clean
+        r = await s.run(ExecRequest(code="'p' in globals()"))
+        assert r.stdout == "False\n"
