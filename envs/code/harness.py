@@ -218,7 +218,8 @@ def main():
     exec(compile(spec["prompt"], "prompt.py", "exec"), env)
     exec(compile(spec["test"], "test.py", "exec"), env)
     arg, statements = check_statements(spec["test"])
-    env[arg] = _make_proxy(req_w, rep_r, deadline)
+    # the tests may also name the function itself (HumanEval/33 does): that is the candidate too
+    env[arg] = env[spec["entry_point"]] = _make_proxy(req_w, rep_r, deadline)
     for index, stmt in statements:
         code = compile(ast.Module(body=[stmt], type_ignores=[]), "check", "exec")
         try:

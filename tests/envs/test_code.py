@@ -121,7 +121,7 @@ def play(env_id, task, reply, **kwargs):
 
 
 @needs_root
-@pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/32", "HumanEval/38"])
+@pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/32", "HumanEval/33", "HumanEval/38"])
 def test_canonical_humaneval_solutions_pass(local_sandbox, task_id):
     row = HUMANEVAL[task_id]
     _, reward, terminated, _, info = play("agentrl/Code-v0", row, fenced(row["prompt"] + row["canonical_solution"]))
