@@ -97,7 +97,12 @@ def check_text_env(env_id: str, kwargs: dict | None = None, seeds: tuple[int, ..
     missing = [s for s in DOC_SECTIONS if f"## {s}" not in doc]
     if missing:
         problems.append(f"docstring lacks the Gymnasium sections {missing}")
-    env = gymnasium.make(env_id, **kwargs)
+    try:
+        env = gymnasium.make(env_id, **kwargs)
+    except (TypeError, ValueError) as e:
+        from agentrl.errors import ConfigError
+
+        raise ConfigError(f"cannot make {env_id} with {kwargs}: {e}") from e
     try:
         raw = env.unwrapped
         if not isinstance(raw, TextEnv):
