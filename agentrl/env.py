@@ -263,13 +263,21 @@ class TextEnv(gymnasium.Env[list, str]):
             raise EnvError(f"the action is the assistant's reply as a str, got {type(action).__name__}")
         self._turns += 1
         self.transcript.append({"role": "assistant", "content": action})
-        turn = await self._turn(action)
+        wall_hit = False
+        if self.limits.max_wall_s is None:
+            turn = await self._turn(action)
+        else:  # a turn that overruns the episode's wall time is cancelled, and the episode truncated
+            left = self.limits.max_wall_s - (time.monotonic() - self._t0)
+            try:
+                turn = await asyncio.wait_for(self._turn(action), max(left, 0.001))
+            except TimeoutError:
+                turn, wall_hit = Turn(), True
         self._check_messages(turn.messages, "_turn")
         self.transcript.extend(copy.deepcopy(turn.messages))
         self._facts.update(turn.facts)
         self._tokens += self.count_tokens(action) + sum(self.count_tokens(m["content"]) for m in turn.messages)
         info: dict[str, Any] = {"turn": self._turns, **copy.deepcopy(turn.facts)}
-        truncated_by = None if turn.done else self._limit_reached()
+        truncated_by = "wall_time" if wall_hit else (None if turn.done else self._limit_reached())
         truncated = truncated_by is not None
         reward = 0.0
         if turn.done or truncated:

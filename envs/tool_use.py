@@ -84,7 +84,8 @@ class ToolUseEnv(TextEnv):
     (default 4, Gymnasium's TimeLimit semantics), or by ``max_tokens`` / ``max_wall_s``.
 
     ## Information
-    Reset: ``tools`` (the OpenAI schemas, for the chat template). Step: ``turn``,
+    Reset: ``tools`` (the OpenAI schemas, for the chat template; only the calculator when
+    ``kinds`` is ``("calc",)``, the prompt the tiny model was trained on). Step: ``turn``,
     ``tool_calls`` and ``tool_errors`` (totals so far), ``correct`` and ``answer`` on the
     final reply, ``rewards`` on the last step.
 
@@ -119,7 +120,9 @@ class ToolUseEnv(TextEnv):
             raise EnvError(f"kinds must be a non-empty subset of {KINDS}, got {list(kinds)}")
         self.kinds = tuple(kinds)
         self.system_prompt = system_prompt
-        self.toolbox = ToolBox([calculator, self.lookup], timeout_s=tool_timeout_s)
+        # kinds=("calc",) offers the calculator alone: exactly the tiny model's training prompt
+        tools = [calculator] + ([self.lookup] if set(self.kinds) - {"calc"} else [])
+        self.toolbox = ToolBox(tools, timeout_s=tool_timeout_s)
         self._store: dict[str, Any] = {}
         self._calls = self._errors = 0
 

@@ -204,9 +204,16 @@ class VerifierPool:
                     worker.stop()
                     worker = None
                     self._count("restarts")
-                try:
-                    if worker is None:
+                if worker is None:
+                    try:
                         worker = _Worker(self.cfg)
+                    except (TimeoutError, EOFError, OSError, ValueError) as e:
+                        self._count("errors")
+                        fut.set_exception(VerifierError(
+                            f"a verifier worker could not start ({type(e).__name__}: {e}); is math-verify "
+                            f"installed for {sys.executable}?"))
+                        continue
+                try:
                     worker.tasks += 1
                     kind, value = worker.request(answer, gold, self.cfg.hard_timeout_s)
                 except TimeoutError:
@@ -218,8 +225,7 @@ class VerifierPool:
                         f"{self.cfg.hard_timeout_s:g} s; the worker was killed"))
                     continue
                 except (EOFError, OSError, ValueError) as e:
-                    if worker is not None:
-                        worker.kill()
+                    worker.kill()
                     worker = None
                     self._count("errors")
                     fut.set_exception(VerifierError(f"a verifier worker failed ({type(e).__name__}: {e}); "

@@ -91,11 +91,15 @@ def test_max_tokens_counts_the_whole_conversation():
     env.close()
 
 
-def test_wall_time_limit():
-    env = CountdownEnv(EpisodeLimits(max_turns=50, max_wall_s=0.05), sleep_s=0.06)
+def test_wall_time_limit_cancels_an_overrunning_turn():
+    env = CountdownEnv(EpisodeLimits(max_turns=50, max_wall_s=0.3), sleep_s=0.2)
     env.reset(seed=0)
-    *_, truncated, info = env.step("slow")
-    assert truncated and info["truncated_by"] == "wall_time"
+    assert env.step("a")[3] is False  # 0.2 s of 0.3 s used
+    start = time.monotonic()
+    obs, reward, terminated, truncated, info = env.step("b")  # would end at 0.4 s: cut at 0.3 s
+    assert time.monotonic() - start < 0.18
+    assert (obs, terminated, truncated, info["truncated_by"]) == ([], False, True, "wall_time")
+    assert info["rewards"] == {"correct": 0.0, "turns": 1.0}  # the cancelled turn measured nothing
     env.close()
 
 

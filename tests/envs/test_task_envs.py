@@ -86,6 +86,10 @@ def test_tool_use_offers_the_calculator_the_tiny_model_knows():
     assert info["tools"][0] == CALCULATOR_TOOL
     assert [t["function"]["name"] for t in info["tools"]] == ["calculator", "lookup"]
     env.close()
+    env = gymnasium.make("agentrl/ToolUse-v0", kinds=["calc"])
+    obs, info = env.reset(seed=0)
+    assert info["tools"] == [CALCULATOR_TOOL] and obs[0]["content"].startswith("What is ")
+    env.close()
 
 
 def _solve(task):
