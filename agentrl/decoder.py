@@ -234,7 +234,12 @@ class Decoder:
         sin = self.sin[positions].unsqueeze(1)
         key_pos = torch.arange(L, device=self.device)
         mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B, 1, T, L]
-        b_idx = row_slot[:, None].expand(B, T)
+        bias = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(~mask, float("-inf"))
+        scale = 1.0 / math.sqrt(s.head_dim)
+        # Rows of the flattened cache [S * KV * max_len, D] that this call writes: [B, KV, T].
+        heads = torch.arange(s.num_kv_heads, device=self.device)
+        write_rows = ((row_slot[:, None, None] * s.num_kv_heads + heads[None, :, None]) * self.max_len
+                      + positions[:, None, :]).reshape(-1)
         q_out, kv_out = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
         x = w["embed"][tokens]
         for i, layer in enumerate(w["layers"]):
@@ -250,13 +255,19 @@ class Decoder:
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             ck, cv = self.cache_k[i], self.cache_v[i]  # [S, KV, max_len, D]
-            ck[b_idx, :, positions] = k.transpose(1, 2)
-            cv[b_idx, :, positions] = v
+            ck.view(-1, s.head_dim).index_copy_(0, write_rows, k.reshape(-1, s.head_dim))
+            cv.view(-1, s.head_dim).index_copy_(0, write_rows, v.transpose(1, 2).reshape(-1, s.head_dim))
             keys, values = ck[slots, :, :L], cv[slots, :, :L]
-            attn = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=1.0 / math.sqrt(s.head_dim),
-                enable_gqa=s.num_kv_heads != s.num_heads,
-            )
+            if T == 1:
+                # one query per row: grouped heads as a small batched matmul (SDPA's CPU
+                # kernels are tiled for long queries and cost several times more here)
+                g = s.num_heads // s.num_kv_heads
+                scores = torch.matmul(q.reshape(B, s.num_kv_heads, g, s.head_dim), keys.transpose(-1, -2))
+                probs = (scores * scale + bias).softmax(dim=-1)
+                attn = torch.matmul(probs, values).reshape(B, s.num_heads, 1, s.head_dim)
+            else:
+                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
+                                                      enable_gqa=s.num_kv_heads != s.num_heads)
             x = x + F.linear(attn.transpose(1, 2).reshape(B, T, q_out), layer["o"])
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
             gate, up = F.linear(h, layer["gate_up"]).chunk(2, dim=-1)
