@@ -10,19 +10,23 @@ The protocol::
     obs, info = env.reset(seed=0, options={"task": row})   # obs: messages to show the model
     obs, reward, terminated, truncated, info = env.step(reply_text)
 
-``info`` of reset carries ``tools`` (OpenAI schemas) when the env offers tools: pass them to
-the chat template or the API. ``obs`` holds only the *new* messages to append to the conversation. ``terminated``: the
-task ended (answer graded); ``truncated``: cut off from outside — ``max_turns`` behaves as
-Gymnasium's ``TimeLimit`` (``truncated=True`` on the step that reaches it), ``max_tokens``
-and ``max_wall_s`` likewise; ``info["truncated_by"]`` names which. The limits are enforced
-inside the env, not by a wrapper, because wrappers do not forward ``areset``/``astep``.
-The reward is the env's ``Rubric`` (agentrl/rewards.py) scored once, on the step that ends
-the episode (0.0 before); ``info["rewards"]`` holds every named term.
+``obs`` holds only the *new* messages to append to the conversation; reset's ``info``
+carries ``tools`` (OpenAI schemas) when the env offers tools — pass them to the chat
+template or the API. ``terminated``: the task ended (answer graded); ``truncated``: cut off
+from outside — ``max_turns`` behaves as Gymnasium's ``TimeLimit`` (``truncated=True`` on
+the step that reaches it), ``max_tokens`` likewise, and a turn that overruns ``max_wall_s``
+is cancelled; ``info["truncated_by"]`` names the limit. The limits are enforced inside the
+env, not by a wrapper, because wrappers do not forward ``areset``/``astep``. The reward is
+the env's ``Rubric`` (agentrl/rewards.py) scored once, on the step that ends the episode
+(0.0 before); ``info["rewards"]`` holds every named term. A failure of the infrastructure
+(``SandboxError``...) propagates from ``step``: the rollout side records the episode as
+failed; the model's own mistakes are never exceptions.
 
 Async: every env is written as coroutines (``_start``, ``_turn``), so ``areset``/``astep``
 never block an event loop when the env waits on I/O. The sync ``reset``/``step`` run the
 same coroutines on one private event-loop thread per env, so loop-bound resources (a
-sandbox session) stay valid across sync steps. Use one style per episode.
+sandbox session) stay valid across sync steps. Use one style per episode, and end with
+``close()`` (sync) or ``await aclose()`` (async).
 
 Main hook — subclass and implement::
 
@@ -245,8 +249,12 @@ class TextEnv(gymnasium.Env[list, str]):
         self.task = dict(task)
         self.transcript, self._turns, self._over, self._facts = [], 0, False, {}
         self._t0 = time.monotonic()
-        messages = await self._start(self.task)
-        self._check_messages(messages, "_start")
+        try:
+            messages = await self._start(self.task)
+            self._check_messages(messages, "_start")
+        except BaseException:
+            self.task = None  # no half-started episode to step into
+            raise
         self.transcript.extend(copy.deepcopy(messages))
         self._tokens = sum(self.count_tokens(m["content"]) for m in messages)
         info: dict[str, Any] = {"turn": 0}
