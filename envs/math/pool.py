@@ -1,7 +1,8 @@
 """A pool of killable worker processes that run the math verifier, and ``math_reward_fn``.
 
 What it is: ``VerifierPool`` — worker processes (``python -c``, fed JSON lines) behind a job
-queue, one dispatcher thread per worker. A verification that runs past ``hard_timeout_s``
+queue, one dispatcher thread per worker that hands its worker up to ``batch_size`` queued
+jobs at a time (no round trip per job). A verification that runs past ``hard_timeout_s``
 gets its worker killed and replaced (math-verify's own timeout uses ``signal.alarm``, which
 only works on a main thread, so it cannot be the last line of defence); workers are
 recycled after ``max_tasks_per_worker`` tasks (sympy's caches grow) and run under an
@@ -55,6 +56,9 @@ class VerifierConfig:
     max_tasks_per_worker: int = option(5000, help="a worker is replaced after this many tasks", ge=1)
     memory_limit_mb: int = option(4096, help="address-space limit of a worker (0: none)", ge=0)
     max_wait_s: float = option(120.0, help="longest an averify call waits, queueing included", gt=0)
+    batch_size: int = option(
+        16, help="jobs sent to a worker at once (it works through them without waiting on a round "
+        "trip per job; the hard timeout still applies to each job)", ge=1)
 
 
 class _Worker:
@@ -78,12 +82,15 @@ class _Worker:
             self.kill()
             raise
 
-    def request(self, answer: str, gold: str, timeout_s: float) -> list[Any]:
-        """Send one job and wait for its reply; TimeoutError after ``timeout_s``, EOFError if
-        the worker died."""
+    def send(self, jobs: list[tuple[str, str]]) -> None:
+        """Queue jobs ``(answer, gold)`` in the worker's stdin; replies come in the same order."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps([answer, gold]) + "\n").encode())
+        self.proc.stdin.write("".join(json.dumps(job) + "\n" for job in jobs).encode())
         self.proc.stdin.flush()
+        self.tasks += len(jobs)
+
+    def reply(self, timeout_s: float) -> list[Any]:
+        """The next reply; TimeoutError after ``timeout_s``, EOFError if the worker died."""
         return self._read(timeout_s)
 
     def _read(self, timeout_s: float) -> list[Any]:
@@ -190,56 +197,77 @@ class VerifierPool:
         with self._lock:
             self.stats[key] += 1
 
+    def _take_batch(self) -> list[Any] | None:
+        """Block for one job, then take what else is queued, up to ``batch_size``; None: stop."""
+        first = self._jobs.get()
+        if first is None:
+            return None
+        batch = [first]
+        while len(batch) < self.cfg.batch_size:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:  # another dispatcher's stop signal: hand it on
+                self._jobs.put(None)
+                break
+            batch.append(job)
+        return [job for job in batch if job[0].set_running_or_notify_cancel()]
+
     def _dispatch(self) -> None:
         worker: _Worker | None = None
         try:
             while True:
-                job = self._jobs.get()
-                if job is None:
+                pending = self._take_batch()
+                if pending is None:
                     return
-                fut, answer, gold = job
-                if not fut.set_running_or_notify_cancel():
-                    continue
-                if worker is not None and worker.tasks >= self.cfg.max_tasks_per_worker:
-                    worker.stop()
-                    worker = None
-                    self._count("restarts")
-                if worker is None:
-                    try:
-                        worker = _Worker(self.cfg)
-                    except (TimeoutError, EOFError, OSError, ValueError) as e:
-                        self._count("errors")
-                        fut.set_exception(VerifierError(
-                            f"a verifier worker could not start ({type(e).__name__}: {e}); is math-verify "
-                            f"installed for {sys.executable}?"))
-                        continue
-                try:
-                    worker.tasks += 1
-                    kind, value = worker.request(answer, gold, self.cfg.hard_timeout_s)
-                except TimeoutError:
-                    worker.kill()
-                    worker = None
-                    self._count("timeouts")
-                    fut.set_exception(VerifierError(
-                        f"verifying {answer[:80]!r} against {gold[:80]!r} took more than "
-                        f"{self.cfg.hard_timeout_s:g} s; the worker was killed"))
-                    continue
-                except (EOFError, OSError, ValueError) as e:
-                    worker.kill()
-                    worker = None
-                    self._count("errors")
-                    fut.set_exception(VerifierError(f"a verifier worker failed ({type(e).__name__}: {e}); "
-                                                    "it was replaced"))
-                    continue
-                if kind == "ok":
-                    self._count("verified")
-                    fut.set_result(bool(value))
-                else:
-                    self._count("errors")
-                    fut.set_exception(VerifierError(value))
+                while pending:
+                    if worker is not None and worker.tasks >= self.cfg.max_tasks_per_worker:
+                        worker.stop()
+                        worker = None
+                        self._count("restarts")
+                    if worker is None:
+                        try:
+                            worker = _Worker(self.cfg)
+                        except (TimeoutError, EOFError, OSError, ValueError) as e:
+                            self._count("errors")
+                            for fut, _, _ in pending:
+                                fut.set_exception(VerifierError(
+                                    f"a verifier worker could not start ({type(e).__name__}: {e}); "
+                                    f"is math-verify installed for {sys.executable}?"))
+                            break
+                    worker.send([(answer, gold) for _, answer, gold in pending])
+                    pending, worker = self._collect(worker, pending)
         finally:
             if worker is not None:
                 worker.stop()
+
+    def _collect(self, worker: _Worker, jobs: list[Any]) -> tuple[list[Any], _Worker | None]:
+        """Read the replies of ``jobs`` in order. A job past the hard timeout (or a dead worker)
+        fails and costs the worker; the jobs after it are returned, to be sent to a new one."""
+        for i, (fut, answer, gold) in enumerate(jobs):
+            try:
+                kind, value = worker.reply(self.cfg.hard_timeout_s)
+            except TimeoutError:
+                worker.kill()
+                self._count("timeouts")
+                fut.set_exception(VerifierError(
+                    f"verifying {answer[:80]!r} against {gold[:80]!r} took more than "
+                    f"{self.cfg.hard_timeout_s:g} s; the worker was killed"))
+                return jobs[i + 1:], None
+            except (EOFError, OSError, ValueError) as e:
+                worker.kill()
+                self._count("errors")
+                fut.set_exception(VerifierError(f"a verifier worker failed ({type(e).__name__}: {e}); "
+                                                "it was replaced"))
+                return jobs[i + 1:], None
+            if kind == "ok":
+                self._count("verified")
+                fut.set_result(bool(value))
+            else:
+                self._count("errors")
+                fut.set_exception(VerifierError(value))
+        return [], worker
 
 
 # --------------------------------------------------------------------------- the default pool
