@@ -50,6 +50,18 @@ def test_errors_name_the_problem(tmp_path, monkeypatch):
         data_path("gsm8k_test.jsonl")
 
 
+def test_hugging_face_folders_need_datasets(tmp_path):
+    (tmp_path / "dataset_info.json").write_text("{}")
+    try:
+        import datasets
+    except ImportError:
+        with pytest.raises(ConfigError, match="pip install datasets"):
+            load_rows(tmp_path)
+        return
+    datasets.Dataset.from_list([{"a": 1}]).save_to_disk(str(tmp_path / "saved"))
+    assert load_rows(tmp_path / "saved") == [{"a": 1}]
+
+
 def test_parquet_needs_pyarrow(tmp_path):
     path = tmp_path / "a.parquet"
     try:

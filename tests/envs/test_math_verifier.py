@@ -116,6 +116,14 @@ async def test_hard_timeout_kills_the_worker_and_the_loop_keeps_running():
         assert 1.0 <= elapsed < 8 and ticks >= 10  # the event loop ran while we waited
         assert pool.stats["timeouts"] == 1
         assert await pool.averify("\\boxed{4}", "4")  # a fresh worker took over
+        # in a batch, the jobs queued behind a hanging one are re-sent to a fresh worker
+        futures = [pool.submit("3", "3"), pool.submit("10^{10^{10}}", "5"), pool.submit("4", "4"),
+                   pool.submit("5", "6")]
+        assert futures[0].result(timeout=60) and futures[2].result(timeout=60)
+        assert futures[3].result(timeout=60) is False
+        with pytest.raises(VerifierError, match="worker was killed"):
+            futures[1].result(timeout=60)
+        assert pool.stats["timeouts"] == 2
 
 
 def test_workers_are_recycled():
