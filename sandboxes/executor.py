@@ -110,9 +110,67 @@ def set_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def launch(argv: list[str], uid: int, limits: dict, fds: dict[int, int], join_fds=()) -> int:
+def run_inline(path: str) -> None:
+    """Run the Python program at ``path`` in this (forked, already unprivileged) process as
+    a fresh ``python -I -S path`` would, then exit. Saves an interpreter start (~10 ms).
+
+    Reset: environment, argv, sys.path (no sandboxes dir), our modules dropped from
+    sys.modules, a new ``__main__``, new std streams on fds 0/1/2, Python's signal
+    dispositions, atexit. Exit like the interpreter: SystemExit codes, uncaught exceptions
+    through ``sys.excepthook`` with status 1, non-daemon threads joined, atexit run."""
+    import atexit
+    import builtins
+    import io
+    import types
+
+    os.environ.clear()
+    os.environ.update(SANDBOX_ENV)
+    sys.argv = [path]
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if p and p != here]
+    for name in ("executor", "jail", "sandboxes.executor", "sandboxes.jail"):
+        sys.modules.pop(name, None)
+    atexit._clear()
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    status = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        exec(compile(source, path, "exec"), main.__dict__)
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            status = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        status = status or 120
+    os._exit(status & 0xFF)
+
+
+def launch(argv: list[str], uid: int, limits: dict, fds: dict[int, int], join_fds=(), inline: str = "") -> int:
     """Fork the program: own session, ``fds`` mapped onto 0/1/2(/3), joined to the given
-    cgroup.procs files, rlimits set, groups dropped, uid switched, no new privileges."""
+    cgroup.procs files, rlimits set, groups dropped, uid switched, no new privileges; then
+    exec ``argv``, or, with ``inline`` (a Python file), run it in the forked interpreter."""
     pid = os.fork()
     if pid:
         return pid
@@ -132,6 +190,8 @@ def launch(argv: list[str], uid: int, limits: dict, fds: dict[int, int], join_fd
         _no_new_privs()
         os.chdir("/work")
         os.umask(0o022)
+        if inline:
+            run_inline(inline)
         os.execve(argv[0], argv, SANDBOX_ENV)
     except BaseException as e:  # report why the program could not start
         try:
@@ -400,12 +460,13 @@ class Executor:
     with ``join_fds()``, ``oom()`` and ``peak_mb()`` (LocalSandbox's jail provides it).
     """
 
-    def __init__(self, uid: int, python: str, cgroups=None) -> None:
+    def __init__(self, uid: int, python: str, cgroups=None, inline_python: bool = False) -> None:
         if os.getpid() != 1:  # it wipes /work and kills by uid: only ever inside a jail/container
             raise RuntimeError("the executor runs only as pid 1 of a jail or container")
         self.uid = uid
         self.python = python
         self.cgroups = cgroups
+        self.inline_python = inline_python  # run Python programs in a fork of this interpreter
         self.session = None  # (pid, stdin_w, out_r, err_r, reply_r, limits)
 
     def handle(self, msg: dict) -> dict:
@@ -482,7 +543,8 @@ class Executor:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         join = self.cgroups.join_fds() if self.cgroups else ()
-        pid = launch(argv, self.uid, limits, {0: stdin_fd, 1: out_w, 2: err_w}, join)
+        inline = prog if ext == ".py" and self.inline_python else ""
+        pid = launch(argv, self.uid, limits, {0: stdin_fd, 1: out_w, 2: err_w}, join, inline)
         for fd in (stdin_fd, out_w, err_w):
             os.close(fd)
         deadline = time.monotonic() + float(req["time_limit_s"])

@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -85,30 +86,25 @@ def _own_cgroup_path(controller: str) -> str:
 
 
 class Cgroups:
-    """The memory and pids cgroups of one jail (v1 hierarchies or the v2 unified one)."""
+    """The memory and pids cgroups of one jail slot (v1 hierarchies or the v2 unified one).
 
-    def __init__(self, name: str, memory_mb: int, pids: int, parent: str = "") -> None:
+    Made once by the zygote and reused by the jails that take the slot in turn (making and
+    removing memory cgroups per run costs more than the whole rest of a jail)."""
+
+    def __init__(self, name: str, parent: str = "") -> None:
         self.dirs: list[str] = []
-        mb = memory_mb << 20
-        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):  # pure v2
+        self.v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+        if self.v2:
             base = "/sys/fs/cgroup/" + parent.strip("/") if parent else "/sys/fs/cgroup" + _own_cgroup_path("")
             d = os.path.join(base, name)
             os.mkdir(d)
             self.dirs.append(d)
-            self._write(d, "memory.max", mb)
-            self._write(d, "memory.swap.max", 0, optional=True)
-            self._write(d, "pids.max", pids)
             self.procs = [os.open(f"{d}/cgroup.procs", os.O_WRONLY)]
             self.events = os.open(f"{d}/memory.events", os.O_RDONLY)
             self.peak = os.open(f"{d}/memory.peak", os.O_RDONLY) if os.path.exists(f"{d}/memory.peak") else None
-            self.v2 = True
         else:
-            self.v2 = False
             self.procs = []
-            for ctrl, settings in (
-                ("memory", {"memory.limit_in_bytes": mb, "memory.memsw.limit_in_bytes": mb}),
-                ("pids", {"pids.max": pids}),
-            ):
+            for ctrl in ("memory", "pids"):
                 root = f"/sys/fs/cgroup/{ctrl}"
                 base = os.path.join(root, parent.strip("/")) if parent else root + _own_cgroup_path(ctrl)
                 if not os.path.isdir(base):
@@ -116,13 +112,27 @@ class Cgroups:
                 d = os.path.join(base, name)
                 os.mkdir(d)
                 self.dirs.append(d)
-                for key, value in settings.items():
-                    self._write(d, key, value, optional=key.startswith("memory.memsw"))
                 self.procs.append(os.open(f"{d}/cgroup.procs", os.O_WRONLY))
             mem = self.dirs[0]
             self.events = os.open(f"{mem}/memory.oom_control", os.O_RDONLY)
             self.peak = os.open(f"{mem}/memory.max_usage_in_bytes", os.O_RDWR)
         self._oom_seen = 0
+
+    def configure(self, memory_mb: int, pids: int) -> None:
+        """Set the limits for the next jail in this slot."""
+        mb = memory_mb << 20
+        if self.v2:
+            self._write(self.dirs[0], "memory.max", mb)
+            self._write(self.dirs[0], "memory.swap.max", 0, optional=True)
+            self._write(self.dirs[0], "pids.max", pids)
+        else:
+            mem, pid = self.dirs
+            # memsw >= memory at every step, so order the two writes by direction
+            keys = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+            current = int(open(f"{mem}/memory.limit_in_bytes").read())
+            for key in (keys if mb <= current else keys[::-1]):
+                self._write(mem, key, mb, optional=key.startswith("memory.memsw"))
+            self._write(pid, "pids.max", pids)
 
     @staticmethod
     def _write(d: str, key: str, value: int, optional: bool = False) -> None:
@@ -132,6 +142,10 @@ class Cgroups:
         except OSError:
             if not optional:
                 raise
+
+    def empty(self) -> bool:
+        with open(os.path.join(self.dirs[-1], "cgroup.procs")) as f:
+            return not f.read().strip()
 
     def join_fds(self) -> list[int]:
         """cgroup.procs files a child writes "0" into to join (open before pivot_root)."""
@@ -228,18 +242,11 @@ def enter_root(root: str, work_mb: int, uid: int) -> None:
 # --------------------------------------------------------------------------- the zygote
 
 
-def _jail(sock: socket.socket, params: dict, root: str, python: str) -> None:
-    """Runs in the forked child: cgroups, namespaces, pid 1. Never returns."""
+def _jail(sock: socket.socket, params: dict, root: str, python: str, uid: int, cg: Cgroups | None) -> None:
+    """Runs in the forked child: namespaces, pid 1. Never returns."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        cg = None
-        if params.get("cgroups", True):
-            try:
-                cg = Cgroups(params["name"], params["memory_mb"], params["pids"], params.get("cgroup_parent", ""))
-            except OSError:
-                if params.get("require_cgroups"):
-                    raise
         sock.sendall((json.dumps({"jail_pid": os.getpid()}) + "\n").encode())
         unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
         pid1 = os.fork()
@@ -247,8 +254,8 @@ def _jail(sock: socket.socket, params: dict, root: str, python: str) -> None:
             try:
                 _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 _libc.sethostname(b"sandbox", 7)
-                enter_root(root, params["work_mb"], params["uid"])
-                executor = Executor(params["uid"], python, cgroups=cg)
+                enter_root(root, params["work_mb"], uid)
+                executor = Executor(uid, python, cgroups=cg, inline_python=params.get("inline_python", False))
                 f = sock.makefile("rwb")
                 serve(executor, f, f)
                 os._exit(0)
@@ -259,8 +266,6 @@ def _jail(sock: socket.socket, params: dict, root: str, python: str) -> None:
                     os._exit(1)
         sock.close()
         os.waitpid(pid1, 0)
-        if cg is not None:
-            cg.remove()
         code = 0
     except BaseException as e:
         try:
@@ -289,9 +294,74 @@ def join_parent(parent: str) -> None:
             f.write("0")
 
 
-def zygote_main(fd: int, python: str, cgroup_parent: str = "") -> None:
+class Slots:
+    """Jail slots: slot ``i`` owns uid ``uid_base + i`` and (when cgroups are writable) one
+    reusable pair of cgroups. A slot is busy from its jail's fork until the zygote reaps
+    that jail's first process, which happens after everything in the jail has died."""
+
+    def __init__(self, uid_base: int, cgroup_parent: str, use_cgroups: bool) -> None:
+        self.uid_base = uid_base
+        self.parent = cgroup_parent
+        self.use_cgroups = use_cgroups
+        self.cgroups: dict[int, Cgroups | None] = {}
+        self.free: list[int] = []
+        self.busy: dict[int, int] = {}  # jail pid -> slot
+        self.draining: list[int] = []
+
+    def reap(self) -> None:
+        while self.busy:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            slot = self.busy.pop(pid, None)
+            if slot is not None:
+                self.draining.append(slot)
+        # a killed jail's processes may still be dying: reuse its slot only once it is empty
+        for slot in list(self.draining):
+            cg = self.cgroups[slot]
+            if cg is None or cg.empty():
+                self.draining.remove(slot)
+                self.free.append(slot)
+
+    def take(self, memory_mb: int, pids: int) -> tuple[int, Cgroups | None]:
+        self.reap()
+        while self.free:
+            slot = self.free.pop()
+            cg = self.cgroups[slot]
+            try:
+                if cg is not None:
+                    cg.configure(memory_mb, pids)
+                return slot, cg
+            except OSError:  # the old jail's pages still pin usage above the new limit
+                continue  # leave this slot aside; a fresh one is made below
+        slot = len(self.cgroups)
+        cg = None
+        if self.use_cgroups:
+            try:
+                cg = Cgroups(f"agentrl-{os.getpid()}-{slot}", self.parent)
+                cg.configure(memory_mb, pids)
+            except OSError:
+                self.use_cgroups = False  # not writable here: rlimits only
+                cg = None
+        self.cgroups[slot] = cg
+        return slot, cg
+
+    def close(self) -> None:
+        for pid in list(self.busy):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        for cg in self.cgroups.values():
+            if cg is not None:
+                cg.remove()
+
+
+def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 60000) -> None:
     """Serve jail requests on the SEQPACKET socket ``fd`` until it closes."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # jails are reaped by the kernel
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     os.setsid()
     control = socket.socket(fileno=fd)
@@ -301,18 +371,32 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "") -> None:
     build_template(root, prefix)
     if cgroup_parent:
         join_parent(cgroup_parent)
+    slots = Slots(uid_base, cgroup_parent, use_cgroups=True)
     try:
         while True:
+            ready, _, _ = select.select([control], [], [], 1.0)
+            if not ready:
+                slots.reap()
+                continue
             msg, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
             if not msg:
                 return
             params = json.loads(msg)
             jail_sock = socket.socket(fileno=fds[0])
-            if os.fork() == 0:
+            try:
+                slot, cg = slots.take(params["memory_mb"], params["pids"])
+            except OSError as e:
+                jail_sock.sendall((json.dumps({"status": "sandbox_error", "error": f"jail slot: {e}"}) + "\n").encode())
+                jail_sock.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
                 control.close()
-                _jail(jail_sock, params, root, python)
+                _jail(jail_sock, params, root, python, uid_base + slot, cg)
+            slots.busy[pid] = slot
             jail_sock.close()
     finally:
+        slots.close()
         _libc.umount2(root.encode(), MNT_DETACH)
         try:
             os.rmdir(root)
@@ -321,4 +405,4 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "") -> None:
 
 
 if __name__ == "__main__":
-    zygote_main(int(sys.argv[1]), sys.argv[2], *sys.argv[3:4])
+    zygote_main(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))
