@@ -222,3 +222,41 @@ def test_code_agent_session_persists_within_an_episode_only(local_sandbox):
     obs, *_ = env.step(tool_call_text("python", {"code": "print(x)"}))
     assert "NameError" in obs[0]["content"]  # a new episode, a new session
     env.close()
+
+
+# --------------------------------------------------------------------------- other backends
+
+
+@pytest.fixture(scope="module")
+def docker_sandbox():
+    """A small DockerSandbox; skipped without an engine and image unless CI is set."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get("agentrl-sandbox:latest")
+    except Exception as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but Docker is not usable ({e}); `make sandbox-image` sets it up")
+        pytest.skip(f"no Docker engine or sandbox image ({type(e).__name__}); run `make sandbox-image` as root")
+    from sandboxes.docker import DockerSandbox
+
+    sandbox = DockerSandbox(pool_size=1, memory_mb=384)
+    asyncio.run(sandbox.start())
+    yield sandbox
+    sandbox._destroy_all()
+
+
+@pytest.mark.docker
+def test_grading_holds_on_the_docker_backend(docker_sandbox):
+    async def run(task, code):
+        return await grade(docker_sandbox, task, code)
+
+    canonical = asyncio.run(run(H0, H0["prompt"] + H0["canonical_solution"]))
+    assert (canonical.passed, canonical.total) == (7, 7)
+    for name in ("exit at import", "pickle that runs code in the harness", "prints pass lines"):
+        assert asyncio.run(run(H0, CHEATS[name])).passed == 0, name
+    good = asyncio.run(run(SUM_TASK, "a, b = map(int, input().split())\nprint(a + b)\n"))
+    assert good.passed == 3
+    assert asyncio.run(run(SUM_TASK, "print(3)\n")).passed == 1
