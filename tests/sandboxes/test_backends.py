@@ -113,3 +113,21 @@ async def test_session_is_destroyed_when_the_episode_fails(sandbox, sandbox_uid_
     async with sandbox.session() as s:  # and a new session starts clean
         r = await s.run(ExecRequest(code="'p' in globals()"))
         assert r.stdout == "False\n"
+
+
+async def test_python_programs_start_from_a_clean_interpreter(sandbox):
+    code = (
+        "import atexit, os, sys, threading, time\n"
+        "assert __name__ == '__main__', __name__\n"
+        "assert sys.argv[0].endswith('.py') and len(sys.argv) == 1, sys.argv\n"
+        "leaks = [m for m in sys.modules if 'executor' in m or 'jail' in m or m.startswith(('sandboxes', 'agentrl'))]\n"
+        "assert not leaks, leaks\n"
+        "assert not any('sandboxes' in p or 'agentrl' in p for p in sys.path), sys.path\n"
+        "assert sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'PYTHONIOENCODING', 'TMPDIR'], dict(os.environ)\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread joined'))).start()\n"
+        "print(input())\n"
+    )
+    r = await sandbox.run(ExecRequest(code=code, stdin="line one\n"))
+    assert r.status is ExecStatus.OK, r.stderr
+    assert r.stdout == "line one\nthread joined\natexit ran\n"
