@@ -215,11 +215,18 @@ def main():
         say("done")
         return
     env = {"__name__": "tests", "__builtins__": builtins}
-    exec(compile(spec["prompt"], "prompt.py", "exec"), env)
-    exec(compile(spec["test"], "test.py", "exec"), env)
-    arg, statements = check_statements(spec["test"])
-    # the tests may also name the function itself (HumanEval/33 does): that is the candidate too
-    env[arg] = env[spec["entry_point"]] = _make_proxy(req_w, rep_r, deadline)
+    candidate = _make_proxy(req_w, rep_r, deadline)
+    try:
+        exec(compile(spec["prompt"], "prompt.py", "exec"), env)
+        # the tests may also name the function itself (HumanEval/33 does): that is the candidate too
+        env[spec["entry_point"]] = candidate
+        exec(compile(spec["test"], "test.py", "exec"), env)
+        arg, statements = check_statements(spec["test"])
+    except BaseException as e:
+        say("setup_error", json.dumps(f"the task's own code failed: {type(e).__name__}: {e}"[:300]))
+        say("done")
+        return
+    env[arg] = candidate
     for index, stmt in statements:
         code = compile(ast.Module(body=[stmt], type_ignores=[]), "check", "exec")
         try:
