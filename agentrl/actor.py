@@ -283,12 +283,13 @@ class Actor:
         keys = ["policy_loss", "loss", "entropy"]
         keys += ["clip_frac", "capped_frac", "behaviour_weight_mean", "approx_kl", "ratio_mean"] if ppo else []
         keys += ["kl_ref"] if self.ref_model is not None else []
-        t = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64)
+        # NCCL reduces device tensors only (float64 is fine on both backends)
+        t = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        out = {k: float(v) / num_minis for k, v in zip(keys, t.tolist(), strict=True)}
+        out = {k: float(v) / num_minis for k, v in zip(keys, t.cpu().tolist(), strict=True)}
         mkeys = ["behaviour_weight_max"] if ppo else []
         if mkeys:
-            m = torch.tensor([maxes.get(k, 0.0) for k in mkeys], dtype=torch.float64)
+            m = torch.tensor([maxes.get(k, 0.0) for k in mkeys], dtype=torch.float64, device=self.device)
             dist.all_reduce(m, op=dist.ReduceOp.MAX)
-            out.update(zip(mkeys, m.tolist(), strict=True))
+            out.update(zip(mkeys, m.cpu().tolist(), strict=True))
         return out
