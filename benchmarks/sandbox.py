@@ -4,7 +4,9 @@ one ``docker run --rm`` per execution, all in the same run.
     .venv/bin/python benchmarks/sandbox.py [--n 80] [--baseline-n 16] [--skip-docker]
 
 A trivial Python program (``print(1)``) is run at concurrency 1 and 8 on each backend;
-executions per second and p50/p99 latency are reported. The last line is one JSON object;
+executions per second and p50/p99 latency are reported, and for LocalSandbox the CPU time
+per execution of the whole process tree (cgroup v1 cpuacct, as root) with the throughput that
+cost allows on idle cores. The last line is one JSON object;
 ``"ratio"`` is Docker pool throughput / ``docker run`` throughput, both at concurrency 8.
 Targets (2 CPU cores): LocalSandbox >= 80 executions/s; Docker pool p50 <= 40 ms and
 >= 5x the ``docker run`` baseline. Needs root (jails) and, for Docker, `make sandbox-image`.
@@ -84,23 +86,66 @@ def docker_run_runner(image: str):
     return run_one
 
 
+class CpuMeter:
+    """CPU seconds used by this process and its children (the jails), from a cgroup v1
+    cpuacct group this benchmark moves itself into; None where that is not possible."""
+
+    def __init__(self) -> None:
+        self.path = None
+        base = "/sys/fs/cgroup/cpuacct"
+        if os.geteuid() == 0 and os.path.isdir(base):
+            path = f"{base}/agentrl-bench-{os.getpid()}"
+            try:
+                os.makedirs(path, exist_ok=True)
+                with open(f"{path}/cgroup.procs", "w") as f:
+                    f.write(str(os.getpid()))
+                self.path = path
+            except OSError:
+                self.path = None
+
+    def read(self) -> float | None:
+        if self.path is None:
+            return None
+        with open(f"{self.path}/cpuacct.usage") as f:
+            return int(f.read()) / 1e9
+
+    def close(self) -> None:
+        if self.path is not None:
+            with open(f"{os.path.dirname(self.path)}/cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=80, help="executions per measurement (default 80)")
     ap.add_argument("--baseline-n", type=int, default=16, help="`docker run` executions per measurement (default 16)")
     ap.add_argument("--skip-docker", action="store_true", help="measure LocalSandbox only")
     args = ap.parse_args()
-    out: dict[str, float | int | str | None] = {"cpus": os.cpu_count(), "program": PROGRAM}
+    out: dict[str, float | int | str | None] = {
+        "cpus": os.cpu_count(), "program": PROGRAM, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)}
 
+    meter = CpuMeter()  # before the fork server starts, so the jails are counted too
     local = make_sandbox("local", max_concurrency=8)
     await measure(sandbox_runner(local), 8, 8)  # warm the fork server
     for c in (1, 8):
+        before = meter.read()
         m = await measure(sandbox_runner(local), args.n, c)
+        after = meter.read()
+        if before is not None and after is not None:
+            m["cpu_ms_per_exec"] = round((after - before) / args.n * 1000, 2)
         print(f"local      c={c}: {m}", flush=True)
         for k, v in m.items():
             out[f"local_c{c}_{k}"] = v
     await local.aclose()
+    meter.close()
     out["local_execs_per_s"] = out["local_c8_execs_per_s"]
+    cpu_ms = out.get("local_c8_cpu_ms_per_exec")
+    # what the measured CPU cost allows when every core is ours (the machine may be shared)
+    out["local_cpu_bound_execs_per_s"] = round(1000 * (os.cpu_count() or 1) / cpu_ms, 1) if cpu_ms else None
 
     if not args.skip_docker:
         docker = make_sandbox("docker", pool_size=8, memory_mb=256)

@@ -31,6 +31,7 @@ Main hook: ``zygote_main(fd, python)``.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import select
@@ -372,6 +373,10 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 6
     if cgroup_parent:
         join_parent(cgroup_parent)
     slots = Slots(uid_base, cgroup_parent, use_cgroups=True)
+    # Forked jails touch less of the zygote's memory (fewer copy-on-write faults) when the
+    # collector neither runs nor walks the objects made so far; they run for milliseconds.
+    gc.disable()
+    gc.freeze()
     try:
         while True:
             ready, _, _ = select.select([control], [], [], 1.0)
