@@ -2,8 +2,9 @@
 
 The check runs Gymnasium's ``check_env`` with its warnings turned into failures, then
 agentrl's own checks (``check_text_env``): the Gymnasium docstring sections, seeded
-determinism of reset, varied tasks across seeds, a step with an empty reply, the async
-path agreeing with the sync one, and a clean double close. Environments are found only
+determinism of reset, varied tasks across seeds, a step with an empty reply (finite reward,
+every reward term in ``info`` when the episode ends), ``areset``/``astep`` agreeing with
+``reset``/``step``, and a clean double close. Environments are found only
 through ``agentrl.plugins.register_envs()`` (the core never imports ``envs`` by name).
 """
 
@@ -131,10 +132,13 @@ def check_text_env(env_id: str, kwargs: dict | None = None, seeds: tuple[int, ..
 
         async def async_path():
             o, _ = await raw.areset(seed=seeds[0])
-            return o
+            return o, await raw.astep("")
 
-        if asyncio.run(async_path()) != first[0]:
+        async_obs, async_step = asyncio.run(async_path())
+        if async_obs != first[0]:
             problems.append("areset(seed) and reset(seed) disagree")
+        if async_step != (obs, reward, terminated, truncated, info):
+            problems.append("astep and step disagree on the same seed and reply")
     finally:
         env.close()
         try:
