@@ -504,8 +504,18 @@ class Executor:
         items = [(n, c.encode()) for n, c in req.get("files", {}).items()]
         items += [(n, base64.b64decode(c)) for n, c in req.get("files_b64", {}).items()]
         for name, data in items:
-            path = os.path.join("/work", _safe_name(name))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            parts = _safe_name(name).split(os.sep)
+            parent = "/work"
+            for part in parts[:-1]:  # make the directories, owned by the program, never via a link
+                parent = os.path.join(parent, part)
+                try:
+                    os.mkdir(parent, 0o755)
+                    os.chown(parent, self.uid, self.uid)
+                except FileExistsError:
+                    pass
+                if os.path.islink(parent) or not os.path.isdir(parent):
+                    raise ValueError(f"{name!r}: {parent} is not a directory of the work dir")
+            path = os.path.join(parent, parts[-1])
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -534,7 +544,12 @@ class Executor:
             return {"status": "sandbox_error", "error": f"cannot write files: {e}"}
         ext = ".py" if req["language"] == "python" else ".sh"
         prog = "/tmp/.main" + ext
-        with open(prog, "w") as f:
+        try:
+            os.unlink(prog)
+        except FileNotFoundError:
+            pass
+        fd = os.open(prog, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(req["code"])
         argv = [self.python, "-I", "-S", prog] if ext == ".py" else ["/bin/bash", prog]
         stdin_fd = os.memfd_create("stdin")

@@ -180,6 +180,11 @@ class LocalSandbox:
             mine.setblocking(False)
             self._control = mine
 
+    async def start(self) -> None:
+        """Start the fork server now (otherwise the first run does); raises
+        SandboxUnavailable when jails cannot be built here."""
+        await asyncio.to_thread(self._start_zygote)
+
     async def _open_jail(self, memory_mb: int) -> _Jail:
         if self._proc is None or self._proc.poll() is not None:
             await asyncio.to_thread(self._start_zygote)

@@ -13,7 +13,7 @@ Routes (JSON bodies are ``ExecRequest.to_dict()`` / ``ExecResult.to_dict()``):
     DELETE /sessions/{id}           ends the session
 
 Errors: 401 wrong or missing key (``Authorization: Bearer KEY``), 422 a malformed request
-(the message says which field), 404 unknown session, 503 queue full (safe to retry later).
+(the message says which field), 404 unknown session, 503 queue full or backend down.
 
 Trust boundary: the service adds authentication and admission control only; isolation is
 the backend's (see ``sandboxes/jail.py`` and ``sandboxes/docker.py``). What is not covered:
@@ -34,6 +34,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from agentrl.api import ExecRequest, Sandbox
+from agentrl.errors import SandboxError
 
 SESSION_IDLE_S = 600.0
 
@@ -118,6 +119,11 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
                 await close()
 
     app = FastAPI(title="agentrl sandbox service", lifespan=lifespan)
+
+    @app.exception_handler(SandboxError)
+    async def backend_failed(request: Request, exc: SandboxError) -> JSONResponse:
+        # the backend itself is down (no engine, no root): say so; the client may retry elsewhere
+        return JSONResponse({"detail": f"sandbox backend failed: {exc}"}, status_code=503)
 
     @app.middleware("http")
     async def authenticate(request: Request, call_next):

@@ -106,7 +106,7 @@ def serve(args) -> int:
 
     async def main() -> None:
         start = getattr(sandbox, "start", None)
-        if start is not None:  # warm the docker pool before saying ready
+        if start is not None:  # start the fork server / warm the docker pool before saying ready
             await start()
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers no event)

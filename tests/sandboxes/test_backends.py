@@ -131,3 +131,18 @@ async def test_python_programs_start_from_a_clean_interpreter(sandbox):
     r = await sandbox.run(ExecRequest(code=code, stdin="line one\n"))
     assert r.status is ExecStatus.OK, r.stderr
     assert r.stdout == "line one\nthread joined\natexit ran\n"
+
+
+async def test_uploaded_directories_belong_to_the_program(sandbox):
+    code = "open('data/sub/new.txt', 'w').write('ok')\nprint(open('data/sub/given.txt').read())"
+    r = await sandbox.run(ExecRequest(code=code, files={"data/sub/given.txt": "given"}, fetch=["data/sub/new.txt"]))
+    assert r.status is ExecStatus.OK, r.stderr
+    assert r.files == {"data/sub/new.txt": "ok"}
+
+
+async def test_session_cannot_redirect_uploads_through_a_link(sandbox):
+    async with sandbox.session() as s:
+        r = await s.run(ExecRequest(code="import os\nos.symlink('/etc', 'data')"))
+        assert r.status is ExecStatus.OK, r.stderr
+        r = await s.run(ExecRequest(code="print('never runs')", files={"data/hostname": "pwned"}))
+        assert r.status is ExecStatus.SANDBOX_ERROR and "not a directory of the work dir" in r.error
