@@ -7,7 +7,9 @@ and lays every kept trajectory out as token-aligned tensors. Nothing is dropped 
 each reason is a counter in ``TrainBatch.stats`` and a warning when it empties the batch or
 leaves no learning signal. What it is not: packing or the forward pass (``agentrl.actor``).
 
-Main hook: ``prepare_batch(trajectories, version=v, config=trainer_config)``.
+Main hook: ``prepare_batch(trajectories, version=v, config=trainer_config)``; under torchrun,
+``broadcast_trajectories`` first gives every rank rank 0's list (every rank holds the same
+global batch; the actor picks each rank's share).
 
 Per kept trajectory, ``TrainBatch.sequences[i]`` holds 1-D tensors of its length:
 ``input_ids`` (long), ``loss_mask`` (float 0/1), ``behaviour_logprobs`` and ``advantages``
@@ -52,6 +54,18 @@ class TrainBatch:
 
     def loss_tokens(self, indices: Sequence[int]) -> int:
         return int(sum(float(self.sequences[i]["loss_mask"].sum()) for i in indices))
+
+
+def broadcast_trajectories(trajectories: Sequence[Trajectory] | None, src: int = 0) -> list[Trajectory]:
+    """Rank ``src``'s trajectories on every rank (a collective; other ranks may pass None)."""
+    import torch.distributed as dist
+
+    is_src = dist.get_rank() == src
+    if is_src and trajectories is None:
+        raise ValueError(f"rank {src} must pass the trajectories to broadcast")
+    box = [[t.to_dict() for t in trajectories] if is_src else None]
+    dist.broadcast_object_list(box, src=src)
+    return [Trajectory.from_dict(d) for d in box[0]]
 
 
 def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: TrainerConfig) -> TrainBatch:

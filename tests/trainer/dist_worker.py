@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from agentrl.actor import Actor
 from agentrl.api import Trajectory
-from agentrl.batch import prepare_batch
+from agentrl.batch import broadcast_trajectories, prepare_batch
 from agentrl.checkpoint import export_hf, load_checkpoint, save_checkpoint
 from agentrl.trainer_config import LossConfig, TrainerConfig
 
@@ -99,7 +99,9 @@ def main() -> None:
     first = actor.version
     for _ in range(args.steps):
         step = actor.version
-        batch = prepare_batch(make_trajectories(step, max(0, step - 1)), version=step, config=config)
+        # only rank 0 has the data, as in a real run (the rollout side lives there)
+        trajs = make_trajectories(step, max(0, step - 1)) if dist.get_rank() == 0 else None
+        batch = prepare_batch(broadcast_trajectories(trajs), version=step, config=config)
         result["stats"].append(actor.train_step(batch))
         if step == first:
             result["weights_after_first"] = full_weights(actor)
