@@ -164,9 +164,15 @@ class RemoteEngine:
                 try:
                     data = await self._post(server, "/generate", payload, self.timeout)
                 except _TRANSPORT_ERRORS as e:
-                    self._mark_down(server, e)
+                    # Dead, or a transient hiccup? A server that still answers /health keeps
+                    # the request (re-sent there); one that does not is taken out.
                     failures += 1
-                    self.stats["reruns"] += 1
+                    if not await self._alive(server):
+                        self._mark_down(server, e)
+                        self.stats["reruns"] += 1
+                    else:
+                        log.warning("transport error from %s (%r); retrying there", server.address, e)
+                        self.stats["retries"] += 1
                     if failures > self.max_retries + len(self._servers):
                         raise ServerUnavailable(f"generation failed on every server ({e!r}); "
                                                 "check that the inference servers are up") from e
@@ -266,6 +272,13 @@ class RemoteEngine:
         server.down_since = time.monotonic()
         server.failures += 1
 
+    async def _alive(self, server: _Server) -> bool:
+        try:
+            r = await self._http.get(server.address + "/health", timeout=min(10.0, self.control_timeout))
+            return r.status_code == 200
+        except httpx.HTTPError:
+            return False
+
     async def _probe(self, server: _Server) -> bool:
         """``GET /health``; a server that answers is re-synced to the current weights."""
         try:
@@ -318,6 +331,9 @@ class RemoteEngine:
                         self._mark_down(s, e)
                         return None
                     await asyncio.sleep(self.backoff * 2 ** attempt)
+        for s in self._servers:  # a control call must reach every live server, or versions skew
+            if not s.healthy:
+                await self._probe(s)
         targets = [s for s in self._servers if s.healthy]
         if not targets:
             raise ServerUnavailable(f"no healthy inference server among {self.addresses}")

@@ -125,14 +125,18 @@ async def run_interrupt(url: str, prompts, ckpts: list[Path], updates: int, new_
     async with RemoteEngine([url], timeout=600) as engine:
         sampling = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, ignore_eos=True)
         jobs = [asyncio.create_task(engine.generate(p, sampling)) for p in prompts]
-        pauses = []
+        pauses, phases = [], []
         for v in range(1, updates + 1):
             await asyncio.sleep(0.5)
             t0 = time.perf_counter()
             await engine.pause()
+            t1 = time.perf_counter()
             await engine.update_weights(str(ckpts[v % 2]), v)
+            t2 = time.perf_counter()
             await engine.resume()
-            pauses.append(time.perf_counter() - t0)
+            t3 = time.perf_counter()
+            pauses.append(t3 - t0)
+            phases.append((t1 - t0, t2 - t1, t3 - t2))
         outs = await asyncio.gather(*jobs)
     complete = [o for o in outs if o.finish_reason == "length" and len(o.tokens) == new_tokens]
     monotone = all(o.versions == sorted(o.versions) for o in outs)
@@ -142,6 +146,9 @@ async def run_interrupt(url: str, prompts, ckpts: list[Path], updates: int, new_
         "versions_monotone": monotone, "max_versions_in_one_request": max(len(set(o.versions)) for o in outs),
         "resumes": engine.stats["resumes"], "pause_to_resume_s": round(sum(pauses) / len(pauses), 4),
         "pause_to_resume_max_s": round(max(pauses), 4),
+        "mean_pause_s": round(sum(p[0] for p in phases) / updates, 4),
+        "mean_update_s": round(sum(p[1] for p in phases) / updates, 4),
+        "mean_continue_s": round(sum(p[2] for p in phases) / updates, 4),
     }
 
 

@@ -73,6 +73,14 @@ def server(untrained_model_dir):
     proc.stop()
 
 
+@pytest.fixture(scope="session")
+def updatable_server(untrained_model_dir):
+    """A server for tests that change its weights; each such test resets it first."""
+    proc = ServeProcess(untrained_model_dir)
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture
 def serve_factory():
     """Start extra servers for one test (stopped afterwards): ``serve_factory(model_dir, *args)``."""

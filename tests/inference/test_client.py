@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -120,17 +119,16 @@ async def test_a_failed_weight_update_raises():
     assert engine.version == 0
 
 
-async def test_least_loaded_routing_and_failover_when_a_server_dies(untrained_model_dir, serve_factory):
-    with ThreadPoolExecutor(2) as pool:
-        a, b = pool.map(lambda _: serve_factory(untrained_model_dir), range(2))
+async def test_least_loaded_routing_and_failover_when_a_server_dies(untrained_model_dir, serve_factory, server):
+    a, b_url = serve_factory(untrained_model_dir), server
     sampling = SamplingParams(max_new_tokens=300, temperature=1.0, ignore_eos=True)
-    async with RemoteEngine([a.url, b.url], timeout=120, health_check_interval=60) as engine, \
+    async with RemoteEngine([a.url, b_url], timeout=120, health_check_interval=60) as engine, \
             httpx.AsyncClient(timeout=30) as client:
         jobs = [asyncio.create_task(engine.generate([*PROMPT, i], sampling)) for i in range(6)]
         async with asyncio.timeout(60):  # both servers got work, and a has produced some tokens
             while True:
                 la = (await client.get(a.url + "/server_info")).json()["internal_states"][0]
-                lb = (await client.get(b.url + "/v1/loads")).json()["loads"][0]
+                lb = (await client.get(b_url + "/v1/loads")).json()["loads"][0]
                 if la["num_running_reqs"] == 3 and lb["num_running_reqs"] == 3 and la["num_generated_tokens"] > 30:
                     break
                 await asyncio.sleep(0.02)
@@ -138,4 +136,4 @@ async def test_least_loaded_routing_and_failover_when_a_server_dies(untrained_mo
         outs = await asyncio.gather(*jobs)
     assert all(len(o.tokens) == 300 and o.finish_reason == "length" for o in outs)
     assert engine.stats["servers_lost"] == 1 and engine.stats["reruns"] == 3
-    assert engine.healthy_addresses() == [b.url]
+    assert engine.healthy_addresses() == [b_url]

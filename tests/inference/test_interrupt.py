@@ -24,6 +24,13 @@ async def wait_running(client: httpx.AsyncClient, url: str, min_tokens: int = 20
             await asyncio.sleep(0.02)
 
 
+async def reset(url: str, model_dir, version: str) -> None:
+    async with httpx.AsyncClient(timeout=60) as client:
+        r = await client.post(url + "/update_weights_from_disk", json={"model_path": str(model_dir),
+                                                                       "weight_version": version})
+    assert r.status_code == 200, r.text
+
+
 def teacher_forced_logprobs(model_dir, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     from transformers import AutoModelForCausalLM
 
@@ -81,8 +88,9 @@ async def test_retract_and_in_place_keep_the_request_open(server, mode):
 
 
 async def test_weight_update_mid_generation_switches_versions_at_the_update_point(
-        untrained_model_dir, second_model_dir, serve_factory):
-    proc = serve_factory(untrained_model_dir, "--weight-version", "0")
+        untrained_model_dir, second_model_dir, updatable_server):
+    proc = updatable_server
+    await reset(proc.url, untrained_model_dir, "0")
     sampling = SamplingParams(max_new_tokens=400, temperature=1.0, ignore_eos=True, seed=11)
     async with RemoteEngine([proc.url], timeout=120) as engine, httpx.AsyncClient(timeout=60) as client:
         job = asyncio.create_task(engine.generate(PROMPT, sampling))
@@ -107,8 +115,9 @@ async def test_weight_update_mid_generation_switches_versions_at_the_update_poin
 
 
 async def test_update_without_pause_swaps_between_steps_and_bad_updates_are_refused(
-        untrained_model_dir, second_model_dir, serve_factory, tmp_path):
-    proc = serve_factory(untrained_model_dir, "--weight-version", "0")
+        untrained_model_dir, second_model_dir, updatable_server, tmp_path):
+    proc = updatable_server
+    await reset(proc.url, untrained_model_dir, "0")
     async with httpx.AsyncClient(timeout=60) as client:
         job = asyncio.create_task(client.post(proc.url + "/generate", json={
             "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 450, "ignore_eos": True}}))
