@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -39,6 +40,9 @@ from agentrl.errors import SandboxError, SandboxUnavailable
 CGROUP_HEADROOM_MB = 64
 """Memory a jail's cgroup allows beyond the program's limit and its work dir (interpreter, executor)."""
 
+AUTO_UID_START, AUTO_UID_BLOCK, AUTO_UID_BLOCKS = 100_000, 256, 15_000
+_INSTANCES = itertools.count()
+
 JAIL_SETUP_S = 10.0
 """Seconds a jail may take beyond the program's own time limit before it is killed."""
 
@@ -53,7 +57,10 @@ class LocalSandboxConfig:
     cgroup_parent: str = option(
         "", help="cgroup (relative to the hierarchy root) the jails nest under; it must exist"
     )
-    uid_base: int = option(60000, help="uid of the first jail slot; slot i runs programs as uid_base + i", ge=1000)
+    uid_base: int = option(
+        0, help="uid of the first jail slot (slot i runs programs as uid_base + i); 0 picks a block "
+        "of 256 uids from this process id, so sandboxes in different processes do not share uids", ge=0
+    )
     fork_interpreter: bool = option(
         True, help="run Python programs in a fork of the jail's warm interpreter (reset to a fresh "
         "`python -I -S` state) instead of starting a new one: ~10 ms less CPU per run"
@@ -152,6 +159,8 @@ class LocalSandbox:
         base = dataclasses.asdict(config or LocalSandboxConfig())
         self.config = from_dict(LocalSandboxConfig, {**base, **overrides})
         self.python = os.path.realpath(self.config.python or sys.executable)
+        self.uid_base = self.config.uid_base or AUTO_UID_START + (
+            (os.getpid() * 8 + next(_INSTANCES)) % AUTO_UID_BLOCKS) * AUTO_UID_BLOCK
         self._proc: subprocess.Popen | None = None
         self._control: socket.socket | None = None
         self._start_lock = threading.Lock()
@@ -172,7 +181,7 @@ class LocalSandbox:
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             jail_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail.py")
             argv = [self.python, "-I", "-S", jail_py, str(theirs.fileno()), self.python,
-                    self.config.cgroup_parent, str(self.config.uid_base)]
+                    self.config.cgroup_parent, str(self.uid_base)]
             self._proc = subprocess.Popen(
                 argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"}
             )

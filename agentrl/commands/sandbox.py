@@ -40,6 +40,8 @@ def register(subparsers) -> None:
     s.add_argument("--max-queue", type=int, default=256, help="requests waiting before 503 (default 256)")
     s.add_argument("--pool-size", type=int, default=None, help="docker: warm containers (default = max-concurrency)")
     s.add_argument("--cgroup-parent", default="", help="cgroup the jails or containers nest under")
+    s.add_argument("--uid-base", type=int, default=0,
+                   help="first uid programs run as (local: one per jail slot; docker: one per container; 0 = default)")
     s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     s.set_defaults(func=serve)
 
@@ -92,8 +94,11 @@ def serve(args) -> int:
     options = {"cgroup_parent": args.cgroup_parent}
     if args.backend == "docker":
         options["pool_size"] = args.pool_size or args.max_concurrency
+        if args.uid_base:
+            options["uid"] = args.uid_base
     else:
         options["max_concurrency"] = args.max_concurrency
+        options["uid_base"] = args.uid_base
     sandbox = make_sandbox(args.backend, **options)
     build_app = load_object("sandboxes.service:build_app")
     app = build_app(sandbox, backend=args.backend, api_key=api_key, max_concurrency=args.max_concurrency,

@@ -25,8 +25,9 @@ import pytest
 
 TEST_CGROUP_MEMORY_MB = 2048
 TEST_CGROUP_PIDS = 1024
-LOCAL_UID_BASE = 60000
-DOCKER_UID_BASE = 10000
+LOCAL_UID_BASE = 62000  # the test backends' own uid ranges, so leftover checks see only ours
+SERVICE_UID_BASE = 63000
+DOCKER_UID_BASE = 12000
 API_KEY = "test-key-" + os.urandom(4).hex()
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,8 +139,9 @@ def docker_sandbox(docker_ready, test_cgroup):
 
 def start_service(backend: str, cgroup: str, api_key: str = API_KEY, extra: tuple[str, ...] = ()):
     """Start ``agentrl sandbox serve`` as a real process; returns (process, url)."""
+    uid = SERVICE_UID_BASE if backend == "local" else DOCKER_UID_BASE + 50
     argv = [sys.executable, "-m", "agentrl.cli", "sandbox", "serve", "--backend", backend, "--port", "0",
-            "--api-key", api_key, "--cgroup-parent", cgroup, "--max-concurrency", "4", *extra]
+            "--api-key", api_key, "--cgroup-parent", cgroup, "--max-concurrency", "4", "--uid-base", str(uid), *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
     deadline = time.monotonic() + 120
     lines = []
@@ -203,7 +205,8 @@ def loopback_listener():
 @pytest.fixture(scope="session")
 def sandbox_uid_processes():
     """Host pids of processes owned by a sandbox uid (local jails or containers)."""
-    return lambda: (host_uid_processes(LOCAL_UID_BASE, LOCAL_UID_BASE + 4096)
+    return lambda: (host_uid_processes(LOCAL_UID_BASE, LOCAL_UID_BASE + 256)
+                    + host_uid_processes(SERVICE_UID_BASE, SERVICE_UID_BASE + 256)
                     + host_uid_processes(DOCKER_UID_BASE, DOCKER_UID_BASE + 100))
 
 
