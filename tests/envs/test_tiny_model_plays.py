@@ -1,0 +1,75 @@
+"""The trained tiny demo model plays Arith-v0 and ToolUse-v0 (calculator only) through the
+envs' own prompts: proof that the envs show the model exactly what it was trained on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium
+import pytest
+
+import envs  # noqa: F401
+
+MODEL = Path(__file__).resolve().parents[2] / "examples" / "tiny-model"
+pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(),
+                                reason="the trained tiny model is not in examples/tiny-model yet")
+EPISODES = 60
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    import torch
+
+    from agentrl.tinymodel import load_model
+
+    torch.set_num_threads(1)
+    return load_model(MODEL)
+
+
+def render(tok, messages, tools=None) -> list[int]:
+    text = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_arith_prompts_match_training(tiny):
+    from agentrl.tinymodel import greedy_complete
+
+    model, tok = tiny
+    env = gymnasium.make("agentrl/Arith-v0")
+    prompts = [render(tok, env.reset(seed=s)[0]) for s in range(EPISODES)]
+    replies = greedy_complete(model, tok, prompts, max_new_tokens=16)
+    rewards = []
+    for s, reply in enumerate(replies):
+        env.reset(seed=s)
+        rewards.append(env.step(reply)[1])
+    env.close()
+    assert sum(rewards) / EPISODES >= 0.1, replies[:5]  # an untrained model scores ~0
+
+
+def test_tool_use_calculator_episodes(tiny):
+    from agentrl.tinymodel import greedy_complete
+
+    model, tok = tiny
+    env = gymnasium.make("agentrl/ToolUse-v0", kinds=["calc"])
+    firsts = []
+    for s in range(EPISODES):
+        obs, info = env.reset(seed=s)
+        firsts.append(render(tok, obs, info["tools"]))
+    tools = info["tools"]
+    calls = greedy_complete(model, tok, firsts, max_new_tokens=96)
+    seconds, alive = [], []
+    for s, reply in enumerate(calls):
+        env.reset(seed=s)
+        _, _, terminated, _, info = env.step(reply)
+        if not terminated and info["tool_errors"] == 0:
+            seconds.append(render(tok, env.unwrapped.transcript, tools))
+            alive.append(s)
+    assert len(alive) >= EPISODES // 2, calls[:3]  # most first replies are well-formed calls
+    answers = greedy_complete(model, tok, seconds, max_new_tokens=16)
+    rewards = []
+    for s, call, answer in zip(alive, [calls[s] for s in alive], answers, strict=True):
+        env.reset(seed=s)
+        env.step(call)
+        rewards.append(env.step(answer)[1])
+    env.close()
+    assert sum(rewards) / EPISODES >= 0.3, answers[:5]
