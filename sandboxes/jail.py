@@ -1,11 +1,14 @@
 """The local jail: fresh Linux namespaces, a read-only root, cgroups, and our executor as pid 1.
 
 What it is: a warm fork server (the *zygote*, ``zygote_main``) that LocalSandbox starts once.
-For each jail it is sent a small JSON message and one end of a socket pair; it forks a
-child that creates the jail's cgroups, unshares pid/net/ipc/uts namespaces and forks pid 1
-of the new pid namespace, which unshares the mount namespace, builds a root of its own and
-then serves the executor protocol (``sandboxes/executor.py``) on that socket. When the
-socket closes, pid 1 exits and the kernel kills everything left in the namespace.
+At start it builds, in a mount namespace of its own, the read-only template of every jail's
+root. For each jail it is sent a small JSON message and one end of a socket pair; it picks a
+free *slot* (a uid and a reusable pair of cgroups), forks a child that unshares
+pid/net/ipc/uts namespaces and forks pid 1 of the new pid namespace, which unshares the
+mount namespace (a copy of the template), mounts its own ``/work``, ``/tmp`` and ``/proc``,
+pivots into it and serves the executor protocol (``sandboxes/executor.py``) on the socket.
+When the socket closes, pid 1 exits and the kernel kills everything left in the namespace;
+the slot is reused only once its cgroup is empty.
 
 What is covered (root on the host):
   * pid namespace: the program sees only its jail; it cannot signal host processes; every
@@ -16,16 +19,20 @@ What is covered (root on the host):
     ``/proc``, and size-bounded tmpfs ``/work`` and ``/tmp``; the host's other files
     (``/root``, ``/home``, the repository, ``/etc/shadow``) are not in its view;
   * ipc and uts namespaces; hostname ``sandbox``;
-  * programs run as an unprivileged uid of their own (one per jail), no supplementary
-    groups, no new privileges, rlimits on CPU, address space, file size, processes and fds;
+  * programs run as the unprivileged uid of their slot (never two live jails with one uid),
+    no supplementary groups, no new privileges, rlimits on CPU, address space, file size,
+    processes and fds;
   * cgroups (v1 or v2, when writable) cap memory (also tmpfs pages) and process count and
     report OOM kills and peak memory; they nest under ``cgroup_parent`` when one is given.
+  * Python programs run in a fork of pid 1's warm interpreter, after the privileges are
+    dropped and the interpreter is reset to a fresh ``python -I -S`` state (see
+    ``executor.run_inline``); that fork holds nothing but this jail's own request.
 
 What is not covered: kernel exploits (there is no seccomp filter), CPU contention
 between jails (no cpu quota; the CPU-time rlimit bounds each program), timing side
 channels, and the readable contents of ``/usr`` and the interpreter's prefix. Without root
 the jail cannot be built and LocalSandbox says so (no user-namespace fallback yet).
-Main hook: ``zygote_main(fd, python)``.
+Main hook: ``zygote_main(fd, python, cgroup_parent, uid_base)``.
 """
 
 from __future__ import annotations
