@@ -275,14 +275,15 @@ class Engine:
     def _decode_step(self) -> None:
         hi = max(i for i, r in enumerate(self._slots) if r is not None) + 1
         rows = self._slots[:hi]
-        tokens = torch.zeros(hi, 1, dtype=torch.long)
-        positions = torch.zeros(hi, 1, dtype=torch.long)
+        toks, pos = [0] * hi, [0] * hi  # free slots in range compute a throwaway row at position 0
         for i, r in enumerate(rows):
             if r is not None:
-                tokens[i, 0] = r.output_ids[-1]
-                positions[i, 0] = len(r.input_ids) + len(r.output_ids) - 1
+                toks[i] = r.output_ids[-1]
+                pos[i] = len(r.input_ids) + len(r.output_ids) - 1
         dev = self.decoder.device
-        logits = self.decoder.forward(tokens.to(dev), positions.to(dev), slice(0, hi))[:, 0]
+        tokens = torch.tensor(toks, device=dev).view(hi, 1)
+        positions = torch.tensor(pos, device=dev).view(hi, 1)
+        logits = self.decoder.forward(tokens, positions, slice(0, hi))[:, 0]
         active = [i for i, r in enumerate(rows) if r is not None]
         if len(active) < hi:
             logits = logits[torch.tensor(active, device=dev)]
