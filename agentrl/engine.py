@@ -100,6 +100,9 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="agentrl-engine", daemon=True)
         self.steps = 0
         self.generated_tokens = 0
+        self.prefill_calls = 0
+        self.prefill_s = 0.0  # wall time in prefill forward passes
+        self.decode_s = 0.0  # wall time in decode steps
 
     # ------------------------------------------------------------------ thread-safe API
 
@@ -235,16 +238,21 @@ class Engine:
             if self.paused is not None:
                 continue
             try:
-                self._prefill_waiting()
+                t0 = time.perf_counter()
+                if self._prefill_waiting():
+                    self.prefill_calls += 1
+                    self.prefill_s += time.perf_counter() - t0
                 if any(r is not None for r in self._slots):
+                    t0 = time.perf_counter()
                     self._decode_step()
+                    self.decode_s += time.perf_counter() - t0
             except Exception as e:  # keep serving: fail the requests in the batch, not the server
                 log.exception("engine step failed")
                 for r in [r for r in self._slots if r is not None]:
                     self._finish(r, {"type": "abort", "message": f"engine error: {e}", "status_code": 500,
                                      "err_type": "InternalServerError"})
 
-    def _prefill_waiting(self) -> None:
+    def _prefill_waiting(self) -> bool:
         free = [i for i, r in enumerate(self._slots) if r is None]
         batch: list[Request] = []
         longest = 0
@@ -260,7 +268,7 @@ class Engine:
             longest = max(longest, n)
             batch.append(req)
         if not batch:
-            return
+            return False
         dev = self.decoder.device
         tokens = torch.zeros(len(batch), longest, dtype=torch.long)
         for i, r in enumerate(batch):
@@ -271,6 +279,7 @@ class Engine:
         slots = torch.tensor([r.slot for r in batch])
         logits = self.decoder.forward(tokens.to(dev), positions.to(dev), slots.to(dev), logit_index=last.to(dev))
         self._sample_and_append(batch, logits)
+        return True
 
     def _decode_step(self) -> None:
         hi = max(i for i, r in enumerate(self._slots) if r is not None) + 1

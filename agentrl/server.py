@@ -482,6 +482,9 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
                 "disable_radix_cache": True, "random_seed": c.seed, "status": "ready",
                 "internal_states": [{**load, "last_gen_throughput": 0.0, "num_decode_steps": state.engine.steps,
                                      "num_generated_tokens": state.engine.generated_tokens,
+                                     "num_prefill_calls": state.engine.prefill_calls,
+                                     "prefill_seconds": round(state.engine.prefill_s, 3),
+                                     "decode_seconds": round(state.engine.decode_s, 3),
                                      "effective_max_running_requests_per_dp": c.max_running_requests}],
                 "version": f"{SGLANG_API_VERSION} (agentrl serve)", "frontend": "python",
                 "startup_time": state.started}

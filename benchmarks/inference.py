@@ -77,7 +77,9 @@ def log_uniform_lengths(n: int, lo: int, hi: int, seed: int) -> list[int]:
     return [int(round(math.exp(rng.uniform(math.log(lo), math.log(hi))))) for _ in range(n)]
 
 
-async def run_engine(url: str, prompts, lengths, concurrency: int = 64) -> float:
+async def run_engine(url: str, prompts, lengths, concurrency: int = 64) -> tuple[float, dict]:
+    import httpx
+
     from agentrl.api import SamplingParams
     from agentrl.inference import RemoteEngine
 
@@ -89,9 +91,14 @@ async def run_engine(url: str, prompts, lengths, concurrency: int = 64) -> float
             assert len(out.tokens) == n, (len(out.tokens), n)
 
         await asyncio.gather(*(one(p, n) for p, n in zip(prompts[:8], lengths[:8], strict=True)))  # warm-up
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(p, n) for p, n in zip(prompts, lengths, strict=True)))
-        return time.perf_counter() - t0
+        async with httpx.AsyncClient(timeout=30) as http:
+            before = (await http.get(url + "/server_info")).json()["internal_states"][0]
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(p, n) for p, n in zip(prompts, lengths, strict=True)))
+            wall = time.perf_counter() - t0
+            after = (await http.get(url + "/server_info")).json()["internal_states"][0]
+        keys = ("num_decode_steps", "num_prefill_calls", "prefill_seconds", "decode_seconds")
+        return wall, {k: round(after[k] - before[k], 3) for k in keys}
 
 
 def run_hf(model_dir: Path, prompts, lengths, batch: int = 64) -> float:
@@ -194,7 +201,7 @@ def main() -> None:
     useful = sum(lengths)
     proc, url = start_server(model, args.threads)
     try:
-        engine_s = asyncio.run(run_engine(url, prompts, lengths))
+        engine_s, engine_stats = asyncio.run(run_engine(url, prompts, lengths))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -204,7 +211,7 @@ def main() -> None:
         "mode": "throughput", "model": str(model), "threads": args.threads, "prompts": args.prompts,
         "useful_tokens": useful, "engine_wall_s": round(engine_s, 3), "hf_wall_s": round(hf_s, 3),
         "engine_tokens_per_s": round(engine_tps, 1), "hf_tokens_per_s": round(hf_tps, 1),
-        "ratio": round(engine_tps / hf_tps, 3),
+        "ratio": round(engine_tps / hf_tps, 3), "engine": engine_stats,
     }))
 
 
