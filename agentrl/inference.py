@@ -151,6 +151,7 @@ class RemoteEngine:
                     if server is not None:
                         server.pinned.discard(base_rid)
                         server.inflight -= 1
+                        server = None
                     server = await self._pick()
                     server.pinned.add(base_rid)
                     server.inflight += 1
