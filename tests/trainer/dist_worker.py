@@ -2,11 +2,13 @@
 
     python -m torch.distributed.run --nproc_per_node=N tests/trainer/dist_worker.py \
         MODEL_DIR OUT.pt [--steps K] [--save-after S CKPT] [--restore CKPT] [--export DIR]
-        [--lr LR] [--publish SERVER_URL --publish-root DIR]
+        [--lr LR] [--publish SERVER_URL --publish-root DIR] [--kill-after-save]
 
 Rank 0 writes OUT.pt: {"stats": [per-step stats], "weights_after_first": {name: tensor},
 "weights_final": {...}, "world_size": N, "publish": [...]}. With --publish, the weights are
-published to a real ``agentrl serve`` after every step (rank 0 drives the client). The batch of each step is a pure function of the
+published to a real ``agentrl serve`` after every step (rank 0 drives the client). With
+--kill-after-save, every rank SIGKILLs itself right after the checkpoint is written (OUT.pt
+then holds what was done so far): no clean shutdown, no flush. The batch of each step is a pure function of the
 step number, so runs with different world sizes see the same data.
 """
 
@@ -16,6 +18,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 
 import torch
 import torch.distributed as dist
@@ -87,6 +90,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--publish")
     p.add_argument("--publish-root")
+    p.add_argument("--kill-after-save", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
 
@@ -107,6 +111,11 @@ def main() -> None:
             result["weights_after_first"] = full_weights(actor)
         if args.save_after and actor.version == int(args.save_after[0]):
             save_checkpoint(actor, args.save_after[1])
+            if args.kill_after_save:
+                if dist.get_rank() == 0:
+                    torch.save(result, args.out)
+                dist.barrier()
+                os.kill(os.getpid(), signal.SIGKILL)
         if args.publish:
             result["publish"].append(asyncio.run(publish(actor, args)))
     result["weights_final"] = full_weights(actor)
