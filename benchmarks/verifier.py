@@ -4,8 +4,10 @@ Measures, in one run:
   * ``math_verifs_per_s``: GSM8K gold answers written in varied forms (boxed, a final-answer
     line, ``18.0``, ``\\frac{36}{2}``, ``$18``, thousands separators; half of them deliberately
     wrong), verified through ``VerifierPool.averify`` with ``--workers`` processes; the
-    baseline is the same comparisons run serially in this process (plain math-verify calls,
-    no pool), and ``ratio`` is pool / baseline;
+    baseline is the same responses checked serially in this process with plain math-verify
+    (``verify(parse(gold), parse(response))``, no pool), and ``ratio`` is pool / baseline.
+    Plain-integer pairs are decided in-process without a worker (``compare_integers``), so
+    ``math_verifs_per_s_symbolic_only`` also reports the items that need math-verify;
   * ``gold_agreement``: every GSM8K, AIME 2024 and AMC 2023 gold answer fed back as a
     response (``\\boxed{gold}``) must score 1.0 (target: 1.0);
   * ``humaneval_canonical_pass``: the share of the 164 canonical solutions that score 1.0
@@ -31,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl.datasets import data_path, load_rows  # noqa: E402
 from envs.math.pool import VerifierConfig, VerifierPool  # noqa: E402
-from envs.math.verifier import compare, extract_final_answer, normalize_gold  # noqa: E402
+from envs.math.verifier import compare_integers, extract_final_answer, normalize_gold  # noqa: E402
 
 
 def varied_forms(gold: str) -> list[tuple[str, bool]]:
@@ -57,12 +59,19 @@ async def pool_rate(pool: VerifierPool, items: list[tuple[str, str, bool]]) -> t
 
 
 def serial_rate(items: list[tuple[str, str, bool]]) -> float:
+    """Plain math-verify, serially in this process: parse both sides, verify (the baseline)."""
+    from math_verify import parse, verify
+
     start = time.perf_counter()
     for response, gold, _ in items:
-        answer = extract_final_answer(response)
-        if answer is not None:
-            compare(answer, normalize_gold(gold))
+        verify(parse(f"${normalize_gold(gold)}$"), parse(response))
     return len(items) / (time.perf_counter() - start)
+
+
+def is_symbolic(response: str, gold: str) -> bool:
+    """Whether the pool must run math-verify (not the in-process plain-integer comparison)."""
+    answer = extract_final_answer(response)
+    return answer is not None and compare_integers(answer, normalize_gold(gold)) is None
 
 
 def break_returns(source: str, entry_point: str) -> str:
@@ -108,10 +117,16 @@ async def main() -> None:
     all_golds = golds + [normalize_gold(r["answer"]) for r in others]
 
     with VerifierPool(VerifierConfig(workers=args.workers)) as pool:
-        await pool.averify("\\boxed{1}", "1")  # start the workers before timing
+        # start every worker (and its math-verify import) before timing
+        await asyncio.gather(*(pool.averify(f"\\boxed{{{i}.5}}", f"{i}.5") for i in range(32 * args.workers)))
+        pool.stats.update(verified=0)
         rate, wrong = await pool_rate(pool, items)
         print(f"pool ({args.workers} workers): {rate:.0f} verifications/s over {len(items)}; "
               f"{wrong} verdicts differ from the expected", flush=True)
+        symbolic = [it for it in items if is_symbolic(it[0], it[1])]
+        symbolic_rate, symbolic_wrong = await pool_rate(pool, symbolic)
+        print(f"  of which through math-verify in the workers: {len(symbolic)}, alone "
+              f"{symbolic_rate:.0f}/s ({symbolic_wrong} wrong)", flush=True)
         agreement = await asyncio.gather(*(pool.averify(f"\\boxed{{{g}}}", g) for g in all_golds))
         gold_agreement = sum(agreement) / len(agreement)
         print(f"gold agreement: {sum(agreement)}/{len(agreement)}", flush=True)
@@ -123,9 +138,11 @@ async def main() -> None:
 
     result = {
         "math_verifs_per_s": round(rate, 1),
+        "math_verifs_per_s_symbolic_only": round(symbolic_rate, 1),
+        "symbolic_items": len(symbolic),
         "baseline_serial_verifs_per_s": round(baseline, 1),
         "ratio": round(rate / baseline, 3),
-        "math_wrong_verdicts": wrong,
+        "math_wrong_verdicts": wrong + symbolic_wrong,
         "math_items": len(items),
         "gold_agreement": round(gold_agreement, 4),
         "gold_items": len(all_golds),

@@ -6,7 +6,8 @@ jobs at a time (no round trip per job). A verification that runs past ``hard_tim
 gets its worker killed and replaced (math-verify's own timeout uses ``signal.alarm``, which
 only works on a main thread, so it cannot be the last line of defence); workers are
 recycled after ``max_tasks_per_worker`` tasks (sympy's caches grow) and run under an
-address-space limit. ``averify`` awaits a future, so the event loop never blocks. What it is
+address-space limit. ``averify`` awaits a future, so the event loop never blocks; pairs of
+plain integers (``compare_integers``) are decided in-process without a round trip. What it is
 not: the comparison rules — those are in envs/math/verifier.py, with their reasons.
 
 Main hooks::
@@ -36,7 +37,7 @@ from typing import Any
 
 from agentrl.config import option
 from agentrl.errors import VerifierError
-from envs.math.verifier import extract_final_answer, normalize_gold
+from envs.math.verifier import compare_integers, extract_final_answer, normalize_gold
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,11 @@ class VerifierPool:
         answer = extract_final_answer(response)
         if answer is None:
             return False
-        fut = self.submit(answer, normalize_gold(gold))
+        gold = normalize_gold(gold)
+        quick = compare_integers(answer, gold)
+        if quick is not None:
+            return quick
+        fut = self.submit(answer, gold)
         try:
             return fut.result(timeout=self.cfg.max_wait_s)
         except concurrent.futures.TimeoutError:
@@ -171,7 +176,11 @@ class VerifierPool:
         answer = extract_final_answer(response)
         if answer is None:
             return False
-        fut = self.submit(answer, normalize_gold(gold))
+        gold = normalize_gold(gold)
+        quick = compare_integers(answer, gold)
+        if quick is not None:
+            return quick  # plain integers: decided here, no round trip to a worker
+        fut = self.submit(answer, gold)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(fut), self.cfg.max_wait_s)
         except TimeoutError:
