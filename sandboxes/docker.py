@@ -141,6 +141,7 @@ class DockerSession:
         self._sandbox = sandbox
         self._box = box
         self.broken = False
+        self.in_call = False  # a call is on the container's stream right now
 
     async def run(self, request: ExecRequest) -> ExecResult:
         if request.language != "python":
@@ -149,12 +150,17 @@ class DockerSession:
             return sandbox_error("this session's container failed earlier; start a new session")
         cfg = self._sandbox.config
         payload = request_payload(request, cfg.work_mb, cfg.max_processes)
+        self.in_call = True
         try:
             reply = await self._sandbox._call(self._box, {"op": "session_call", "request": payload},
                                               request.time_limit_s + CALL_GRACE_S)
+            self.in_call = False
         except (TimeoutError, SandboxError, OSError, ValueError) as e:
             self.broken = True
             return sandbox_error(f"session container failed: {e!r}")
+        except BaseException:  # cancelled mid-call: the container's stream is out of step now
+            self.broken = True
+            raise
         return result_from_reply(reply)
 
 
@@ -340,6 +346,8 @@ class DockerSandbox:
                 raise SandboxError(f"session did not start: {reply.get('error', reply)}")
             yield session
         finally:
+            if session.in_call:  # ended while a call is still on the stream (cancelled, or ended
+                session.broken = True  # from elsewhere): the container cannot be trusted in step
             if not session.broken:
                 try:
                     reply = await self._call(box, {"op": "session_end"}, CALL_GRACE_S)

@@ -275,7 +275,10 @@ class LocalSandbox:
             if not reply.get("ok"):
                 raise SandboxError(f"session did not start: {reply.get('error', reply)}")
             yield LocalSession(jail, self)
-        finally:
+        except BaseException:  # the episode failed or was cancelled, maybe mid-call: kill now
+            jail.close(kill=True)
+            raise
+        else:
             jail.close()  # its pid 1 ends the interpreter; the rest dies with the jail
 
     async def aclose(self) -> None:

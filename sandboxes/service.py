@@ -39,6 +39,16 @@ from agentrl.errors import SandboxError
 SESSION_IDLE_S = 600.0
 
 
+class SessionEnded(Exception):
+    """Thrown into a session's context to end it at once (a client's DELETE, shutdown)."""
+
+
+async def _end(s: _Session) -> None:
+    """End a session now, even mid-call: the backend kills its interpreter."""
+    with contextlib.suppress(Exception):
+        await s.stack.__aexit__(SessionEnded, SessionEnded("the session was ended"), None)
+
+
 @dataclass
 class _Session:
     stack: contextlib.AsyncExitStack
@@ -101,7 +111,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
             for sid, s in list(sessions.items()):
                 if now - s.last_used > SESSION_IDLE_S and not s.lock.locked():
                     sessions.pop(sid, None)
-                    await s.stack.aclose()
+                    await _end(s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -111,9 +121,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
         finally:
             reaper.cancel()
             for sid in list(sessions):
-                s = sessions.pop(sid)
-                with contextlib.suppress(Exception):
-                    await s.stack.aclose()
+                await _end(sessions.pop(sid))
             close = getattr(sandbox, "aclose", None)
             if close is not None:
                 await close()
@@ -182,8 +190,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
         s = sessions.pop(sid, None)
         if s is None:
             raise HTTPException(404, f"no session {sid!r}")
-        async with s.lock:
-            await s.stack.aclose()
+        await _end(s)  # not waiting for a call in flight: its client may be gone
         return {"ok": True}
 
     return app

@@ -146,3 +146,22 @@ async def test_session_cannot_redirect_uploads_through_a_link(sandbox):
         assert r.status is ExecStatus.OK, r.stderr
         r = await s.run(ExecRequest(code="print('never runs')", files={"data/hostname": "pwned"}))
         assert r.status is ExecStatus.SANDBOX_ERROR and "not a directory of the work dir" in r.error
+
+
+async def test_a_cancelled_episode_kills_its_session(sandbox, sandbox_uid_processes):
+    async def episode():
+        async with sandbox.session() as s:
+            await s.run(ExecRequest(code="import time\ntime.sleep(30)", time_limit_s=30))
+
+    task = asyncio.create_task(episode())
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        if not sandbox_uid_processes():
+            break
+        await asyncio.sleep(0.05)
+    assert not sandbox_uid_processes(), "a cancelled episode left its interpreter running"
+    r = await sandbox.run(ExecRequest(code="print('next')"))
+    assert r.stdout == "next\n"
