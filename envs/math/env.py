@@ -192,6 +192,7 @@ class MathRetryEnv(MathEnv):
         if facts["answer"] is None:
             text = "I could not find a final answer. Put it in \\boxed{}."
         else:
-            text = f"That is not correct: {facts['answer']} is not the answer."
+            shown = facts["answer"] if len(facts["answer"]) <= 200 else facts["answer"][:200] + "..."
+            text = f"That is not correct: {shown} is not the answer."
         text += f" Try again; {left} attempt{'s' if left > 1 else ''} left."
         return Turn([{"role": "user", "content": text}], done=False, facts=facts)
