@@ -1,1 +1,9 @@
-"""Code-execution backends behind the ``agentrl.api.Sandbox`` interface."""
+"""Code-execution backends behind the ``agentrl.api.Sandbox`` interface.
+
+    local.py     LocalSandbox   namespace jails on this host, via a warm fork server (jail.py)
+    docker.py    DockerSandbox  a warm pool of locked-down containers
+    remote.py    RemoteSandbox  the client of the sandbox service (service.py, FastAPI)
+    executor.py  our pid 1 inside every jail and container: runs, caps, kills, reports
+
+The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL)``.
+"""

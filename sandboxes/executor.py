@@ -14,6 +14,9 @@ It runs in two places:
 What it is not: the isolation boundary by itself. It drops privileges and sets rlimits; the
 namespaces (LocalSandbox) or the container (DockerSandbox) around it are the boundary.
 
+It is one self-contained file (longer than our usual module) because it travels as one
+script: DockerSandbox passes its source to ``python3 -c`` in each container.
+
 Protocol ops: ``run`` (one program, fresh work dir), ``session_start`` / ``session_call`` /
 ``session_end`` (a persistent Python interpreter whose globals survive between calls; a call
 that times out or kills the interpreter restarts it with empty state), ``ping``.
