@@ -12,8 +12,9 @@ sandbox — tools run in this process; run untrusted code through ``agentrl.api.
 Never an exception for the model's mistakes: a malformed block, an unknown tool, wrong or
 missing arguments, a tool that raises or times out — each becomes a tool message saying
 what was expected, so the model can correct itself. A tool that raises an ``AgentRLError``
-(``ToolError``, ``SandboxError``: the infrastructure failed, not the model) propagates it. A bad *declaration* (no docstring, an
-unannotated or unsupported parameter) raises ``ToolError`` at once.
+(``ToolError``, ``SandboxError``: the infrastructure failed, not the model) propagates it.
+A bad *declaration* (no docstring, an unannotated or unsupported parameter) raises
+``ToolError`` at once.
 
 Sync tools run in a worker thread; a sync tool that hangs keeps its thread after the
 timeout (Python threads cannot be killed), so write tools that may hang as coroutines.
