@@ -16,7 +16,7 @@ from agentrl.api import Message
 from agentrl.datasets import data_path, load_rows
 from agentrl.env import EpisodeLimits, TextEnv, Turn
 from agentrl.errors import EnvError, VerifierError
-from agentrl.rewards import Reward, Rubric, boxed_format, discounted, fact
+from agentrl.rewards import Reward, RewardFn, Rubric, boxed_format, discounted, fact, length_penalty
 from envs.math.pool import VerifierPool, default_pool
 from envs.math.verifier import extract_final_answer
 
@@ -59,6 +59,8 @@ class MathEnv(TextEnv):
     ## Rewards
     ``correct`` (weight 1): 1.0 when the answer equals the gold answer, else 0.0.
     ``format`` (weight ``format_weight``, default 0): 1.0 when the reply uses ``\\boxed{}``.
+    ``length`` (weight ``length_weight``, default 0): 0 up to ``length_budget`` characters,
+    then down to -1 at twice the budget.
 
     ## Episode End
     Terminated after the first reply. Truncated only by ``max_tokens`` or ``max_wall_s``.
@@ -70,7 +72,8 @@ class MathEnv(TextEnv):
 
     ## Arguments
     ``dataset``: a path ``load_rows`` reads (default: data/gsm8k_test.jsonl);
-    ``system_prompt``; ``format_weight``; ``max_tokens``; ``max_wall_s``;
+    ``system_prompt``; ``format_weight``; ``length_weight``, ``length_budget`` (4000);
+    ``max_tokens``; ``max_wall_s``;
     ``verifier``: a ``VerifierPool`` (default: the shared pool); ``render_mode``: "ansi" or None.
 
     ## Version History
@@ -86,12 +89,16 @@ class MathEnv(TextEnv):
         max_wall_s: float | None = None,
         verifier: VerifierPool | None = None,
         render_mode: str | None = None,
+        length_weight: float = 0.0,
+        length_budget: int = 4000,
         *,
-        rubric: Rubric | None = None,
         max_turns: int = 1,
+        correct_term: RewardFn | None = None,
     ) -> None:
         super().__init__(
-            rubric=rubric or Rubric([Reward("correct", fact("correct")), Reward("format", boxed_format, format_weight)]),
+            rubric=Rubric([Reward("correct", correct_term or fact("correct")),
+                           Reward("format", boxed_format, format_weight),
+                           Reward("length", length_penalty(length_budget), length_weight)]),
             limits=EpisodeLimits(max_turns=max_turns, max_tokens=max_tokens, max_wall_s=max_wall_s),
             render_mode=render_mode,
         )
@@ -146,6 +153,7 @@ class MathRetryEnv(MathEnv):
     ## Rewards
     ``correct`` (weight 1): ``discount ** (attempts - 1)`` when an attempt is right, else 0.
     ``format`` (weight ``format_weight``, default 0): the last reply uses ``\\boxed{}``.
+    ``length`` (weight ``length_weight``, default 0): the last reply's length penalty.
 
     ## Episode End
     Terminated on a right answer or after ``max_attempts`` wrong ones. Truncated by
@@ -173,13 +181,14 @@ class MathRetryEnv(MathEnv):
         max_wall_s: float | None = None,
         verifier: VerifierPool | None = None,
         render_mode: str | None = None,
+        length_weight: float = 0.0,
+        length_budget: int = 4000,
     ) -> None:
         if max_attempts < 1:
             raise EnvError(f"max_attempts must be >= 1, got {max_attempts}")
-        rubric = Rubric([Reward("correct", discounted("correct", discount)),
-                         Reward("format", boxed_format, format_weight)])
         super().__init__(dataset, system_prompt, format_weight, max_tokens, max_wall_s, verifier,
-                         render_mode, rubric=rubric, max_turns=max_attempts)
+                         render_mode, length_weight, length_budget, max_turns=max_attempts,
+                         correct_term=discounted("correct", discount))
         self.max_attempts = max_attempts
 
     async def _turn(self, action: str) -> Turn:

@@ -53,6 +53,11 @@ def test_math_grades_gsm8k_and_latex_answers():
     assert env.step("The final answer is 0.5")[1] == 1.0
     env.reset(options={"task": GSM8K_ROW})
     assert env.step("\\boxed{17}")[1] == 0.0
+    env.close()
+    env = gymnasium.make("agentrl/Math-v0", length_weight=0.5, length_budget=10)
+    env.reset(options={"task": GSM8K_ROW})
+    _, reward, *_, info = env.step("so the answer is \\boxed{18}")  # 27 characters: 17 over
+    assert info["rewards"] == {"correct": 1.0, "format": 1.0, "length": -1.0} and reward == 0.5
     with pytest.raises(EnvError, match="'question'"):
         env.reset(options={"task": {"problem": "x", "answer": "1"}})
     env.close()
@@ -68,7 +73,7 @@ def test_math_retry_feedback_and_discount():
     assert "17 is not the answer" in obs[0]["content"] and "1 attempt left" in obs[0]["content"]
     obs, reward, terminated, truncated, info = env.step("\\boxed{18}")
     assert (obs, reward, terminated, truncated) == ([], 0.25, True, False)
-    assert info["attempts"] == 3 and info["rewards"]["correct"] == 0.25
+    assert info["attempts"] == 3 and info["rewards"] == {"correct": 0.25, "format": 1.0, "length": 0.0}
     env.reset(options={"task": GSM8K_ROW})
     for _ in range(2):
         env.step("\\boxed{1}")
