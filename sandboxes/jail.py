@@ -374,8 +374,13 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 6
     os.setsid()
     control = socket.socket(fileno=fd)
     prefix = os.path.realpath(os.path.join(os.path.dirname(python), ".."))
-    root = f"/tmp/.agentrl-jail-root-{os.getpid()}"
-    os.makedirs(root, exist_ok=True)
+    # Only a mount point: the template is mounted on it inside this zygote's own mount
+    # namespace, so every zygote on the host can share the one empty directory.
+    root = "/tmp/.agentrl-jail-root"
+    os.makedirs(root, mode=0o755, exist_ok=True)
+    st = os.lstat(root)
+    if not os.path.isdir(root) or os.path.islink(root) or st.st_uid != 0:
+        raise SystemExit(f"jail: {root} must be a directory owned by root (not a link); remove it")
     build_template(root, prefix)
     if cgroup_parent:
         join_parent(cgroup_parent)
@@ -409,11 +414,6 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 6
             jail_sock.close()
     finally:
         slots.close()
-        _libc.umount2(root.encode(), MNT_DETACH)
-        try:
-            os.rmdir(root)
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":
