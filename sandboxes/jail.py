@@ -373,17 +373,22 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 6
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     os.setsid()
     control = socket.socket(fileno=fd)
-    prefix = os.path.realpath(os.path.join(os.path.dirname(python), ".."))
-    # Only a mount point: the template is mounted on it inside this zygote's own mount
-    # namespace, so every zygote on the host can share the one empty directory.
-    root = "/tmp/.agentrl-jail-root"
-    os.makedirs(root, mode=0o755, exist_ok=True)
-    st = os.lstat(root)
-    if not os.path.isdir(root) or os.path.islink(root) or st.st_uid != 0:
-        raise SystemExit(f"jail: {root} must be a directory owned by root (not a link); remove it")
-    build_template(root, prefix)
-    if cgroup_parent:
-        join_parent(cgroup_parent)
+    try:
+        prefix = os.path.realpath(os.path.join(os.path.dirname(python), ".."))
+        # Only a mount point: the template is mounted on it inside this zygote's own mount
+        # namespace, so every zygote on the host can share the one empty directory.
+        root = "/tmp/.agentrl-jail-root"
+        os.makedirs(root, mode=0o755, exist_ok=True)
+        st = os.lstat(root)
+        if not os.path.isdir(root) or os.path.islink(root) or st.st_uid != 0:
+            raise OSError(f"{root} must be a directory owned by root (not a link); remove it")
+        build_template(root, prefix)
+        if cgroup_parent:
+            join_parent(cgroup_parent)
+    except Exception as e:  # tell LocalSandbox why, then stop
+        control.send(json.dumps({"ready": False, "error": f"{type(e).__name__}: {e}"}).encode())
+        return
+    control.send(json.dumps({"ready": True}).encode())
     slots = Slots(uid_base, cgroup_parent, use_cgroups=True)
     # Forked jails touch less of the zygote's memory (fewer copy-on-write faults) when the
     # collector neither runs nor walks the objects made so far; they run for milliseconds.

@@ -186,6 +186,15 @@ class LocalSandbox:
                 argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"}
             )
             theirs.close()
+            mine.settimeout(JAIL_SETUP_S * 3)
+            try:
+                hello = json.loads(mine.recv(1 << 16) or b'{"ready": false, "error": "it exited"}')
+            except (OSError, ValueError) as e:
+                hello = {"ready": False, "error": repr(e)}
+            if not hello.get("ready"):
+                mine.close()
+                self._proc.kill()
+                raise SandboxUnavailable(f"the jail fork server could not start: {hello.get('error')}")
             mine.setblocking(False)
             self._control = mine
 

@@ -165,3 +165,13 @@ async def test_a_cancelled_episode_kills_its_session(sandbox, sandbox_uid_proces
     assert not sandbox_uid_processes(), "a cancelled episode left its interpreter running"
     r = await sandbox.run(ExecRequest(code="print('next')"))
     assert r.stdout == "next\n"
+
+
+async def test_local_fork_server_failure_is_explained(test_cgroup):
+    from agentrl.errors import SandboxUnavailable
+    from sandboxes.local import LocalSandbox
+
+    sandbox = LocalSandbox(cgroup_parent="agentrl-no-such-cgroup")
+    with pytest.raises(SandboxUnavailable, match="fork server could not start.*agentrl-no-such-cgroup"):
+        await sandbox.run(ExecRequest(code="pass"))
+    await sandbox.aclose()
