@@ -46,7 +46,7 @@ PREFILL_TOKEN_BUDGET = 8192
 """Most (padded) prompt tokens prefilled in one forward call."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Request:
     """One generation request and its state. Only the engine thread mutates it after submit."""
 
