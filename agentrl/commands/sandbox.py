@@ -63,7 +63,11 @@ def run(args) -> int:
     language = args.language or ("bash" if args.file.endswith(".sh") else "python")
     request = ExecRequest(code=code, language=language, stdin=stdin, time_limit_s=args.timeout,
                           memory_limit_mb=args.memory)
-    kwargs = {"api_key": args.api_key} if args.backend.startswith(("http://", "https://")) else {}
+    kwargs: dict = {}
+    if args.backend.startswith(("http://", "https://")):
+        kwargs["api_key"] = args.api_key
+    elif args.backend == "docker":
+        kwargs["pool_size"] = 1  # one run: one container
     sandbox = make_sandbox(args.backend, **kwargs)
 
     async def main():

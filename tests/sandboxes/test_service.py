@@ -4,6 +4,7 @@ the test cgroup that holds every backend under test."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -112,3 +113,18 @@ async def test_backends_under_test_live_in_the_test_cgroup(local_sandbox, test_c
     assert helpers.cgroup_pids(test_cgroup) >= 1
     r = await local_sandbox.run(ExecRequest(code="import time\ntime.sleep(0.5)"))
     assert r.status is ExecStatus.OK
+
+
+def test_cli_run_on_docker_leaves_no_container(tmp_path, docker_ready, helpers):
+    import docker
+
+    prog = tmp_path / "prog.py"
+    prog.write_text("import socket\nprint(socket.gethostname())\n")
+    out = subprocess.run([sys.executable, "-m", "agentrl.cli", "sandbox", "run", "--backend", "docker", str(prog)],
+                         capture_output=True, text=True, cwd=helpers.repo, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stdout"] == "sandbox\n"
+    # the CLI process is gone: no container may be left that names a dead owner
+    labelled = docker.from_env().containers.list(all=True, filters={"label": "agentrl.sandbox"})
+    owners = [c.labels.get("agentrl.sandbox.owner", "") for c in labelled]
+    assert all(os.path.exists(f"/proc/{o.rpartition(':')[2]}") for o in owners), owners
