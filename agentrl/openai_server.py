@@ -140,7 +140,10 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
             want_lp = bool(body.get("logprobs"))
             top_n = int(body.get("top_logprobs") or 0) if want_lp else 0
             if body.get("stream"):
-                return StreamingResponse(_chat_stream(state, body, prompt, use_tools, top_n, want_lp),
+                if (body.get("n") or 1) != 1:
+                    raise BadRequest("n > 1 is not supported with stream=true by agentrl serve")
+                parsed = parse_sampling(_sampling_from_openai(body, None), state, len(prompt))
+                return StreamingResponse(_chat_stream(state, body, prompt, parsed, use_tools, top_n),
                                          media_type="text/event-stream")
             reqs, parsed = await _run_all(state, prompt, body, http, None, top_n)
         except BadRequest as e:
@@ -217,16 +220,8 @@ def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict
             "metadata": {"weight_version": versions[-1] if versions else state.engine.weight_version}}
 
 
-async def _chat_stream(state: ServerState, body, prompt, use_tools: bool, top_n: int, want_lp: bool):
-    """``chat.completion.chunk`` events; n must be 1 when streaming."""
-    try:
-        if (body.get("n") or 1) != 1:
-            raise BadRequest("n > 1 is not supported with stream=true by agentrl serve")
-        parsed = parse_sampling(_sampling_from_openai(body, None), state, len(prompt))
-    except BadRequest as e:
-        yield f"data: {json.dumps({'error': {'message': str(e), 'type': 'invalid_request_error', 'code': e.status}})}\n\n"
-        yield "data: [DONE]\n\n"
-        return
+async def _chat_stream(state: ServerState, body, prompt, parsed, use_tools: bool, top_n: int):
+    """``chat.completion.chunk`` events (one choice; the request was validated before)."""
     req = EngineRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), top_logprobs_num=top_n, **parsed["engine"])
     base = {"id": req.rid, "object": "chat.completion.chunk", "created": int(time.time()),
             "model": body.get("model") or state.served_model_name}

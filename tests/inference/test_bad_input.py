@@ -47,6 +47,10 @@ CASES = [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
      "function": {"name": "f"}}], "tool_choice": "required"}, "tool_choice 'required' is not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 600}]}, "longer than the model's"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True, "max_tokens": -1},
+     "max_new_tokens must be >= 0"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True, "n": 2},
+     "n > 1 is not supported with stream=true"),
     ("/v1/completions", {"prompt": "hi", "echo": True}, "echo is not supported"),
     ("/v1/completions", {"prompt": {"a": 1}}, "prompt must be"),
 ]
