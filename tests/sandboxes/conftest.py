@@ -87,13 +87,27 @@ def helpers():
     """Helpers for tests (with --import-mode=importlib a conftest is not importable)."""
     import types
 
-    return types.SimpleNamespace(api_key=API_KEY, repo=REPO, start_service=start_service, cgroup_pids=cgroup_pids)
+    return types.SimpleNamespace(api_key=API_KEY, repo=REPO, start_service=start_service, cgroup_pids=cgroup_pids,
+                                 cgroup_pressure=cgroup_pressure)
 
 
 def cgroup_pids(name: str) -> int:
     """Processes now in the test cgroup (v1: the pids hierarchy)."""
     d = _cgroup_dirs(name)[-1]
     return int((d / "pids.current").read_text())
+
+
+def cgroup_pressure(name: str) -> dict[str, int]:
+    """How often the test cgroup itself hit its memory or pids limit (0 while every jail and
+    container held within its own, smaller limits)."""
+    if _cgroup_v2():
+        d = Path("/sys/fs/cgroup") / name
+        mem = dict(line.split() for line in (d / "memory.events").read_text().splitlines())
+        pids = dict(line.split() for line in (d / "pids.events").read_text().splitlines())
+        return {"memory": int(mem.get("max", 0)), "pids": int(pids.get("max", 0))}
+    mem, pid = _cgroup_dirs(name)
+    pids = dict(line.split() for line in (pid / "pids.events").read_text().splitlines())
+    return {"memory": int((mem / "memory.failcnt").read_text()), "pids": int(pids.get("max", 0))}
 
 
 @pytest.fixture(scope="session")
