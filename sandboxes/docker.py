@@ -178,7 +178,8 @@ class DockerSandbox:
         self._cond: asyncio.Condition | None = None
         self._cond_loop: asyncio.AbstractEventLoop | None = None
         self._started = False
-        self._uids = itertools.count(self.config.uid)  # one uid per container: RLIMIT_NPROC is per uid
+        # one uid per container (RLIMIT_NPROC counts per uid across the host)
+        self._uids = itertools.cycle(range(self.config.uid, self.config.uid + 1000))
         with open(EXECUTOR_PATH) as f:
             self._executor_src = f.read()
         atexit.register(self._destroy_all)
@@ -239,6 +240,7 @@ class DockerSandbox:
             cap_add=["SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"],
             security_opt=["no-new-privileges:true"],
             ipc_mode="private",
+            shm_size=f"{max(cfg.work_mb // 4, 1)}m",
             environment={"SANDBOX_UID": str(next(self._uids))},
             labels={LABEL: "1", f"{LABEL}.owner": self.owner},
             hostname="sandbox",
