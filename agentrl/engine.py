@@ -42,8 +42,9 @@ from agentrl.sampling import sample_rows
 
 log = logging.getLogger(__name__)
 
-PREFILL_TOKEN_BUDGET = 8192
-"""Most (padded) prompt tokens prefilled in one forward call."""
+PREFILL_TOKEN_BUDGET = 4096
+"""Most (padded) prompt tokens prefilled in one forward call: bounds how long a pause or a
+running batch waits behind a burst of long prompts."""
 
 
 @dataclass(eq=False)
