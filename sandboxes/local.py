@@ -171,7 +171,7 @@ class LocalSandbox:
 
     def _start_zygote(self) -> None:
         with self._start_lock:
-            if self._proc is not None and self._proc.poll() is None:
+            if self._control is not None and self._proc is not None and self._proc.poll() is None:
                 return
             if os.geteuid() != 0:
                 raise SandboxUnavailable(
@@ -182,7 +182,7 @@ class LocalSandbox:
             jail_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail.py")
             argv = [self.python, "-I", "-S", jail_py, str(theirs.fileno()), self.python,
                     self.config.cgroup_parent, str(self.uid_base)]
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"}
             )
             theirs.close()
@@ -193,10 +193,13 @@ class LocalSandbox:
                 hello = {"ready": False, "error": repr(e)}
             if not hello.get("ready"):
                 mine.close()
-                self._proc.kill()
+                proc.kill()
                 raise SandboxUnavailable(f"the jail fork server could not start: {hello.get('error')}")
             mine.setblocking(False)
-            self._control = mine
+            if self._control is not None:
+                self._control.close()
+            # both at once, and only when ready: other runs check them without the lock
+            self._control, self._proc = mine, proc
 
     async def start(self) -> None:
         """Start the fork server now (otherwise the first run does); raises
@@ -204,7 +207,7 @@ class LocalSandbox:
         await asyncio.to_thread(self._start_zygote)
 
     async def _open_jail(self, memory_mb: int) -> _Jail:
-        if self._proc is None or self._proc.poll() is not None:
+        if self._control is None or self._proc is None or self._proc.poll() is not None:
             await asyncio.to_thread(self._start_zygote)
         params = {
             "name": f"agentrl-{uuid.uuid4().hex[:12]}",

@@ -175,3 +175,12 @@ async def test_local_fork_server_failure_is_explained(test_cgroup):
     with pytest.raises(SandboxUnavailable, match="fork server could not start.*agentrl-no-such-cgroup"):
         await sandbox.run(ExecRequest(code="pass"))
     await sandbox.aclose()
+
+
+async def test_local_first_runs_at_once_share_one_fork_server(test_cgroup):
+    from sandboxes.local import LocalSandbox
+
+    sandbox = LocalSandbox(cgroup_parent=test_cgroup, uid_base=62500)
+    results = await asyncio.gather(*[sandbox.run(ExecRequest(code=f"print({i})")) for i in range(6)])
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(6)]
+    await sandbox.aclose()
