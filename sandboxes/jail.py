@@ -359,11 +359,12 @@ class Slots:
         return slot, cg
 
     def close(self) -> None:
+        """The sandbox is closing: kill the jails still running, then drop the cgroups."""
         for pid in list(self.busy):
-            try:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # a jail's pid 1: the kernel kills the rest
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
         for cg in self.cgroups.values():
             if cg is not None:
                 cg.remove()
