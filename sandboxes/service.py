@@ -37,6 +37,7 @@ from agentrl.api import ExecRequest, Sandbox
 from agentrl.errors import SandboxError
 
 SESSION_IDLE_S = 600.0
+QUEUE_WAIT_S = 600.0  # longest a request waits for a free slot before it is refused (503)
 
 
 class SessionEnded(Exception):
@@ -72,7 +73,9 @@ class Admission:
             raise HTTPException(503, f"sandbox queue is full ({self.max_queue} waiting); retry later")
         self.queued += 1
         try:
-            await self.sem.acquire()
+            await asyncio.wait_for(self.sem.acquire(), QUEUE_WAIT_S)
+        except TimeoutError as e:
+            raise HTTPException(503, f"waited {QUEUE_WAIT_S:.0f} s in the sandbox queue; retry later") from e
         finally:
             self.queued -= 1
         self.running += 1
