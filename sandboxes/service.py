@@ -69,15 +69,18 @@ class Admission:
 
     @contextlib.asynccontextmanager
     async def slot(self):
-        if self.queued >= self.max_queue:
-            raise HTTPException(503, f"sandbox queue is full ({self.max_queue} waiting); retry later")
-        self.queued += 1
-        try:
-            await asyncio.wait_for(self.sem.acquire(), QUEUE_WAIT_S)
-        except TimeoutError as e:
-            raise HTTPException(503, f"waited {QUEUE_WAIT_S:.0f} s in the sandbox queue; retry later") from e
-        finally:
-            self.queued -= 1
+        if not self.sem.locked():
+            await self.sem.acquire()  # a slot is free: taken without waiting
+        else:
+            if self.queued >= self.max_queue:
+                raise HTTPException(503, f"sandbox queue is full ({self.max_queue} waiting); retry later")
+            self.queued += 1
+            try:
+                await asyncio.wait_for(self.sem.acquire(), QUEUE_WAIT_S)
+            except TimeoutError as e:
+                raise HTTPException(503, f"waited {QUEUE_WAIT_S:.0f} s in the sandbox queue; retry later") from e
+            finally:
+                self.queued -= 1
         self.running += 1
         try:
             yield
