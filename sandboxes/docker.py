@@ -56,7 +56,7 @@ from typing import Any
 from agentrl.api import ExecRequest, ExecResult
 from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
-from sandboxes.local import request_payload, result_from_reply, sandbox_error
+from sandboxes.protocol import request_payload, result_from_reply, sandbox_error
 
 LABEL = "agentrl.sandbox"
 CALL_GRACE_S = 10.0

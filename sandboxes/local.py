@@ -28,14 +28,14 @@ import socket
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.api import ExecRequest, ExecResult, ExecStatus
+from agentrl.api import ExecRequest, ExecResult
 from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
+from sandboxes.protocol import request_payload, result_from_reply, sandbox_error
 
 CGROUP_HEADROOM_MB = 64
 """Memory a jail's cgroup allows beyond the program's limit and its work dir (interpreter, executor)."""
@@ -65,35 +65,6 @@ class LocalSandboxConfig:
         True, help="run Python programs in a fork of the jail's warm interpreter (reset to a fresh "
         "`python -I -S` state) instead of starting a new one: ~10 ms less CPU per run"
     )
-
-
-def check_names(request: ExecRequest) -> None:
-    """Reject file names that are not relative paths inside the work dir (caller's bug)."""
-    for name in [*request.files, *request.files_b64, *request.fetch]:
-        norm = os.path.normpath(name)
-        if not name or os.path.isabs(norm) or norm == "." or norm.split(os.sep)[0] == "..":
-            raise ValueError(
-                f"file name {name!r} must be a relative path inside the work dir, like 'data/input.txt'"
-            )
-
-
-def request_payload(request: ExecRequest, work_mb: int, max_processes: int) -> dict[str, Any]:
-    """The executor's ``run`` request: the ExecRequest plus the backend's fixed limits.
-    Raises ValueError for file names outside the work dir."""
-    check_names(request)
-    d = request.to_dict()
-    d["file_limit_mb"] = work_mb
-    d["max_processes"] = max_processes
-    return d
-
-
-def result_from_reply(reply: dict[str, Any]) -> ExecResult:
-    known = {f.name for f in dataclasses.fields(ExecResult)}
-    return ExecResult.from_dict({k: v for k, v in reply.items() if k in known})
-
-
-def sandbox_error(message: str) -> ExecResult:
-    return ExecResult(status=ExecStatus.SANDBOX_ERROR, error=message)
 
 
 class _Jail:
@@ -210,7 +181,6 @@ class LocalSandbox:
         if self._control is None or self._proc is None or self._proc.poll() is not None:
             await asyncio.to_thread(self._start_zygote)
         params = {
-            "name": f"agentrl-{uuid.uuid4().hex[:12]}",
             # RLIMIT_AS (= memory_mb) stops the program itself with a MemoryError; the cgroup
             # is the backstop for everything the jail holds, its tmpfs files included.
             "memory_mb": memory_mb + self.config.work_mb + CGROUP_HEADROOM_MB,

@@ -1,0 +1,43 @@
+"""The executor protocol, host side: what a backend sends for one ExecRequest and how the
+executor's JSON reply becomes an ExecResult. Shared by LocalSandbox and DockerSandbox.
+
+What it is not: the executor (``sandboxes/executor.py``, which runs inside the jail or the
+container and may import nothing of ours). Main hook: ``request_payload(request, ...)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from agentrl.api import ExecRequest, ExecResult, ExecStatus
+
+
+def check_names(request: ExecRequest) -> None:
+    """Reject file names that are not relative paths inside the work dir (caller's bug)."""
+    for name in [*request.files, *request.files_b64, *request.fetch]:
+        norm = os.path.normpath(name)
+        if not name or os.path.isabs(norm) or norm == "." or norm.split(os.sep)[0] == "..":
+            raise ValueError(
+                f"file name {name!r} must be a relative path inside the work dir, like 'data/input.txt'"
+            )
+
+
+def request_payload(request: ExecRequest, work_mb: int, max_processes: int) -> dict[str, Any]:
+    """The executor's ``run`` request: the ExecRequest plus the backend's fixed limits.
+    Raises ValueError for file names outside the work dir."""
+    check_names(request)
+    d = request.to_dict()
+    d["file_limit_mb"] = work_mb
+    d["max_processes"] = max_processes
+    return d
+
+
+def result_from_reply(reply: dict[str, Any]) -> ExecResult:
+    known = {f.name for f in dataclasses.fields(ExecResult)}
+    return ExecResult.from_dict({k: v for k, v in reply.items() if k in known})
+
+
+def sandbox_error(message: str) -> ExecResult:
+    return ExecResult(status=ExecStatus.SANDBOX_ERROR, error=message)
