@@ -146,6 +146,16 @@ CASES = [
          ExecStatus.TIMEOUT, {"time_limit_s": 1}),
     Case("setuid_root", "import os\ntry:\n    os.setuid(0)\n    print('root')\nexcept PermissionError:\n    print('denied')\n",
          ExecStatus.OK, {}, lambda r, c: assert_eq(r.stdout.strip(), "denied")),
+    Case("trace_the_executor",
+         "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nres = []\n"
+         "res.append(libc.ptrace(16, os.getppid(), 0, 0) == -1)  # PTRACE_ATTACH\n"
+         "try:\n    open(f'/proc/{os.getppid()}/mem', 'rb').read(1)\n    res.append(False)\n"
+         "except OSError:\n    res.append(True)\nprint('denied' if all(res) else f'traced {res}')\n",
+         ExecStatus.OK, {}, lambda r, c: assert_eq(r.stdout.strip(), "denied")),
+    Case("raise_own_limits",
+         "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)\n"
+         "    print('raised')\nexcept (ValueError, OSError):\n    print('denied')\n",
+         ExecStatus.OK, {}, lambda r, c: assert_eq(r.stdout.strip(), "denied")),
     # the script itself returns at once; the bomb it left running in the background must die
     Case("bash_fork_bomb", ":(){ :|:& };:\n", ExecStatus.OK, {"language": "bash", "time_limit_s": 1}),
 ]
