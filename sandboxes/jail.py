@@ -128,9 +128,13 @@ class Cgroups:
             self.events = os.open(f"{mem}/memory.oom_control", os.O_RDONLY)
             self.peak = os.open(f"{mem}/memory.max_usage_in_bytes", os.O_RDWR)
         self._oom_seen = 0
+        self._limits = (-1, -1)
 
     def configure(self, memory_mb: int, pids: int) -> None:
-        """Set the limits for the next jail in this slot."""
+        """Set the limits for the next jail in this slot (nothing to write when unchanged)."""
+        if self._limits == (memory_mb, pids):
+            return
+        self._limits = (-1, -1)  # unknown until every write below went through
         mb = memory_mb << 20
         if self.v2:
             self._write(self.dirs[0], "memory.max", mb)
@@ -144,6 +148,7 @@ class Cgroups:
             for key in (keys if mb <= current else keys[::-1]):
                 self._write(mem, key, mb, optional=key.startswith("memory.memsw"))
             self._write(pid, "pids.max", pids)
+        self._limits = (memory_mb, pids)
 
     @staticmethod
     def _write(d: str, key: str, value: int, optional: bool = False) -> None:
