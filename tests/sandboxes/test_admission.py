@@ -41,3 +41,22 @@ async def test_concurrency_limit_queue_and_503_when_full():
     assert backend.peak == 2
     refused = next(r for r in replies if r.status_code == 503)
     assert "queue is full" in refused.json()["detail"]
+
+
+class DownSandbox:
+    async def run(self, request: ExecRequest) -> ExecResult:
+        from agentrl.errors import SandboxUnavailable
+
+        raise SandboxUnavailable("no Docker engine answers")
+
+    def session(self):
+        raise AssertionError("not used")
+
+
+async def test_a_backend_that_is_down_answers_503_with_the_reason():
+    app = build_app(DownSandbox(), backend="fake", api_key="k")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc", timeout=30,
+                                 headers={"Authorization": "Bearer k"}) as client:
+        r = await client.post("/run", json={"code": "print(1)"})
+    assert r.status_code == 503 and "no Docker engine answers" in r.json()["detail"]
