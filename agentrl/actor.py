@@ -5,7 +5,10 @@ What it is: model + AdamW + warmup/cosine schedule behind two calls, ``compute_l
 (the decoupled PPO update of ``agentrl.losses`` over mini-batches of packed micro-batches).
 It runs under ``torchrun``: gloo on CPU, NCCL on GPUs; ``init_distributed`` sets that up.
 What it is not: batch preparation (``agentrl.batch``), checkpoints (``agentrl.checkpoint``) or
-weight publishing (``agentrl.publish``), though it exposes what they need.
+weight publishing (``agentrl.publish``), though it exposes what they need. Not there yet:
+meta-device initialization (every rank loads the whole checkpoint before sharding it, so the
+model must fit in each host's memory once per rank) and a chunked log-softmax for very large
+vocabularies (the float32 [T, V] log-probabilities of one micro-batch are materialized).
 
 Main hook: ``Actor(model_dir, TrainerConfig(...)).train_step(prepare_batch(...))``.
 
@@ -35,7 +38,14 @@ import torch.distributed as dist
 from agentrl.batch import TrainBatch
 from agentrl.errors import ModelError, TrainerError
 from agentrl.losses import policy_loss
-from agentrl.packing import pack, plan_micro_batches, sequence_starts, token_logprobs
+from agentrl.packing import (
+    SEGMENT_ATTENTION,
+    pack,
+    plan_micro_batches,
+    register_segment_attention,
+    sequence_starts,
+    token_logprobs,
+)
 from agentrl.trainer_config import TrainerConfig
 
 
@@ -91,14 +101,13 @@ class Actor:
             self.compute_dtype = getattr(torch, config.dtype)
         attn = config.attn_implementation
         if attn == "auto":
-            attn = "sdpa"
-            if on_gpu:
-                try:
-                    import flash_attn  # noqa: F401
+            from transformers.utils import is_flash_attn_2_available
 
-                    attn = "flash_attention_2"
-                except ImportError:
-                    pass
+            # varlen kernels need a 16-bit compute dtype; otherwise the packed row gets a mask
+            half = self.compute_dtype in (torch.bfloat16, torch.float16)
+            attn = "flash_attention_2" if on_gpu and half and is_flash_attn_2_available() else SEGMENT_ATTENTION
+        if attn == SEGMENT_ATTENTION:
+            register_segment_attention()
         self.attn_implementation = attn
         self.mesh = init_device_mesh(self.device.type, (self.world_size,))
 
@@ -185,6 +194,7 @@ class Actor:
         model = self.ref_model if reference else self.model
         if model is None:
             raise TrainerError("compute_logprobs(reference=True) needs trainer.loss.kl_coef > 0")
+        model.eval()  # π_prox without dropout; train_step switches back
         out: dict[int, torch.Tensor] = {}
         for mb in self._iter_rank_micro_batches(batch):
             if not mb:

@@ -14,10 +14,14 @@ by first-fit decreasing. A sequence longer than the budget gets a micro-batch of
 never split or dropped). All ranks get the same number of micro-batches — an FSDP forward is a
 collective, so a rank with less work runs empty micro-batches (``[]``) to keep in step.
 
-Attention. On CPU (``eager``/``sdpa``) the packed row gets an explicit block-diagonal causal
-mask, [1, 1, T, T] (bool for sdpa, additive float for eager). With varlen kernels
-(``flash_attention_2``/``3``) no mask is built: transformers derives the sequence boundaries
-from the restarting position ids.
+Attention. With ``eager``/``sdpa`` the packed row gets an explicit block-diagonal causal mask,
+[1, 1, T, T] (bool for sdpa, additive float for eager): simple, but the attention still costs
+T² for the whole row. ``sdpa_segments`` (registered with transformers by
+``register_segment_attention``; the CPU default of the actor) computes the same block-diagonal
+causal attention block by block — one causal SDPA call per packed sequence, found from the
+restarting position ids — so it costs Σ len² and builds no mask. With varlen kernels
+(``flash_attention_2``/``3``) no mask is built either: transformers derives the sequence
+boundaries from the position ids.
 
 Log-probabilities are token-aligned: entry t of a sequence is log π(token_t | tokens_<t), and
 entry 0 of every sequence is 0 (no prediction exists for a first token).
@@ -30,7 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "kernels-community/flash-attn")
+SEGMENT_ATTENTION = "sdpa_segments"
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "kernels-community/flash-attn", SEGMENT_ATTENTION)
 
 
 # --------------------------------------------------------------------------- planning
@@ -185,6 +190,55 @@ def pad(sequences: Sequence[Mapping[str, torch.Tensor]], indices: Sequence[int],
         for k in keys:
             fields[k][b, :n] = s[k]
     return PaddedMicroBatch(ids, attn, lens, list(indices), fields)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def segment_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers attention function: causal SDPA run separately on each packed sequence.
+
+    query [B, Hq, T, D], key/value [B, Hkv, T, D] -> ([B, T, Hq, D], None). Sequence starts are
+    the positions where ``position_ids`` is 0. Batches of several unpadded rows go to
+    transformers' causal SDPA unchanged; a padding mask or a KV cache is refused (the trainer
+    uses neither; load the model with ``sdpa`` for those)."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    if attention_mask is not None or query.shape[2] != key.shape[2]:
+        raise ValueError(
+            f"attn_implementation={SEGMENT_ATTENTION!r} takes packed rows or unpadded batches without a "
+            "KV cache; got a padding mask or a cache. Load the model with attn_implementation='sdpa'"
+        )
+    pos = kwargs.get("position_ids")
+    if pos is None or query.shape[0] != 1:
+        return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling, **kwargs)
+    t = query.shape[2]
+    starts = [*(pos.reshape(-1) == 0).nonzero()[:, 0].tolist(), t]
+    if starts[0] != 0:
+        starts.insert(0, 0)
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    lens = [b - a for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    # split (not slicing): its backward is one concatenation, not a zero-filled [T] grad per piece
+    out = [
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling, is_causal=True)
+        for q, k, v in zip(query.split(lens, 2), key.split(lens, 2), value.split(lens, 2), strict=True)
+    ]
+    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+
+
+def register_segment_attention() -> str:
+    """Make ``attn_implementation="sdpa_segments"`` known to transformers; returns the name.
+
+    Its mask function is the one of the varlen kernels: no mask for unpadded input, and the 2-D
+    padding mask otherwise (which the attention function then refuses, rather than ignore)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+
+    AttentionInterface.register(SEGMENT_ATTENTION, segment_sdpa_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SEGMENT_ATTENTION, flash_attention_mask)
+    return SEGMENT_ATTENTION
 
 
 # --------------------------------------------------------------------------- log-probabilities

@@ -62,8 +62,11 @@ class TrainerConfig:
     dtype: str = option("auto", choices=("auto", "float32", "bfloat16"),
                         help="compute dtype; auto = bfloat16 on GPUs that support it, float32 on CPU. "
                              "Master weights and gradient reduction stay float32")
-    attn_implementation: str = option("auto", choices=("auto", "eager", "sdpa", "flash_attention_2"),
-                                      help="auto = flash_attention_2 on GPU when installed, else sdpa")
+    attn_implementation: str = option(
+        "auto", choices=("auto", "sdpa_segments", "sdpa", "eager", "flash_attention_2"),
+        help="attention over packed rows. auto = flash_attention_2 (varlen) on GPUs with flash-attn and a "
+             "16-bit dtype, else sdpa_segments (one causal SDPA call per packed sequence); sdpa/eager "
+             "use an explicit [T, T] block-diagonal mask")
     gradient_checkpointing: bool = option(False, help="recompute activations in backward (less memory)")
     seed: int = option(0, help="seed of the trainer's RNGs")
     loss: LossConfig = option(LossConfig, help="the policy objective")

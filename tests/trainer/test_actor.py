@@ -62,10 +62,12 @@ def _batch(config, step=0):
     return prepare_batch(make_trajectories(step, 0), version=0, config=config)
 
 
-def test_logprobs_match_the_plain_hf_model(group, small_model):
+@pytest.mark.parametrize("attn", ["auto", "sdpa"])  # per-sequence SDPA; the explicit block mask
+def test_logprobs_match_the_plain_hf_model(group, small_model, attn):
     from transformers import AutoModelForCausalLM
 
-    actor = Actor(small_model, _config(micro_batch_tokens=50))
+    actor = Actor(small_model, _config(micro_batch_tokens=50, attn_implementation=attn))
+    assert actor.attn_implementation == {"auto": "sdpa_segments", "sdpa": "sdpa"}[attn]
     batch = _batch(actor.config)
     got = actor.compute_logprobs(batch)
     assert sorted(got) == list(range(len(batch)))

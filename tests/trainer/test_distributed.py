@@ -102,6 +102,7 @@ def test_resume_after_kill_gives_the_uninterrupted_next_step(runs):
 def test_hf_export_loads_with_transformers(runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    assert "segments" not in (runs["export"] / "config.json").read_text()  # loads anywhere
     model = AutoModelForCausalLM.from_pretrained(str(runs["export"]), dtype=torch.float32)
     trained = runs["two"]["weights_final"]
     sd = model.state_dict()

@@ -56,17 +56,22 @@ def test_block_causal_mask_pinned():
     assert sequence_starts([2, 1, 3]).int().tolist() == [[1, 0, 1, 1, 0, 0]]
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "sdpa_segments"])
 def test_packed_and_padded_logprobs_agree(attn):
     from transformers import AutoModelForCausalLM
 
+    from agentrl.packing import register_segment_attention
     from agentrl.tinymodel import tiny_config
+
+    register_segment_attention()
 
     torch.manual_seed(0)
     torch.set_num_threads(2)
-    cfg = tiny_config(hidden_size=64, num_layers=2)
-    cfg._attn_implementation = attn
+    ref_cfg, cfg = tiny_config(hidden_size=64, num_layers=2), tiny_config(hidden_size=64, num_layers=2)
+    ref_cfg._attn_implementation, cfg._attn_implementation = "eager", attn
+    padded_model = AutoModelForCausalLM.from_config(ref_cfg).float().eval()  # the reference
     model = AutoModelForCausalLM.from_config(cfg).float().eval()
+    model.load_state_dict(padded_model.state_dict())
     gen = torch.Generator().manual_seed(1)
     lens = [5, 17, 1, 9, 30]
     seqs = [{"input_ids": torch.randint(0, 256, (n,), generator=gen),
@@ -80,7 +85,7 @@ def test_packed_and_padded_logprobs_agree(attn):
                        attention_mask=p.attention_mask(attn)).logits
         packed, ent = token_logprobs(logits, p.input_ids, sequence_starts(p.seq_lens), with_entropy=True)
         q = pad(seqs, idx, pad_id=256)
-        logits = model(input_ids=q.input_ids, attention_mask=q.attention_mask).logits
+        logits = padded_model(input_ids=q.input_ids, attention_mask=q.attention_mask).logits
         padded, _ = token_logprobs(logits, q.input_ids)
     for a, b, n in zip(p.split(packed), q.split(padded), [lens[i] for i in idx], strict=True):
         assert a.shape == b.shape == (n,)
@@ -92,3 +97,19 @@ def test_packed_and_padded_logprobs_agree(attn):
         ref, _ = token_logprobs(alone, seqs[3]["input_ids"][None])
     torch.testing.assert_close(p.split(packed)[3], ref[0], rtol=0, atol=1e-5)
     assert ent is not None and (ent >= 0).all()
+
+
+def test_segment_attention_refuses_a_padding_mask():
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.packing import register_segment_attention
+    from agentrl.tinymodel import tiny_config
+
+    cfg = tiny_config(hidden_size=32, num_layers=1)
+    cfg._attn_implementation = register_segment_attention()
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    ids = torch.tensor([[5, 6, 7], [8, 9, 256]])
+    with torch.no_grad(), pytest.raises(ValueError, match="padding mask"):
+        model(input_ids=ids, attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]))
+    with torch.no_grad():  # unpadded rows are fine
+        assert torch.isfinite(model(input_ids=ids).logits).all()
