@@ -157,3 +157,21 @@ def test_lr_schedule_warmup_then_cosine():
     assert [round(f(s), 4) for s in (0, 1, 2)] == [0.25, 0.5, 0.75]
     assert f(3) == pytest.approx(1.0) and f(8) == pytest.approx(0.55) and f(13) == pytest.approx(0.1)
     assert f(100) == pytest.approx(0.1)
+
+
+def test_bfloat16_compute_keeps_float32_master_weights(group, small_model):
+    """The mixed-precision path GPUs take by default, run on CPU: bf16 compute, fp32 weights."""
+    actor = Actor(small_model, _config(dtype="bfloat16"))
+    assert actor.compute_dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in actor.model.parameters())
+    batch = _batch(actor.config)
+    low = actor.compute_logprobs(batch)
+    full = Actor(small_model, _config()).compute_logprobs(batch)
+    for i in low:
+        torch.testing.assert_close(low[i], full[i], rtol=0, atol=0.1)  # bf16 has 8 bits of mantissa
+    before = _weights(actor)
+    stats = actor.train_step(batch)
+    assert stats["optimizer_steps"] == 2 and stats["skipped_steps"] == 0
+    after = _weights(actor)
+    assert all(v.dtype == torch.float32 for v in after.values())
+    assert any(not torch.equal(v, before[k]) for k, v in after.items())
