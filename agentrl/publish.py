@@ -138,5 +138,7 @@ class WeightPublisher:
         return PublishRecord(version, path, t1 - t0, paused)
 
     def publish(self, model: torch.nn.Module, version: int) -> PublishRecord:
-        """``apublish`` for a caller without an event loop (a plain training loop)."""
+        """``apublish`` for a caller without an event loop (a plain training loop). Each call runs
+        a new event loop, so ``target`` must not hold connections bound to another loop (create
+        the ``RemoteEngine`` per call, or use ``apublish`` in the loop that owns it)."""
         return asyncio.run(self.apublish(model, version))
