@@ -13,9 +13,10 @@ fails a call, times out or stops answering is destroyed and replaced.
 Trust boundary — what is covered:
   * the container is the isolation boundary: its own pid, net (none: only ``lo``), mount,
     ipc and uts namespaces, cgroup limits on memory, pids and CPU, read-only root;
-  * inside it the executor runs each program as an unprivileged uid of that container (no capabilities, no new
-    privileges) under rlimits (CPU time, address space, file size, processes, fds), drains
-    output with caps, enforces the deadline, then SIGKILLs every process of that uid and
+  * inside it the executor runs each program as an unprivileged uid of that container (no
+    capabilities, no new privileges) under rlimits (CPU time, address space, file size,
+    processes, fds) — a Python program in a fork of a pristine interpreter made at container
+    start, before any request, so it holds no other run's code or output — drains output with caps, enforces the deadline, then SIGKILLs every process of that uid and
     wipes ``/work``, ``/tmp`` and ``/dev/shm`` before the next request.
 What is not covered, and why:
   * no per-execution namespaces inside the container: Docker's default seccomp profile
@@ -79,6 +80,10 @@ class DockerSandboxConfig:
     cgroup_parent: str = option("", help="cgroup the containers are placed under (cgroupfs driver)")
     uid: int = option(10000, help="uid of the programs in the first container (the next gets uid+1, ...)", ge=1000)
     start_timeout_s: float = option(60.0, help="seconds to wait for a container's executor to answer", gt=0)
+    fork_interpreter: bool = option(
+        True, help="run Python programs in a fork of a pristine interpreter made when the container "
+        "starts (reset to a fresh `python -I -S` state) instead of starting a new one per run"
+    )
 
 
 class _Container:
@@ -241,7 +246,8 @@ class DockerSandbox:
             security_opt=["no-new-privileges:true"],
             ipc_mode="private",
             shm_size=f"{max(cfg.work_mb // 4, 1)}m",
-            environment={"SANDBOX_UID": str(next(self._uids))},
+            environment={"SANDBOX_UID": str(next(self._uids)),
+                         "SANDBOX_FORK_INTERPRETER": "1" if cfg.fork_interpreter else "0"},
             labels={LABEL: "1", f"{LABEL}.owner": self.owner},
             hostname="sandbox",
         )
