@@ -7,9 +7,13 @@ reports the real exit status or signal, kills every process of that uid afterwar
 the work dir. It is pid 1 wherever it runs, so it reaps orphans and sees the true status.
 
 It runs in two places:
-  * inside a LocalSandbox jail (``sandboxes/jail.py`` forks it as pid 1 of fresh namespaces),
+  * inside a LocalSandbox jail (``sandboxes/jail.py`` clones it as pid 1 of fresh
+    namespaces); a Python program runs in a fork of this (fresh, one-request) interpreter;
   * inside a DockerSandbox container (``python3 -c <this file> container``), as the
-    container's main process, reached through the container's stdin/stdout.
+    container's main process, reached through the container's stdin/stdout; a Python
+    program runs in a fork of the ``Template`` interpreter made before any request.
+Either way ``run_inline`` resets the fork to a fresh ``python -I -S`` state first; bash
+programs (and sessions' interpreters) are exec'd.
 
 What it is not: the isolation boundary by itself. It drops privileges and sets rlimits; the
 namespaces (LocalSandbox) or the container (DockerSandbox) around it are the boundary.
