@@ -207,7 +207,9 @@ def build_tiny_model(cfg: TinyModelConfig, out_dir: str | Path, *, progress: boo
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # our own bar only
     start, cpu_start = time.perf_counter(), time.process_time()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -240,7 +242,12 @@ def build_tiny_model(cfg: TinyModelConfig, out_dir: str | Path, *, progress: boo
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optim.step()
             losses.append(loss.item())
-            bar.update(task, advance=1, loss=sum(losses[-20:]) / len(losses[-20:]))
+            recent = sum(losses[-20:]) / len(losses[-20:])
+            bar.update(task, advance=1, loss=recent)
+            if progress and not bar.console.is_terminal and (step + 1) % max(1, cfg.sft_steps // 10) == 0:
+                # No live bar in a log file: a plain line every tenth of the run instead.
+                bar.console.print(f"sft step {step + 1}/{cfg.sft_steps} loss {recent:.3f} "
+                                  f"{time.perf_counter() - start:.0f} s")
     train_seconds = time.perf_counter() - start
     train_cpu_seconds = time.process_time() - cpu_start
 
@@ -275,7 +282,9 @@ def build_tiny_model(cfg: TinyModelConfig, out_dir: str | Path, *, progress: boo
 def load_model(model_dir: str | Path):
     """(model, tokenizer) from a saved directory, offline; a clear ModelError if it is not one."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one line per figure on the console, no loading bars
     path = Path(model_dir)
     if not (path / "config.json").is_file():
         raise ModelError(f"{str(path)!r} is not a model directory (no config.json); "
