@@ -147,6 +147,11 @@ class Engine:
                 self.weight_version = version
         return self._call(run)
 
+    @property
+    def alive(self) -> bool:
+        """The engine thread is running (a dead engine makes ``/health`` answer 503)."""
+        return self._thread.is_alive()
+
     def load(self) -> dict[str, int]:
         running = sum(1 for r in self._slots if r is not None)
         return {"num_running_reqs": running, "num_waiting_reqs": len(self._live) - running}
@@ -225,7 +230,10 @@ class Engine:
         except queue.Empty:
             return
         while True:
-            cmd()
+            try:
+                cmd()
+            except Exception:  # a failing command must not kill the engine thread
+                log.exception("engine command failed")
             try:
                 cmd = self._commands.get_nowait()
             except queue.Empty:

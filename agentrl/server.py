@@ -491,7 +491,7 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        return Response(status_code=200)
+        return Response(status_code=200 if state.engine.alive else 503)
 
     @app.get("/health_generate")
     async def health_generate():
