@@ -163,7 +163,7 @@ def test_streaming_is_cumulative_and_ends_with_done(server):
     final = chunks[-1]["output_ids"]
     # cumulative: every chunk is a prefix of the final output (a slow reader gets fewer, larger steps)
     sizes = [len(c["output_ids"]) for c in chunks]
-    assert sizes == sorted(set(sizes)) and sizes[-1] == 6 and len(chunks) >= 2
+    assert sizes == sorted(set(sizes)) and sizes[-1] == 6
     assert all(c["output_ids"] == final[: len(c["output_ids"])] for c in chunks)
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
