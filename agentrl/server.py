@@ -524,7 +524,7 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
 
 
 async def _generate(state: ServerState, body: dict[str, Any], http: Request):
-    for key in ("input_embeds", "image_data", "video_data", "audio_data", "lora_path", "session_params"):
+    for key in ("input_embeds", "image_data", "video_data", "audio_data", "lora_path", "session_id", "session_params"):
         if body.get(key) is not None:
             raise BadRequest(f"{key} is not supported by agentrl serve")
     if (body.get("text") is None) == (body.get("input_ids") is None):
