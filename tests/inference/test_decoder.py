@@ -94,3 +94,17 @@ def test_sampler_frequencies_follow_the_distribution():
     freq = torch.bincount(tokens, minlength=3).float() / n
     assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.015)
     assert torch.allclose(logprobs, torch.log(torch.tensor([0.5, 0.3, 0.2]))[tokens], atol=1e-6)
+
+
+def test_serve_refuses_an_unsupported_checkpoint_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    r = subprocess.run([str(Path(sys.executable).parent / "agentrl"), "serve", "--model", str(tmp_path), "--port", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"agentrl serve: error: model_type 'gpt2' in {tmp_path}/config.json is not supported by the embedded "
+        "engine (supported: llama, qwen2, qwen3); serve it with SGLang instead"]
