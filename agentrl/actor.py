@@ -5,9 +5,10 @@ What it is: model + AdamW + warmup/cosine schedule behind two calls, ``compute_l
 (the decoupled PPO update of ``agentrl.losses`` over mini-batches of packed micro-batches).
 It runs under ``torchrun``: gloo on CPU, NCCL on GPUs; ``init_distributed`` sets that up.
 What it is not: batch preparation (``agentrl.batch``), checkpoints (``agentrl.checkpoint``) or
-weight publishing (``agentrl.publish``), though it exposes what they need. Not there yet:
-meta-device initialization (every rank loads the whole checkpoint before sharding it, so the
-model must fit in each host's memory once per rank) and a chunked log-softmax for very large
+weight publishing (``agentrl.publish``), though it exposes what they need. Loading: rank 0
+reads the checkpoint, the other ranks build the model on the meta device and receive their
+shards by broadcast (so a host holds the full model once, not once per rank; rank 0 still moves
+it to its device whole before sharding). Not there yet: a chunked log-softmax for very large
 vocabularies (the float32 [T, V] log-probabilities of one micro-batch are materialized).
 
 Main hook: ``Actor(model_dir, TrainerConfig(...)).train_step(prepare_batch(...))``.
@@ -126,11 +127,23 @@ class Actor:
     # ------------------------------------------------------------------ setup
 
     def _load(self, auto_cls, *, trainable: bool) -> torch.nn.Module:
+        """Rank 0 reads the checkpoint; the other ranks build the model on the meta device (no
+        memory) and receive their shards and the buffers from rank 0 after sharding."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from transformers import AutoConfig
 
+        full_state: dict[str, torch.Tensor] = {}
         try:
-            model = auto_cls.from_pretrained(str(self.model_dir), dtype=torch.float32,
-                                             attn_implementation=self.attn_implementation)
+            if self.rank == 0:
+                model = auto_cls.from_pretrained(str(self.model_dir), dtype=torch.float32,
+                                                 attn_implementation=self.attn_implementation)
+                full_state = dict(model.state_dict())
+            else:
+                config = AutoConfig.from_pretrained(str(self.model_dir))
+                with torch.device("meta"):
+                    model = auto_cls.from_config(config, dtype=torch.float32,
+                                                 attn_implementation=self.attn_implementation)
         except (OSError, ValueError) as e:
             raise ModelError(f"cannot load a causal LM from {str(self.model_dir)!r}: {e}") from e
         model.config.use_cache = False
@@ -141,13 +154,21 @@ class Actor:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if not trainable:
             model.eval().requires_grad_(False)
-        model.to(self.device)
+        if self.rank == 0:
+            model.to(self.device)
         mp = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
         blocks = set(getattr(model, "_no_split_modules", None) or [])
         for module in model.modules():
             if type(module).__name__ in blocks:
                 fully_shard(module, mesh=self.mesh, mp_policy=mp)
         fully_shard(model, mesh=self.mesh, mp_policy=mp)
+        if self.world_size > 1:
+            if self.rank != 0:
+                model.to_empty(device=self.device)
+            set_model_state_dict(model, full_state, options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=True))
+            for buf in model.buffers():  # rotary frequencies etc.: not in the state dict
+                dist.broadcast(buf, src=0)
         return model
 
     # ------------------------------------------------------------------ forward
