@@ -96,7 +96,9 @@ class TinyModelConfig:
     seed: int = option(0, help="seeds the weights and the training data; same seed, same model", ge=0)
     hidden_size: int = option(128, help="model width (4 query / 2 key-value heads, MLP 4x)", ge=16, le=1024)
     num_layers: int = option(5, help="transformer layers (5 x 128 wide = 1.27 M parameters)", ge=1, le=24)
-    sft_steps: int = option(900, help="optimizer steps; fixed, never a time budget", ge=1)
+    sft_steps: int = option(600, help="optimizer steps; fixed, never a time budget", ge=1)
+    schedule_steps: int = option(900, help="length of the lr schedule; sft_steps may stop before its end",
+                                 ge=1)
     batch_size: int = option(128, help="arithmetic sequences per step", ge=1)
     lr: float = option(2e-3, help="peak AdamW learning rate", gt=0, le=1)
     warmup: float = option(0.03, help="share of the steps spent warming the lr up linearly", ge=0, lt=1)
@@ -104,7 +106,7 @@ class TinyModelConfig:
     weight_decay: float = option(0.0, help="AdamW weight decay", ge=0)
     two_term_share: float = option(0.3, help="share of a+b problems in arithmetic batches (rest a+b+c)",
                                    ge=0, le=1)
-    tool_fraction: float = option(0.05, help="share of the steps that train on calculator tool-call traces",
+    tool_fraction: float = option(0.15, help="share of the steps that train on calculator tool-call traces",
                                   ge=0, le=1)
     tool_batch_size: int = option(16, help="tool-call traces per tool step (they are ~13x longer)", ge=1)
     eval_problems: int = option(1000, help="held-out a+b+c problems for the final greedy accuracy", ge=1)
@@ -115,6 +117,11 @@ class TinyModelConfig:
     threads: int = option(2, help="torch CPU threads (results are reproducible for a fixed value)", ge=1)
 
     def __post_init__(self) -> None:
+        if self.sft_steps > self.schedule_steps:
+            raise ConfigError(
+                f"config key 'sft_steps': got {self.sft_steps}, expected a value <= schedule_steps "
+                f"({self.schedule_steps}); raise schedule_steps too"
+            )
         if self.hidden_size % 8:
             raise ConfigError(
                 f"config key 'hidden_size': got {self.hidden_size}, expected a multiple of 8 "
@@ -202,29 +209,35 @@ def training_batch(cfg: TinyModelConfig, tok, step: int):
 # --------------------------------------------------------------------------- build
 
 
-def build_tiny_model(cfg: TinyModelConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train the demo model per ``cfg``, save it to ``out_dir``, evaluate it; returns build info."""
+def lr_at(cfg: TinyModelConfig, step: int) -> float:
+    """Linear warmup, then cosine decay to ``min_lr_ratio`` over ``schedule_steps`` steps.
+
+    The schedule does not depend on ``sft_steps``: a build that stops at step k has exactly
+    the weights that a longer build had at step k.
+    """
+    warmup_steps = max(1, round(cfg.warmup * cfg.schedule_steps))
+    if step < warmup_steps:
+        return cfg.lr * (step + 1) / warmup_steps
+    t = min(1.0, (step - warmup_steps) / max(1, cfg.schedule_steps - warmup_steps))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def sft_train(cfg: TinyModelConfig, tok, *, progress: bool = True, on_step=None):
+    """Train from scratch for ``cfg.sft_steps``; returns (model, per-step losses).
+
+    ``on_step(step, model)``, if given, runs after each optimizer step (it must leave the
+    model's weights alone); the build itself does not use it.
+    """
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # our own bar only
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    tok = build_tokenizer()
     model = AutoModelForCausalLM.from_config(tiny_config(cfg.hidden_size, cfg.num_layers))
     model.train()
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
-    warmup_steps = round(cfg.warmup * cfg.sft_steps)
-
-    def lr_at(step: int) -> float:
-        if step < warmup_steps:
-            return cfg.lr * (step + 1) / warmup_steps
-        t = (step - warmup_steps) / max(1, cfg.sft_steps - warmup_steps)
-        return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
-
     columns = (TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("loss {task.fields[loss]:.3f}"))
     losses: list[float] = []
@@ -236,7 +249,7 @@ def build_tiny_model(cfg: TinyModelConfig, out_dir: str | Path, *, progress: boo
             loss = torch.nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
             for group in optim.param_groups:
-                group["lr"] = lr_at(step)
+                group["lr"] = lr_at(cfg, step)
             optim.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -248,6 +261,20 @@ def build_tiny_model(cfg: TinyModelConfig, out_dir: str | Path, *, progress: boo
                 # No live bar in a log file: a plain line every tenth of the run instead.
                 bar.console.print(f"sft step {step + 1}/{cfg.sft_steps} loss {recent:.3f} "
                                   f"{time.perf_counter() - start:.0f} s")
+            if on_step is not None:
+                on_step(step, model)
+    return model, losses
+
+
+def build_tiny_model(cfg: TinyModelConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train the demo model per ``cfg``, save it to ``out_dir``, evaluate it; returns build info."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own bar only
+    start, cpu_start = time.perf_counter(), time.process_time()
+    tok = build_tokenizer()
+    model, losses = sft_train(cfg, tok, progress=progress)
     train_seconds = time.perf_counter() - start
     train_cpu_seconds = time.process_time() - cpu_start
 
