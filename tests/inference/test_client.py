@@ -137,3 +137,21 @@ async def test_least_loaded_routing_and_failover_when_a_server_dies(untrained_mo
     assert all(len(o.tokens) == 300 and o.finish_reason == "length" for o in outs)
     assert engine.stats["servers_lost"] == 1 and engine.stats["reruns"] == 3
     assert engine.healthy_addresses() == [b_url]
+
+
+async def test_a_server_that_comes_back_is_resynced_to_the_current_weights():
+    script = Script([
+        (200, {"message": "ok"}), (200, {"success": True}), (200, {"message": "ok"}),  # publish version 3
+        (0, httpx.ConnectError("refused")), (0, httpx.ConnectError("refused")),  # generate; /health fails
+        (200, {}), (200, {"weight_version": "2"}), (200, {"success": True}),  # back, stale -> updated
+        (200, answer([5], {"type": "length", "length": 1}, version="3")),
+    ])
+    engine = engine_with(script, health_check_interval=0.01)
+    await engine.pause()
+    await engine.update_weights("/ckpt-3", 3)
+    await engine.resume()
+    out = await engine.generate([1], SamplingParams(max_new_tokens=1))
+    assert out.versions == [3] and engine.stats["servers_lost"] == 1
+    paths = [p for p, _ in script.sent]
+    assert paths[3:] == ["/generate", "/health", "/health", "/model_info", "/update_weights_from_disk", "/generate"]
+    assert script.sent[7][1] == {"model_path": "/ckpt-3", "weight_version": "3"}
