@@ -116,7 +116,7 @@ def test_hf_export_loads_with_transformers(runs):
     assert torch.isfinite(logits).all()
 
 
-def test_incomplete_checkpoint_is_refused(runs, tmp_path):
+def test_incomplete_checkpoint_is_refused(tmp_path):
     from agentrl.checkpoint import load_checkpoint
     from agentrl.errors import CheckpointError
 
