@@ -15,11 +15,12 @@ How it behaves:
     non-numeric version such as SGLang's ``"default"`` reads as the client's ``version``).
     No token is lost or duplicated: only tokens a server returned are kept.
   * **Routing.** Each call goes to the healthy server with the fewest requests in flight from
-    this client, and stays pinned there across resumes (KV/prefix reuse). A server that
-    fails at the transport level (refused, reset, died mid-request) is taken out, probed with
-    ``GET /health`` after ``health_check_interval`` seconds, re-synced to the current weight
-    version when it comes back, and the calls it held are re-run elsewhere from their last
-    returned token. Generation has no side effects, so that re-run is safe.
+    this client, and stays pinned there across resumes (KV/prefix reuse). After a transport
+    error (refused, reset, died mid-request) the server is asked ``GET /health``: if it still
+    answers, the call is retried there; if not, the server is taken out, probed again after
+    ``health_check_interval`` seconds, re-synced to the published weights when it comes back,
+    and the calls it held are re-run elsewhere from their last returned token. Generation has
+    no side effects, so that re-run is safe.
   * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
     fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
     exponential backoff, at most ``max_retries`` times in a row without progress, then
