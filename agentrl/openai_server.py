@@ -26,14 +26,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentrl.engine import Request as EngineRequest
-from agentrl.server import (
-    BadRequest,
-    ServerState,
-    finish_text,
-    parse_json_body,
-    parse_prompt_ids,
-    parse_sampling,
-)
+from agentrl.protocol import BadRequest, finish_text, parse_json_body, parse_prompt_ids, parse_sampling
+from agentrl.server import ServerState
 from agentrl.toolcalls import parse_tool_calls
 
 
