@@ -96,7 +96,7 @@ class TinyModelConfig:
     seed: int = option(0, help="seeds the weights and the training data; same seed, same model", ge=0)
     hidden_size: int = option(128, help="model width (4 query / 2 key-value heads, MLP 4x)", ge=16, le=1024)
     num_layers: int = option(5, help="transformer layers (5 x 128 wide = 1.27 M parameters)", ge=1, le=24)
-    sft_steps: int = option(600, help="optimizer steps; fixed, never a time budget", ge=1)
+    sft_steps: int = option(700, help="optimizer steps; fixed, never a time budget", ge=1)
     schedule_steps: int = option(900, help="length of the lr schedule; sft_steps may stop before its end",
                                  ge=1)
     batch_size: int = option(128, help="arithmetic sequences per step", ge=1)
@@ -106,7 +106,7 @@ class TinyModelConfig:
     weight_decay: float = option(0.0, help="AdamW weight decay", ge=0)
     two_term_share: float = option(0.3, help="share of a+b problems in arithmetic batches (rest a+b+c)",
                                    ge=0, le=1)
-    tool_fraction: float = option(0.15, help="share of the steps that train on calculator tool-call traces",
+    tool_fraction: float = option(0.1, help="share of the steps that train on calculator tool-call traces",
                                   ge=0, le=1)
     tool_batch_size: int = option(16, help="tool-call traces per tool step (they are ~13x longer)", ge=1)
     eval_problems: int = option(1000, help="held-out a+b+c problems for the final greedy accuracy", ge=1)
