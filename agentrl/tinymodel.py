@@ -14,9 +14,13 @@ The recipe (numbers measured on 2 CPU cores; see docs/DESIGN.md and TinyModelCon
   A fraction of the steps trains on tool-call traces instead: the calculator tool in the
   system turn, the assistant calls ``calculator(expression)``, the tool turn returns the
   result, the assistant answers ``\\boxed{N}``. Loss on assistant tokens only.
-- optimiser: AdamW, linear warmup then cosine decay to ``min_lr_ratio`` of the peak.
-- a fixed number of steps, never wall time: accuracy jumps late in training, so a time
-  budget would make the starting point drift between machines.
+- optimiser: AdamW, linear warmup then cosine decay to ``min_lr_ratio`` of the peak over
+  ``schedule_steps`` (900), whatever ``sft_steps`` is: a build that stops at step k has the
+  weights of a longer one at step k. Held-out ``a+b+c`` accuracy climbs steeply along this
+  schedule (on 250 problems: 22% at step 650, 36% at 700, 52% at 750, 70% at 900), so the
+  default build stops at step 700: in the middle of the 10-60% band that leaves RL room.
+- a fixed number of steps, never wall time: because of that steep climb a time budget
+  would make the starting point drift between machines.
 
 Main hooks::
 
