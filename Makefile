@@ -44,8 +44,10 @@ sandbox-image:
 test: install sandbox-image
 	$(BIN)/python -m pytest -q -ra
 
+# Until `agentrl train` exists: synchronous GRPO on Arith-v0 through every real part
+# (agentrl serve, RemoteEngine, the env, the FSDP2 actor, weight publishing). Outputs in runs/demo/.
 demo: model
-	$(BIN)/agentrl model eval $(MODEL)
+	$(BIN)/python examples/grpo_arith.py model=$(MODEL)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

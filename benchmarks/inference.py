@@ -23,42 +23,15 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import random
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from agentrl.launcher import ServerProcess
+
 ROOT = Path(__file__).resolve().parents[1]
-AGENTRL = str(Path(sys.executable).parent / "agentrl")
-
-
-def start_server(model: Path, threads: int, *extra: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.Popen([AGENTRL, "serve", "--model", str(model), "--port", "0", "--threads", str(threads),
-                             "--max-running-requests", "64", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    url: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        for line in proc.stdout:
-            if line.startswith("agentrl serve: ready on "):
-                url.append(line.split(" on ", 1)[1].strip())
-                ready.set()
-            elif not url:
-                print(line, end="", file=sys.stderr)
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    ready.wait(300)
-    if not url:
-        proc.kill()
-        raise SystemExit("agentrl serve did not start")
-    return proc, url[0]
 
 
 def make_prompts(tokenizer, n: int, seed: int) -> list[list[int]]:
@@ -187,24 +160,17 @@ def main() -> None:
     if args.interrupt:
         other = tmp / "other"
         init_tiny_model(other, seed=1)
-        proc, url = start_server(model, args.threads, "--weight-version", "0")
-        try:
-            result = asyncio.run(run_interrupt(url, prompts[:64], [model, other], updates=5, new_tokens=400))
-        finally:
-            proc.terminate()
-            proc.wait(30)
+        with ServerProcess(model, "--max-running-requests", "64", "--weight-version", "0",
+                           threads=args.threads, startup_timeout=300) as server:
+            result = asyncio.run(run_interrupt(server.url, prompts[:64], [model, other], updates=5, new_tokens=400))
         result.update({"model": str(model), "threads": args.threads})
         print(json.dumps(result))
         return
 
     lengths = log_uniform_lengths(args.prompts, 16, 256, args.seed)
     useful = sum(lengths)
-    proc, url = start_server(model, args.threads)
-    try:
-        engine_s, engine_stats = asyncio.run(run_engine(url, prompts, lengths))
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with ServerProcess(model, "--max-running-requests", "64", threads=args.threads, startup_timeout=300) as server:
+        engine_s, engine_stats = asyncio.run(run_engine(server.url, prompts, lengths))
     hf_s = run_hf(model, prompts, lengths)
     engine_tps, hf_tps = useful / engine_s, useful / hf_s
     print(json.dumps({

@@ -52,7 +52,8 @@ def run(args) -> int:
     sock.bind((config.host, config.port))
     config.port = sock.getsockname()[1]
     app = build_app(config, state)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5))
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5,
+                                               timeout_keep_alive=120))
 
     async def main() -> None:
         serve = asyncio.create_task(server.serve(sockets=[sock]))

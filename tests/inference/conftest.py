@@ -2,57 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-AGENTRL = str(Path(sys.executable).parent / "agentrl")
-READY = "agentrl serve: ready on "
+from agentrl.launcher import ServerProcess
 
 
-class ServeProcess:
-    """One ``agentrl serve`` subprocess; ``url`` once it printed its ready line."""
+class ServeProcess(ServerProcess):
+    """``agentrl serve`` as the inference tests run it: one thread, a 512-token context, 16 slots."""
 
     def __init__(self, model_dir: Path, *args: str, startup_timeout: float = 180.0) -> None:
-        cmd = [AGENTRL, "serve", "--model", str(model_dir), "--port", "0", "--threads", "1",
-               "--context-length", "512", "--max-running-requests", "16", *args]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.lines: list[str] = []
-        self.url = ""
-        ready = threading.Event()
-
-        def read() -> None:
-            for line in self.proc.stdout:
-                self.lines.append(line)
-                if line.startswith(READY):
-                    self.url = line[len(READY):].strip()
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(startup_timeout) or not self.url:
-            self.stop()
-            raise RuntimeError("agentrl serve did not start:\n" + "".join(self.lines[-40:]))
-
-    def kill(self) -> None:
-        """SIGKILL: the server dies without answering anything."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
+        super().__init__(model_dir, "--context-length", "512", "--max-running-requests", "16", *args,
+                         startup_timeout=startup_timeout)
 
 
 @pytest.fixture(scope="session")
