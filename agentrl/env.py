@@ -38,6 +38,7 @@ Main hook — subclass and implement::
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import copy
 import random
@@ -183,7 +184,7 @@ class Turn:
 # --------------------------------------------------------------------------- the base env
 
 
-class TextEnv(gymnasium.Env[list, str]):
+class TextEnv(gymnasium.Env[list, str], abc.ABC):
     """Base of agentrl's text environments; see the module docstring for the protocol."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
@@ -221,11 +222,13 @@ class TextEnv(gymnasium.Env[list, str]):
         """A task drawn with ``self.np_random``, used when reset gets no ``options["task"]``."""
         raise EnvError(f"{type(self).__name__} has no default tasks; pass reset(options={{'task': row}})")
 
+    @abc.abstractmethod
     async def _start(self, task: dict[str, Any]) -> list[Message]:
-        raise NotImplementedError
+        """Begin an episode on ``task``; return the opening messages."""
 
+    @abc.abstractmethod
     async def _turn(self, action: str) -> Turn:
-        raise NotImplementedError
+        """React to one reply of the model."""
 
     async def _end(self) -> None:
         """Release what the episode holds (a sandbox session); called on reset and close."""
