@@ -6,7 +6,9 @@ log-uniformly between 16 and 256 new tokens (RL outputs are long-tailed), enforc
 a real ``agentrl serve`` process (at most 64 requests running at once) driven through
 ``RemoteEngine``, against ``transformers``' ``generate`` on the same model and prompts in
 static batches of 64 (each batch runs until its longest request is done; tokens past a
-request's own length do not count). Both sides use the same number of torch threads.
+request's own length do not count). Both sides use the same number of torch threads; the
+default is one, so that on a 2-core machine the server's compute thread and the client process
+driving it each have a core (``--threads 2`` gives both sides two and makes them share).
 
 ``--interrupt``: 64 requests of 400 tokens in flight while the client publishes 5 weight
 updates (pause -> update_weights_from_disk -> resume, alternating two checkpoints); reports
@@ -14,7 +16,7 @@ how many requests completed, tokens lost (must be 0) and the pause-to-resume tim
 
 Last line: one JSON object. Usage::
 
-    .venv/bin/python benchmarks/inference.py [--model DIR] [--threads 2] [--interrupt]
+    .venv/bin/python benchmarks/inference.py [--model DIR] [--threads 1] [--interrupt]
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=ROOT / "examples" / "tiny-model",
                     help="checkpoint (default examples/tiny-model; an untrained tiny model if absent)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads for both sides (default 2)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for both sides (default 1)")
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--interrupt", action="store_true", help="measure interruption instead of throughput")
