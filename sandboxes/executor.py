@@ -411,7 +411,8 @@ class TemplateChild:
         return self._parse(self.template.sock.recv(1 << 16))
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the template owns the socket and reaps the program (``Child.close``
+        closes a pidfd; this is its counterpart for template-forked programs)."""
 
 
 def supervise(child, out_fd, err_fd, caps, deadline, reply_fd=None, stop_on_cap=True) -> dict:
