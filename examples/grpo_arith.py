@@ -133,6 +133,7 @@ async def main_async(cfg: DemoConfig) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from agentrl.actor import Actor
     from agentrl.api import SamplingParams
@@ -144,6 +145,7 @@ async def main_async(cfg: DemoConfig) -> dict:
     from agentrl.trainer_config import LossConfig, TrainerConfig
 
     console = Console()
+    hf_logging.disable_progress_bar()  # our own progress bar is the one to read
     out = Path(cfg.out)
     torch.set_num_threads(cfg.threads)
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
