@@ -84,14 +84,11 @@ def run(args) -> int:
 
 
 def serve(args) -> int:
-    import asyncio
     import logging
     import os
-    import socket
-
-    import uvicorn
 
     from agentrl.plugins import load_object, make_sandbox
+    from agentrl.serving import bind, run_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     api_key = args.api_key if args.api_key is not None else os.environ.get("AGENTRL_SANDBOX_API_KEY", "")
@@ -107,22 +104,6 @@ def serve(args) -> int:
     build_app = load_object("sandboxes.service:build_app")
     app = build_app(sandbox, backend=args.backend, api_key=api_key, max_concurrency=args.max_concurrency,
                     max_queue=args.max_queue)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5))
-
-    async def main() -> None:
-        start = getattr(sandbox, "start", None)
-        if start is not None:  # start the fork server / warm the docker pool before saying ready
-            await start()
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers no event)
-            await asyncio.sleep(0.05)
-        if server.started:
-            print(f"agentrl sandbox serve: ready on http://{args.host}:{port}", flush=True)
-        await task
-
-    asyncio.run(main())
+    run_app(app, bind(args.host, args.port), ready_line="agentrl sandbox serve: ready on ",
+            log_level=args.log_level, before_ready=getattr(sandbox, "start", None))
     return 0

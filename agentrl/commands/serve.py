@@ -30,14 +30,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    import asyncio
     import logging
-    import socket
-
-    import uvicorn
 
     from agentrl.config import from_dict
     from agentrl.server import ServeConfig, ServerState, build_app
+    from agentrl.serving import bind, run_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = from_dict(ServeConfig, {
@@ -47,21 +44,9 @@ def run(args) -> int:
         "served_model_name": args.served_model_name, "seed": args.seed,
     })
     state = ServerState(config)
-    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, config.port))
+    sock = bind(config.host, config.port)
     config.port = sock.getsockname()[1]
-    app = build_app(config, state)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5,
-                                               timeout_keep_alive=120))
-
-    async def main() -> None:
-        serve = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not serve.done():  # noqa: ASYNC110 (uvicorn offers no event)
-            await asyncio.sleep(0.05)
-        if server.started:
-            print(f"agentrl serve: ready on http://{config.host}:{config.port}", flush=True)
-        await serve
-
-    asyncio.run(main())
+    # keep idle connections 120 s: a trainer step between two rollouts outlasts uvicorn's 5 s default
+    run_app(build_app(config, state), sock, ready_line="agentrl serve: ready on ", log_level=args.log_level,
+            timeout_keep_alive=120)
     return 0
