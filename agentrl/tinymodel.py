@@ -9,18 +9,28 @@ directory that ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer`` load of
 general SFT trainer (the RL trainer lives in ``agentrl.actor``).
 
 The recipe (numbers measured on 2 CPU cores; see docs/DESIGN.md and TinyModelConfig):
+- model: Qwen2, hidden 128, 5 layers, 4 query / 2 key-value heads, MLP 3x, tied embeddings:
+  1.02 M parameters. The MLP is 3x rather than the usual 4x because matrix products are
+  the whole cost here (a step is compute-bound at ~80 GFLOP/s per core): 3x is the
+  narrowest MLP that keeps the model above a million parameters.
 - data: ``What is a+b+c?`` -> ``\\boxed{N}<|end|>`` (70%) and ``a+b`` (30%), operands 0..99,
   from the *train* split only: evaluation and RL problems (the held-out split) never appear.
   A fraction of the steps trains on tool-call traces instead: the calculator tool in the
   system turn, the assistant calls ``calculator(expression)``, the tool turn returns the
   result, the assistant answers ``\\boxed{N}``. Loss on assistant tokens only.
-- optimiser: AdamW, linear warmup then cosine decay to ``min_lr_ratio`` of the peak over
-  ``schedule_steps`` (900), whatever ``sft_steps`` is: a build that stops at step k has the
-  weights of a longer one at step k. Held-out ``a+b+c`` accuracy climbs steeply along this
-  schedule (on 250 problems: 22% at step 650, 36% at 700, 52% at 750, 70% at 900), so the
-  default build stops at step 700: in the middle of the 10-60% band that leaves RL room.
+- optimizer: Muon on the hidden matrices and AdamW on embeddings and norms
+  (``agentrl.optim.MuonAdamW``), peak lr 4e-3, linear warmup then cosine decay to
+  ``min_lr_ratio`` of the peak over ``schedule_steps``; the schedule does not depend on
+  ``sft_steps``, so a build that stops at step k has the weights of a longer one at step k.
+  Muon is what brings the build under five minutes: held-out ``a+b+c`` accuracy climbs
+  steeply late in training, and with AdamW (lr 2e-3, the 4x MLP) that climb came at steps
+  650-750 of a 900-step schedule (22% at 650, 36% at 700, on 250 problems), a 350 s build.
+  With Muon and the 3x MLP, a 600-step schedule ends at 36% (300 problems).
 - a fixed number of steps, never wall time: because of that steep climb a time budget
   would make the starting point drift between machines.
+- what it does not learn in that budget: to copy the question's expression into the
+  calculator call. It calls the tool in the right format almost every time, but with
+  an expression of its own making (see ``tool_expression_rate`` in build_info.json).
 
 Main hooks::
 
@@ -55,7 +65,7 @@ BUILD_INFO = "build_info.json"
 BUILD_CONFIG = "build_config.yaml"
 
 
-def tiny_config(hidden_size: int = 128, num_layers: int = 5, max_positions: int = 1024):
+def tiny_config(hidden_size: int = 128, num_layers: int = 5, mlp_ratio: int = 3, max_positions: int = 1024):
     """Qwen2 config of the demo model (vocab padded to a multiple of 8)."""
     from transformers import Qwen2Config
 
@@ -63,7 +73,7 @@ def tiny_config(hidden_size: int = 128, num_layers: int = 5, max_positions: int 
     return Qwen2Config(
         vocab_size=(VOCAB_SIZE + 7) // 8 * 8,
         hidden_size=hidden_size,
-        intermediate_size=4 * hidden_size,
+        intermediate_size=mlp_ratio * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -99,12 +109,15 @@ class TinyModelConfig:
 
     seed: int = option(0, help="seeds the weights and the training data; same seed, same model", ge=0)
     hidden_size: int = option(128, help="model width (4 query / 2 key-value heads, MLP 4x)", ge=16, le=1024)
-    num_layers: int = option(5, help="transformer layers (5 x 128 wide = 1.27 M parameters)", ge=1, le=24)
-    sft_steps: int = option(700, help="optimizer steps; fixed, never a time budget", ge=1)
-    schedule_steps: int = option(900, help="length of the lr schedule; sft_steps may stop before its end",
+    num_layers: int = option(5, help="transformer layers (5 x 128 wide, MLP 3x = 1.02 M parameters)", ge=1, le=24)
+    mlp_ratio: int = option(3, help="MLP width as a multiple of hidden_size", ge=1, le=8)
+    sft_steps: int = option(600, help="optimizer steps; fixed, never a time budget", ge=1)
+    schedule_steps: int = option(600, help="length of the lr schedule; sft_steps may stop before its end",
                                  ge=1)
     batch_size: int = option(128, help="arithmetic sequences per step", ge=1)
-    lr: float = option(2e-3, help="peak AdamW learning rate", gt=0, le=1)
+    optimizer: str = option("muon", help="muon: Muon on hidden matrices + AdamW on the rest; adamw: AdamW only",
+                            choices=("muon", "adamw"))
+    lr: float = option(4e-3, help="peak learning rate (both optimizers)", gt=0, le=1)
     warmup: float = option(0.03, help="share of the steps spent warming the lr up linearly", ge=0, lt=1)
     min_lr_ratio: float = option(0.1, help="cosine decay ends at this share of the peak lr", ge=0, le=1)
     weight_decay: float = option(0.0, help="AdamW weight decay", ge=0)
@@ -175,10 +188,12 @@ def encode_with_mask(tok, messages: list[dict[str, Any]], tools: list[dict] | No
     return full, mask
 
 
-def _arith_example(tok, problem: ArithProblem) -> tuple[list[int], list[int]]:
-    # Fast path for the bulk of the data; the test suite checks it equals encode_with_mask.
-    prompt = tok(f"<|user|>{problem.question}{END}<|assistant|>", add_special_tokens=False)["input_ids"]
-    answer = tok(format_answer(problem.answer) + END, add_special_tokens=False)["input_ids"]
+def _arith_example(problem: ArithProblem) -> tuple[list[int], list[int]]:
+    # Fast path for the bulk of the data (token ids are the UTF-8 bytes, so no tokenizer call:
+    # 2 ms a batch instead of 20); the test suite checks it equals encode_with_mask.
+    ids = special_token_ids()
+    prompt = [ids["<|user|>"], *problem.question.encode(), ids[END], ids["<|assistant|>"]]
+    answer = [*format_answer(problem.answer).encode(), ids[END]]
     return prompt + answer, [0] * len(prompt) + [1] * len(answer)
 
 
@@ -199,7 +214,7 @@ def training_batch(cfg: TinyModelConfig, tok, step: int):
         n2 = round(cfg.batch_size * cfg.two_term_share)
         problems = (generate_problems(n2, seed, num_terms=(2,), split="train")
                     + generate_problems(cfg.batch_size - n2, seed, num_terms=(3,), split="train"))
-        examples = [_arith_example(tok, p) for p in problems]
+        examples = [_arith_example(p) for p in problems]
     width = max(len(ids) for ids, _ in examples)
     pad = tok.pad_token_id
     input_ids = torch.full((len(examples), width), pad, dtype=torch.long)
@@ -236,12 +251,17 @@ def sft_train(cfg: TinyModelConfig, tok, *, progress: bool = True, on_step=None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers import AutoModelForCausalLM
 
+    from agentrl.optim import MuonAdamW
+
     start = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(cfg.hidden_size, cfg.num_layers))
+    model = AutoModelForCausalLM.from_config(tiny_config(cfg.hidden_size, cfg.num_layers, cfg.mlp_ratio))
     model.train()
-    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "muon":
+        optim = MuonAdamW(model, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    else:
+        optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     columns = (TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("loss {task.fields[loss]:.3f}"))
     losses: list[float] = []
@@ -355,11 +375,16 @@ def _prompt_ids(tok, messages, tools=None) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def arith_accuracy(model, tok, problems: list[ArithProblem], batch_size: int = 250) -> float:
-    """Share of problems whose greedy answer's last ``\\boxed{}`` is the right integer."""
+def arith_correct(model, tok, problems: list[ArithProblem], batch_size: int = 250) -> list[bool]:
+    """Per problem: whether the greedy answer's last ``\\boxed{}`` is the right integer."""
     prompts = [_prompt_ids(tok, [{"role": "user", "content": p.question}]) for p in problems]
     texts = greedy_complete(model, tok, prompts, max_new_tokens=16, batch_size=batch_size)
-    return sum(extract_answer(t) == p.answer for p, t in zip(problems, texts, strict=True)) / max(1, len(problems))
+    return [extract_answer(t) == p.answer for p, t in zip(problems, texts, strict=True)]
+
+
+def arith_accuracy(model, tok, problems: list[ArithProblem], batch_size: int = 250) -> float:
+    """Share of problems whose greedy answer's last ``\\boxed{}`` is the right integer."""
+    return sum(arith_correct(model, tok, problems, batch_size)) / max(1, len(problems))
 
 
 def tool_metrics(model, tok, problems: list[ArithProblem], batch_size: int = 250) -> dict[str, float]:
@@ -394,11 +419,11 @@ def evaluate(model, tok, *, problems: int, seed: int = 0, sample: int | None = N
              tool_problems: int = 0, batch_size: int = 250) -> dict[str, Any]:
     """Greedy accuracy on held-out a+b+c (the headline), a+b, and with the calculator tool."""
     held = generate_problems(problems, seed)
-    info: dict[str, Any] = {"accuracy": arith_accuracy(model, tok, held, batch_size),
-                            "eval_problems": problems, "eval_seed": seed}
-    if sample is not None:
-        info["sample_accuracy"] = arith_accuracy(model, tok, held[:sample], batch_size)
+    correct = arith_correct(model, tok, held, batch_size)
+    info: dict[str, Any] = {"accuracy": sum(correct) / max(1, problems), "eval_problems": problems, "eval_seed": seed}
+    if sample is not None:  # the first `sample` of the same generations (batching may flip a float tie)
         info["sample_problems"] = min(sample, problems)
+        info["sample_accuracy"] = sum(correct[:sample]) / max(1, info["sample_problems"])
     info["accuracy_two_terms"] = arith_accuracy(model, tok, generate_problems(
         min(problems, 500), seed, num_terms=(2,)), batch_size)
     info.update(tool_metrics(model, tok, generate_problems(tool_problems, seed + 1), batch_size))

@@ -9,13 +9,16 @@ checkpoints, which bring their own.
 
 Rendered conversation (one line here, no newlines added between turns)::
 
-    <|system|>SYSTEM [# Tools + one JSON schema per line]<|end|>
+    <|system|>SYSTEM [\n# Tools\n + one signature per tool and line]<|end|>
     <|user|>QUESTION<|end|>
     <|assistant|>TEXT<tool_call>{"name": ..., "arguments": {...}}</tool_call><|end|>
     <|tool|>RESULT<|end|>
     <|assistant|>            <- add_generation_prompt
 
-``<|end|>`` is the end-of-turn (EOS) token the model emits to stop.
+``<|end|>`` is the end-of-turn (EOS) token the model emits to stop. A tool is rendered as
+its signature, ``calculator(expression: string) - Evaluate an integer arithmetic
+expression.`` (``?`` marks an optional argument), not as its JSON schema: every byte is a
+token here, and the schema tripled the length of a calculator trace.
 """
 
 from __future__ import annotations
@@ -35,11 +38,26 @@ CHAT_TEMPLATE = (
     "{%- if messages and messages[0]['role'] == 'system' -%}"
     "{%- set ns.start = 1 -%}"
     "<|system|>{{ messages[0]['content'] }}"
-    "{%- if tools %}{{ '\\n' }}# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif -%}"
-    "<|end|>"
+    "{%- if tools %}{{ '\\n' }}{% endif -%}"
     "{%- elif tools -%}"
-    "<|system|># Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|end|>"
+    "<|system|>"
     "{%- endif -%}"
+    "{%- if tools -%}"
+    "{{ '# Tools\\n' }}"
+    "{%- for t in tools -%}"
+    "{%- set f = t['function'] if 'function' in t else t -%}"
+    "{%- set params = f.get('parameters') or {} -%}"
+    "{%- set required = params.get('required') or [] -%}"
+    "{{ f['name'] }}("
+    "{%- for k, v in (params.get('properties') or {}).items() -%}"
+    "{{ ', ' if not loop.first }}{{ k }}{{ '' if k in required else '?' }}: {{ v.get('type', 'any') }}"
+    "{%- endfor -%}"
+    ")"
+    "{%- if f.get('description') %} - {{ f['description'] }}{% endif -%}"
+    "{{ '\\n' }}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{%- if tools or ns.start -%}<|end|>{%- endif -%}"
     "{%- for m in messages[ns.start:] -%}"
     "{%- if m['role'] == 'assistant' -%}"
     "<|assistant|>{{ m['content'] or '' }}"

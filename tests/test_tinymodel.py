@@ -46,7 +46,7 @@ def tok():
 
 def test_fast_arith_encoding_equals_the_chat_template(tok):
     for p in generate_problems(20, seed=0, num_terms=(2, 3), split="train"):
-        assert _arith_example(tok, p) == encode_with_mask(tok, arith_messages(p))
+        assert _arith_example(p) == encode_with_mask(tok, arith_messages(p))
 
 
 def test_loss_mask_covers_exactly_the_assistant_turns(tok):
@@ -128,6 +128,7 @@ def test_bad_hidden_size_names_the_key():
         ("batch_size=2.5", "batch_size", "expected an integer"),
         ("tool_fraction=1.5", "tool_fraction", "<= 1"),
         ("warmup=-0.1", "warmup", ">= 0"),
+        ("optimizer=sgd", "optimizer", "expected one of ['muon', 'adamw']"),
     ],
 )
 def test_bad_config_exits_nonzero_with_one_line_naming_the_key(tmp_path, override, key, words):

@@ -45,8 +45,21 @@ def test_tool_calls_and_results_render_in_the_documented_format(tok):
     tools = [{"type": "function", "function": {"name": "calculator"}}]
     text = tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False)
     assert text == (
-        '<|system|># Tools\n{"type": "function", "function": {"name": "calculator"}}\n<|end|>'
+        "<|system|># Tools\ncalculator()\n<|end|>"
         "<|user|>1+2?<|end|>"
         '<|assistant|><tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}</tool_call><|end|>'
         "<|tool|>3<|end|><|assistant|>"
     )
+
+
+def test_tools_render_as_one_signature_per_line(tok):
+    """A compact signature (optional arguments marked ``?``), not the JSON schema: a byte-level
+    model pays one token per byte, and the schema tripled the length of a calculator trace."""
+    lookup = {"type": "function", "function": {
+        "name": "lookup", "description": "Price of an item.",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}, "n": {"type": "integer"},
+                                                        "tags": {}}, "required": ["key"]}}}
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    text = tok.apply_chat_template(msgs, tools=[lookup], add_generation_prompt=True, tokenize=False)
+    assert text == ("<|system|>Be brief.\n# Tools\nlookup(key: string, n?: integer, tags?: any) - Price of an item."
+                    "\n<|end|><|user|>hi<|end|><|assistant|>")

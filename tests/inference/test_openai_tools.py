@@ -1,11 +1,12 @@
 """Tool calling through the unmodified ``openai`` SDK, end to end on a real model.
 
-The committed demo model does not yet emit well-formed tool calls reliably (its build_info
-reports ``tool_call_rate`` 0.0; it writes a garbled ``<tool_call>``), so this test starts from
-it and fine-tunes a few seconds on one two-turn calculator trace (call, then answer after the
-tool result). The server renders the SDK's request with the tokenizer's chat
-template, the model generates the call, and the server parses it into ``tool_calls`` — if
-the template, the generation or the parser disagree, the test fails.
+The committed demo model calls the calculator in the right format but with an expression of
+its own making (its build_info: ``tool_call_rate`` 1.0, ``tool_expression_rate`` 0.0), so this
+test starts from it and fine-tunes a few seconds on one two-turn calculator trace (call, then
+answer after the tool result) to know exactly what the model should say. The server renders
+the SDK's request with the tokenizer's chat template, the model generates the call, and the
+server parses it into ``tool_calls`` — if the template, the generation or the parser
+disagree, the test fails.
 """
 
 from __future__ import annotations
