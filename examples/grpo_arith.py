@@ -18,9 +18,13 @@ What it is not: the asynchronous loop (generation here waits for training, i.e. 
 η = 0; `agentrl train` will overlap them) and not tuned for accuracy: ~20 steps move the tiny
 model a few points, TINY_MODEL_NOTES.md measured +20 points after 15 minutes of this recipe.
 
-The recipe follows those notes: 16 prompts × 8 samples, at most 12 new tokens, reward 1 for
-the right boxed answer, (r − mean)/std advantages, PPO clip 0.2, AdamW lr 5e-5, betas
-(0.9, 0.99), gradient clip 1.0, no KL.
+The recipe follows those notes (16 prompts, at most 12 new tokens, reward 1 for the right
+boxed answer, (r − mean)/std advantages, PPO clip 0.2, AdamW lr 5e-5, betas (0.9, 0.99),
+gradient clip 1.0, no KL) except for the group size: 16 samples per prompt, not 8. On the
+committed model 8 moved greedy accuracy +4.8 points in 20 steps (19.8% → 24.6%), 16 moved
+it +12.2 (→ 32.0%) for 1 minute more; at 8 the lr is also on a knife edge (1e-4 lost 11
+points). With a model that is right ~20% of the time, a group of 8 is often all wrong and
+teaches nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ class DemoConfig:
     out: str = option(str(ROOT / "runs" / "demo"), help="output directory (metrics, plot, weights)")
     steps: int = option(20, ge=1, help="policy updates")
     prompts: int = option(16, ge=1, help="prompts per step")
-    samples: int = option(8, ge=2, help="samples per prompt (a GRPO group)")
+    samples: int = option(16, ge=2, help="samples per prompt (a GRPO group)")
     max_new_tokens: int = option(12, ge=1, help="answer budget in tokens")
     eval_problems: int = option(500, ge=1, help="held-out problems evaluated greedily before and after")
     lr: float = option(5e-5, gt=0, help="AdamW learning rate")
