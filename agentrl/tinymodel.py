@@ -29,9 +29,10 @@ The recipe (numbers measured on 2 CPU cores; see docs/DESIGN.md and TinyModelCon
   19.6% on 1,000 problems, 272 s in all (0.44 s a step; Muon's orthogonalization is
   ~50 ms of it).
 - why it stops before the schedule ends: the same 600 steps with a 600-step schedule
-  reach 39.1%, but that fully decayed model did not improve under the demo's RL (-6
-  points in 20 GRPO steps at lr 5e-5, +3 at 2e-5, collapse at 2e-4), while the model
-  stopped mid-schedule gained +4.8 (19.8% -> 24.6%, 500 problems) with the demo as is.
+  reach 39.1%, but that fully decayed model did not improve under the demo's RL (groups
+  of 8: -6 points in 20 GRPO steps at lr 5e-5, +3 at 2e-5, collapse at 2e-4), while the
+  model stopped mid-schedule gains (19.8% -> 24.6% with groups of 8, -> 33.0% with the
+  demo's 16; 500 problems).
 - a fixed number of steps, never wall time: because of that steep climb a time budget
   would make the starting point drift between machines.
 - what it does not learn in that budget: to copy the question's expression into the
@@ -114,7 +115,7 @@ class TinyModelConfig:
     """How ``agentrl model tiny`` builds the demo model. The defaults build the committed one."""
 
     seed: int = option(0, help="seeds the weights and the training data; same seed, same model", ge=0)
-    hidden_size: int = option(128, help="model width (4 query / 2 key-value heads, MLP 4x)", ge=16, le=1024)
+    hidden_size: int = option(128, help="model width (4 query / 2 key-value heads)", ge=16, le=1024)
     num_layers: int = option(5, help="transformer layers (5 x 128 wide, MLP 3x = 1.02 M parameters)", ge=1, le=24)
     mlp_ratio: int = option(3, help="MLP width as a multiple of hidden_size", ge=1, le=8)
     sft_steps: int = option(600, help="optimizer steps; fixed, never a time budget", ge=1)
