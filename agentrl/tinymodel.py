@@ -11,7 +11,7 @@ general SFT trainer (the RL trainer lives in ``agentrl.actor``).
 The recipe (numbers measured on 2 CPU cores; see docs/DESIGN.md and TinyModelConfig):
 - model: Qwen2, hidden 128, 5 layers, 4 query / 2 key-value heads, MLP 3x, tied embeddings:
   1.02 M parameters. The MLP is 3x rather than the usual 4x because matrix products are
-  the whole cost here (a step is compute-bound at ~80 GFLOP/s per core): 3x is the
+  the whole cost here (matrix products are 63% of a step, at ~70 GFLOP/s per core): 3x is the
   narrowest MLP that keeps the model above a million parameters.
 - data: ``What is a+b+c?`` -> ``\\boxed{N}<|end|>`` (70%) and ``a+b`` (30%), operands 0..99,
   from the *train* split only: evaluation and RL problems (the held-out split) never appear.
@@ -195,12 +195,14 @@ def encode_with_mask(tok, messages: list[dict[str, Any]], tools: list[dict] | No
     return full, mask
 
 
+_USER_ID, _END_ID, _ASSISTANT_ID = (special_token_ids()[t] for t in ("<|user|>", END, "<|assistant|>"))
+
+
 def _arith_example(problem: ArithProblem) -> tuple[list[int], list[int]]:
     # Fast path for the bulk of the data (token ids are the UTF-8 bytes, so no tokenizer call:
     # 2 ms a batch instead of 20); the test suite checks it equals encode_with_mask.
-    ids = special_token_ids()
-    prompt = [ids["<|user|>"], *problem.question.encode(), ids[END], ids["<|assistant|>"]]
-    answer = [*format_answer(problem.answer).encode(), ids[END]]
+    prompt = [_USER_ID, *problem.question.encode(), _END_ID, _ASSISTANT_ID]
+    answer = [*format_answer(problem.answer).encode(), _END_ID]
     return prompt + answer, [0] * len(prompt) + [1] * len(answer)
 
 
@@ -265,10 +267,8 @@ def sft_train(cfg: TinyModelConfig, tok, *, progress: bool = True, on_step=None)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_config(tiny_config(cfg.hidden_size, cfg.num_layers, cfg.mlp_ratio))
     model.train()
-    if cfg.optimizer == "muon":
-        optim = MuonAdamW(model, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
-    else:
-        optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    make = MuonAdamW if cfg.optimizer == "muon" else lambda m, **kw: torch.optim.AdamW(m.parameters(), **kw)
+    optim = make(model, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     columns = (TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("loss {task.fields[loss]:.3f}"))
     losses: list[float] = []
