@@ -1,1 +1,0 @@
-"""Subcommands of the ``agentrl`` CLI, one module each (see ``agentrl.cli``)."""
