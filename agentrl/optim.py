@@ -9,7 +9,7 @@ model's 2-D hidden weights and AdamW the embeddings (tied or not), norms and bia
 Why our own: ``torch.optim.Muon`` runs the iteration in bfloat16, which on a CPU without
 bfloat16 units cost 2.1 s per step of the tiny model (its forward and backward take 0.4 s);
 here it runs in float32 and costs about 50 ms per step (measured). What it is not: the RL trainer's
-optimizer (``agentrl.actor`` uses AdamW, as the systems we follow do).
+optimizer (``agentrl.trainer.actor`` uses AdamW, as the systems we follow do).
 
 Main hooks::
 

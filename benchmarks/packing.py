@@ -7,7 +7,7 @@ log-normal law (median 48 tokens, a few up to 1024: many short, few long, as RL 
 
   * packed (agentrl): micro-batches filled to ``--budget`` tokens by first-fit decreasing,
     each one row with restarting position ids and block-diagonal causal attention
-    (``agentrl.packing``; the path ``Actor.train_step`` takes);
+    (``agentrl.trainer.packing``; the path ``Actor.train_step`` takes);
   * padded (baseline): ``--rows`` sequences per micro-batch in arrival order, right-padded
     to the longest of them, with a 2-D padding mask — the usual data-loader layout.
 
@@ -57,8 +57,8 @@ def make_sequences(lengths: list[int], seed: int) -> list[dict[str, torch.Tensor
 
 
 def packed_step(model, opt, seqs, budget, total_tokens, attn):
-    from agentrl.losses import policy_loss
-    from agentrl.packing import first_fit_decreasing, pack, sequence_starts, token_logprobs
+    from agentrl.trainer.losses import policy_loss
+    from agentrl.trainer.packing import first_fit_decreasing, pack, sequence_starts, token_logprobs
 
     lengths = [int(s["input_ids"].numel()) for s in seqs]
     for mb in first_fit_decreasing(lengths, budget):
@@ -75,8 +75,8 @@ def packed_step(model, opt, seqs, budget, total_tokens, attn):
 
 
 def padded_step(model, opt, seqs, rows, total_tokens, pad_id):
-    from agentrl.losses import policy_loss
-    from agentrl.packing import pad, token_logprobs
+    from agentrl.trainer.losses import policy_loss
+    from agentrl.trainer.packing import pad, token_logprobs
 
     for start in range(0, len(seqs), rows):
         q = pad(seqs, list(range(start, min(start + rows, len(seqs)))), pad_id)
@@ -117,8 +117,8 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from agentrl.packing import register_segment_attention
-    from agentrl.tinymodel import init_tiny_model
+    from agentrl.model.tinymodel import init_tiny_model
+    from agentrl.trainer.packing import register_segment_attention
 
     register_segment_attention()
     with tempfile.TemporaryDirectory() as d:
@@ -135,7 +135,7 @@ def main() -> None:
     total_loss_tokens = float(sum(s["loss_mask"].sum() for s in seqs))
     padded_tokens = sum(len(lengths[i:i + args.rows]) * max(lengths[i:i + args.rows])
                         for i in range(0, len(lengths), args.rows))
-    from agentrl.packing import first_fit_decreasing
+    from agentrl.trainer.packing import first_fit_decreasing
 
     bins = first_fit_decreasing(lengths, args.budget)
 

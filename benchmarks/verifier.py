@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl.datasets import data_path, load_rows  # noqa: E402
+from agentrl.env.datasets import data_path, load_rows  # noqa: E402
 from envs.math.pool import VerifierConfig, VerifierPool  # noqa: E402
 from envs.math.verifier import compare_integers, extract_final_answer, normalize_gold  # noqa: E402
 

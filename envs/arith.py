@@ -1,6 +1,6 @@
 """Integer arithmetic problems generated from a seed: the tiny demo model's task.
 
-What it is: ``ArithEnv`` (``agentrl/Arith-v0``), a single-turn env over ``agentrl.arith``'s
+What it is: ``ArithEnv`` (``agentrl/Arith-v0``), a single-turn env over ``agentrl.model.arith_data``'s
 problems (``What is 17+72+97?`` -> ``\\boxed{186}``), shown exactly as the tiny model was
 trained to see them (the question alone as the user turn, no system message). What it is
 not: a free-form math grader — the answer must be an integer in the last ``\\boxed{}``.
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrl.api import Message
-from agentrl.arith import extract_answer, format_answer, generate_problems
-from agentrl.env import EpisodeLimits, TextEnv, Turn
+from agentrl.env.rewards import Reward, Rubric, fact
+from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.errors import EnvError
-from agentrl.rewards import Reward, Rubric, fact
+from agentrl.model.arith_data import extract_answer, format_answer, generate_problems
 
 
 class ArithEnv(TextEnv):
@@ -23,7 +23,7 @@ class ArithEnv(TextEnv):
 
     ## Description
     ``What is 17+72+97?``: the reply's last ``\\boxed{N}`` must hold the integer answer.
-    Problems come from ``agentrl.arith.generate_problems`` (held-out split by default, so
+    Problems come from ``agentrl.model.arith_data.generate_problems`` (held-out split by default, so
     RL and evaluation never see the supervised data).
 
     ## Action Space

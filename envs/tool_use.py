@@ -1,7 +1,7 @@
 """Multi-turn tool use: a calculator and a small price lookup; tasks need one to three calls.
 
 What it is: ``ToolUseEnv`` (``agentrl/ToolUse-v0``). The calculator is exactly the tool the
-tiny demo model was trained on (``agentrl.arith.CALCULATOR_TOOL``: same name, description
+tiny demo model was trained on (``agentrl.model.arith_data.CALCULATOR_TOOL``: same name, description
 and argument), so its arithmetic tasks are the ones it can already solve with a call. The
 ``lookup`` tool reads a per-task price list. What it is not: a sandbox — both tools are
 pure Python running in this process.
@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrl.api import Message
-from agentrl.arith import calculate, extract_answer, make_problem
-from agentrl.env import EpisodeLimits, TextEnv, Turn
+from agentrl.env.rewards import Reward, Rubric, fact
+from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
+from agentrl.env.tools import ToolBox
 from agentrl.errors import EnvError
-from agentrl.rewards import Reward, Rubric, fact
-from agentrl.tools import ToolBox
+from agentrl.model.arith_data import calculate, extract_answer, make_problem
 
 ITEMS = ("apple", "pear", "plum", "lemon", "mango", "melon", "onion", "bread", "cheese", "honey",
          "rice", "tea", "coffee", "salt", "sugar", "flour", "butter", "milk", "egg", "nut")

@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import sys
 import time
 import uuid
@@ -57,12 +56,6 @@ class DemoConfig:
     lr: float = option(5e-5, gt=0, help="AdamW learning rate")
     seed: int = option(0, help="seed of the problems and of the trainer")
     threads: int = option(1, ge=1, help="torch threads for the server and for the trainer, each")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def play(engine, tokenizer, env, row, sampling, group_id: str):
@@ -139,14 +132,14 @@ async def main_async(cfg: DemoConfig) -> dict:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from agentrl.actor import Actor
     from agentrl.api import SamplingParams
-    from agentrl.arith import generate_problems
-    from agentrl.batch import prepare_batch
-    from agentrl.inference import RemoteEngine
-    from agentrl.launcher import ServerProcess
-    from agentrl.publish import DiskTransport, WeightPublisher
-    from agentrl.trainer_config import LossConfig, TrainerConfig
+    from agentrl.inference.client import RemoteEngine
+    from agentrl.launch.services import ServerProcess, free_port
+    from agentrl.model.arith_data import generate_problems
+    from agentrl.trainer.actor import Actor
+    from agentrl.trainer.batch import prepare_batch
+    from agentrl.trainer.config import LossConfig, TrainerConfig
+    from agentrl.trainer.publish import DiskTransport, WeightPublisher
 
     console = Console()
     hf_logging.disable_progress_bar()  # our own progress bar is the one to read

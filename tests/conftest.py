@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def untrained_model_dir(tmp_path_factory):
     """An untrained tiny model + tokenizer on disk (fast to make; weights are random)."""
-    from agentrl.tinymodel import init_tiny_model
+    from agentrl.model.tinymodel import init_tiny_model
 
     out = tmp_path_factory.mktemp("untrained-model")
     init_tiny_model(out, seed=0)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from agentrl.arith import (
+from agentrl.model.arith_data import (
     CALCULATOR_TOOL,
     calculate,
     extract_answer,
@@ -120,5 +120,5 @@ def test_make_problem_and_row():
 
 
 def test_importable_without_torch():
-    code = "import sys, agentrl.arith; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    code = "import sys, agentrl.model.arith_data; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -60,7 +60,7 @@ def test_muon_refuses_vectors_with_a_pointer_to_adamw():
 def test_muon_adamw_gives_hidden_matrices_to_muon_and_tied_embeddings_to_adamw():
     from transformers import AutoModelForCausalLM
 
-    from agentrl.tinymodel import tiny_config
+    from agentrl.model.tinymodel import tiny_config
 
     model = AutoModelForCausalLM.from_config(tiny_config(hidden_size=32, num_layers=2))
     opt = MuonAdamW(model, lr=1e-3)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.arith import CALCULATOR_TOOL, generate_problems, is_heldout
 from agentrl.config import load_config
-from agentrl.tinymodel import (
+from agentrl.model.arith_data import CALCULATOR_TOOL, generate_problems, is_heldout
+from agentrl.model.tinymodel import (
     TinyModelConfig,
     _arith_example,
     _is_tool_step,
@@ -23,7 +23,7 @@ from agentrl.tinymodel import (
     tool_messages,
     training_batch,
 )
-from agentrl.tokenizer import build_tokenizer, tool_call_text
+from agentrl.model.tokenizer import build_tokenizer, tool_call_text
 
 # A build small enough for the test suite (seconds): the same code path as the real one.
 SMALL = ["sft_steps=12", "schedule_steps=12", "hidden_size=32", "num_layers=2", "batch_size=16", "tool_batch_size=2",

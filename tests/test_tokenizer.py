@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.tokenizer import END, VOCAB_SIZE, build_tokenizer, special_token_ids
+from agentrl.model.tokenizer import END, VOCAB_SIZE, build_tokenizer, special_token_ids
 
 
 @pytest.fixture(scope="module")

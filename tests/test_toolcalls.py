@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentrl.tokenizer import tool_call_text
+from agentrl.model.tokenizer import tool_call_text
 from agentrl.toolcalls import parse_tool_calls
 
 

@@ -1,4 +1,4 @@
-"""The ``agentrl`` command line: one subcommand per module in ``agentrl/commands/``.
+"""The ``agentrl`` command line: one subcommand per module of this package (``agentrl/cli/``).
 
 Each command module defines ``register(subparsers)``, which adds its parser and sets
 ``func`` (a callable taking the parsed args and returning an exit code). Command modules
@@ -26,10 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Asynchronous RL for multi-turn LLM agents.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    import agentrl.commands as commands
-
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"agentrl.commands.{info.name}")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
         module.register(sub)
     return parser
 
@@ -52,5 +52,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
     agentrl model tiny --out DIR [--config FILE.yaml] [key=value ...]
     agentrl model eval DIR [--problems N] [--seed S] [--tool-problems N]
 
-``tiny`` trains the demo model (``agentrl.tinymodel.TinyModelConfig`` lists every key; the
+``tiny`` trains the demo model (``agentrl.model.tinymodel.TinyModelConfig`` lists every key; the
 defaults build the committed ``examples/tiny-model``), then prints its held-out accuracy.
 ``eval`` prints the greedy accuracy on held-out ``a+b+c`` problems as a line, then one JSON
 line with every figure.
@@ -41,7 +41,7 @@ def run_tiny(args) -> int:
     import json
 
     from agentrl.config import load_config
-    from agentrl.tinymodel import BUILD_INFO, TinyModelConfig, build_tiny_model
+    from agentrl.model.tinymodel import BUILD_INFO, TinyModelConfig, build_tiny_model
 
     cfg = load_config(TinyModelConfig, args.config, args.overrides)
     info = build_tiny_model(cfg, args.out, progress=not args.no_progress)
@@ -60,7 +60,7 @@ def run_eval(args) -> int:
     import json
 
     from agentrl.errors import ConfigError
-    from agentrl.tinymodel import evaluate_model_dir
+    from agentrl.model.tinymodel import evaluate_model_dir
 
     for name in ("problems", "threads"):
         if getattr(args, name) < 1:

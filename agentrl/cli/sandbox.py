@@ -87,8 +87,8 @@ def serve(args) -> int:
     import logging
     import os
 
+    from agentrl.launch.services import bind, run_app
     from agentrl.plugins import load_object, make_sandbox
-    from agentrl.serving import bind, run_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     api_key = args.api_key if args.api_key is not None else os.environ.get("AGENTRL_SANDBOX_API_KEY", "")

@@ -3,7 +3,7 @@
     agentrl serve --model examples/tiny-model [--host 127.0.0.1] [--port 30000] [--device cpu]
 
 Prints one line ``agentrl serve: ready on http://HOST:PORT`` once the model is loaded and the
-socket listens (tests and scripts wait for it). See ``agentrl.server`` for the routes.
+socket listens (tests and scripts wait for it). See ``agentrl.inference.app`` for the routes.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def run(args) -> int:
     import logging
 
     from agentrl.config import from_dict
-    from agentrl.server import ServeConfig, ServerState, build_app
-    from agentrl.serving import bind, run_app
+    from agentrl.inference.app import build_app
+    from agentrl.inference.state import ServeConfig, ServerState
+    from agentrl.launch.services import SERVE_READY, bind, run_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = from_dict(ServeConfig, {
@@ -47,6 +48,6 @@ def run(args) -> int:
     sock = bind(config.host, config.port)
     config.port = sock.getsockname()[1]
     # keep idle connections 120 s: a trainer step between two rollouts outlasts uvicorn's 5 s default
-    run_app(build_app(config, state), sock, ready_line="agentrl serve: ready on ", log_level=args.log_level,
+    run_app(build_app(config, state), sock, ready_line=SERVE_READY, log_level=args.log_level,
             timeout_keep_alive=120)
     return 0

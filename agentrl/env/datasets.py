@@ -29,7 +29,7 @@ SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 def data_dir() -> Path:
     """Where shipped datasets live: ``$AGENTRL_DATA_DIR``, else the repository's ``data/``."""
     override = os.environ.get(DATA_ENV_VAR)
-    return Path(override) if override else Path(__file__).resolve().parents[1] / "data"
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "data"
 
 
 def data_path(name: str) -> Path:

@@ -17,7 +17,7 @@ from outside — ``max_turns`` behaves as Gymnasium's ``TimeLimit`` (``truncated
 the step that reaches it), ``max_tokens`` likewise, and a turn that overruns ``max_wall_s``
 is cancelled; ``info["truncated_by"]`` names the limit. The limits are enforced inside the
 env, not by a wrapper, because wrappers do not forward ``areset``/``astep``. The reward is
-the env's ``Rubric`` (agentrl/rewards.py) scored once, on the step that ends the episode
+the env's ``Rubric`` (agentrl/env/rewards.py) scored once, on the step that ends the episode
 (0.0 before); ``info["rewards"]`` holds every named term. A failure of the infrastructure
 (``SandboxError``...) propagates from ``step``: the rollout side records the episode as
 failed; the model's own mistakes are never exceptions.
@@ -53,9 +53,9 @@ import gymnasium
 
 from agentrl.api import Message
 from agentrl.config import option
+from agentrl.env.rewards import RewardInput, Rubric
+from agentrl.env.tools import ToolBox
 from agentrl.errors import EnvError
-from agentrl.rewards import RewardInput, Rubric
-from agentrl.tools import ToolBox
 
 T = TypeVar("T")
 
@@ -166,7 +166,7 @@ class EpisodeLimits:
 
 
 def count_utf8_bytes(text: str) -> int:
-    """Token count of the byte-level tokenizer (agentrl/tokenizer.py): one token per byte."""
+    """Token count of the byte-level tokenizer (agentrl/model/tokenizer.py): one token per byte."""
     return len(text.encode("utf-8"))
 
 

@@ -37,8 +37,9 @@ from typing import Any
 
 import torch
 
-from agentrl.decoder import Decoder
-from agentrl.sampling import sample_rows
+from agentrl.api import SamplingParams
+from agentrl.inference.decoder import Decoder
+from agentrl.inference.sampling import sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,7 @@ class Request:
 
     rid: str
     input_ids: list[int]
-    max_new_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    ignore_eos: bool = False
-    seed: int | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     top_logprobs_num: int = 0
     stream: bool = False
     notify: Callable[[Request, bool], None] | None = None  # (request, finished), engine thread
@@ -178,10 +172,11 @@ class Engine:
                                  "status_code": 400, "err_type": "BadRequestError"}
             self._notify(req, True)
             return
-        req.rng = random.Random(req.seed if req.seed is not None else self._rng.getrandbits(64))
+        seed = req.sampling.seed
+        req.rng = random.Random(seed if seed is not None else self._rng.getrandbits(64))
         self._live[req.rid] = req
-        if req.max_new_tokens <= 0:
-            self._finish(req, {"type": "length", "length": req.max_new_tokens})
+        if req.sampling.max_new_tokens <= 0:
+            self._finish(req, {"type": "length", "length": req.sampling.max_new_tokens})
             return
         self._waiting.append(req)
 
@@ -310,9 +305,9 @@ class Engine:
 
     def _sample_and_append(self, batch: list[Request], logits: torch.Tensor) -> None:
         dev = logits.device
-        temperature = torch.tensor([r.temperature for r in batch], dtype=torch.float32, device=dev)
-        top_k = torch.tensor([r.top_k for r in batch], dtype=torch.long, device=dev)
-        top_p = torch.tensor([r.top_p for r in batch], dtype=torch.float32, device=dev)
+        temperature = torch.tensor([r.sampling.temperature for r in batch], dtype=torch.float32, device=dev)
+        top_k = torch.tensor([r.sampling.top_k for r in batch], dtype=torch.long, device=dev)
+        top_p = torch.tensor([r.sampling.top_p for r in batch], dtype=torch.float32, device=dev)
         uniform = torch.tensor([r.rng.random() for r in batch], dtype=torch.float32, device=dev)
         top_n = max(r.top_logprobs_num for r in batch)
         tokens, logprobs, top = sample_rows(logits, temperature, top_k, top_p, uniform, top_n)
@@ -335,15 +330,16 @@ class Engine:
                 self._notify(r, False)
 
     def _stop_reason(self, r: Request, tok: int) -> dict[str, Any] | None:
-        if not r.ignore_eos and (tok in self.eos_token_ids or tok in r.stop_token_ids):
+        sp = r.sampling
+        if not sp.ignore_eos and (tok in self.eos_token_ids or tok in sp.stop_token_ids):
             return {"type": "stop", "matched": tok}
-        if r.stop:
+        if sp.stop:
             text = self.decode_text(r.output_ids)
-            hits = [(text.find(s), s) for s in r.stop if s and s in text]
+            hits = [(text.find(s), s) for s in sp.stop if s and s in text]
             if hits:
                 return {"type": "stop", "matched": min(hits)[1]}
-        if len(r.output_ids) >= r.max_new_tokens:
-            return {"type": "length", "length": r.max_new_tokens}
+        if len(r.output_ids) >= sp.max_new_tokens:
+            return {"type": "length", "length": sp.max_new_tokens}
         if len(r.input_ids) + len(r.output_ids) >= self.context_length:
             return {"type": "length", "length": len(r.output_ids)}
         return None

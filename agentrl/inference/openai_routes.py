@@ -22,12 +22,12 @@ import time
 import uuid
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from agentrl.engine import Request as EngineRequest
-from agentrl.protocol import BadRequest, finish_text, parse_json_body, parse_prompt_ids, parse_sampling
-from agentrl.server import ServerState
+from agentrl.inference.engine import Request as EngineRequest
+from agentrl.inference.state import ServerState
+from agentrl.inference.wire import BadRequest, finish_text, parse_json_body, parse_prompt_ids, parse_sampling
 from agentrl.toolcalls import parse_tool_calls
 
 
@@ -55,13 +55,14 @@ def _sampling_from_openai(body: dict[str, Any], default_max: int | None) -> dict
 
 async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
                    default_max: int | None, top_n: int) -> tuple[list[EngineRequest], dict[str, Any]]:
-    parsed = parse_sampling(_sampling_from_openai(body, default_max), state, len(prompt))
+    parsed = parse_sampling(_sampling_from_openai(body, default_max), prompt_len=len(prompt),
+                            context_length=state.engine.context_length)
     n = body.get("n", 1) or 1
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise BadRequest(f"n must be an integer >= 1, got {n!r}")
     base = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex
-    reqs = [EngineRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), top_logprobs_num=top_n,
-                          **parsed["engine"]) for i in range(n)]
+    reqs = [EngineRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
+                          top_logprobs_num=top_n) for i in range(n)]
     done = await asyncio.gather(*(state.run(r, http) for r in reqs))
     for r in done:
         reason = r.finish_reason or {}
@@ -101,7 +102,7 @@ def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], b
         raise BadRequest(f"tool_choice {choice!r} is not supported by agentrl serve; use \"auto\" or \"none\"")
     use_tools = bool(tools) and choice == "auto"
     if body.get("input_ids") is not None:
-        return parse_prompt_ids(body["input_ids"], state), use_tools
+        return parse_prompt_ids(body["input_ids"], state.vocab_size), use_tools
     if not getattr(state.tokenizer, "chat_template", None):
         raise BadRequest("this model's tokenizer has no chat template; use /v1/completions or /generate")
     try:
@@ -113,12 +114,15 @@ def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], b
     return state.tokenizer.encode(text, add_special_tokens=False), use_tools
 
 
-def add_openai_routes(app: FastAPI, state: ServerState) -> None:
-    @app.get("/v1/models")
+def openai_routes(state: ServerState) -> APIRouter:
+    """The OpenAI routes over ``state``'s engine."""
+    router = APIRouter()
+
+    @router.get("/v1/models")
     async def models():
         return {"object": "list", "data": [_card(state)]}
 
-    @app.get("/v1/models/{model:path}")
+    @router.get("/v1/models/{model:path}")
     async def model(model: str):
         if model != state.served_model_name:
             return JSONResponse({"error": {"message": f"The model `{model}` does not exist.",
@@ -126,7 +130,7 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
                                            "code": "model_not_found"}}, status_code=404)
         return _card(state)
 
-    @app.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions")
     async def chat_completions(http: Request):
         try:
             body = parse_json_body(await http.body())
@@ -136,7 +140,8 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
             if body.get("stream"):
                 if (body.get("n") or 1) != 1:
                     raise BadRequest("n > 1 is not supported with stream=true by agentrl serve")
-                parsed = parse_sampling(_sampling_from_openai(body, None), state, len(prompt))
+                parsed = parse_sampling(_sampling_from_openai(body, None), prompt_len=len(prompt),
+                                        context_length=state.engine.context_length)
                 return StreamingResponse(_chat_stream(state, body, prompt, parsed, use_tools, top_n),
                                          media_type="text/event-stream")
             reqs, parsed = await _run_all(state, prompt, body, http, None, top_n)
@@ -144,7 +149,7 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
             return _error(e)
         choices = []
         for i, r in enumerate(reqs):
-            text = finish_text(state, r, parsed["no_stop_trim"], parsed["skip_special_tokens"])
+            text = finish_text(state.tokenizer, r, parsed["no_stop_trim"], parsed["skip_special_tokens"])
             kind, matched = _finish_reason(r)
             message: dict[str, Any] = {"role": "assistant", "content": text, "reasoning_content": None}
             if use_tools:
@@ -161,7 +166,7 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
             choices.append(choice)
         return _response(state, body, reqs, prompt, "chat.completion", choices)
 
-    @app.post("/v1/completions")
+    @router.post("/v1/completions")
     async def completions(http: Request):
         try:
             body = parse_json_body(await http.body())
@@ -175,7 +180,7 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
                     raise BadRequest("prompt cannot be empty")
                 ids = state.tokenizer.encode(prompt, add_special_tokens=False)
             elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-                ids = parse_prompt_ids(prompt, state, "prompt")
+                ids = parse_prompt_ids(prompt, state.vocab_size, "prompt")
             else:
                 raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)")
             top_n = body.get("logprobs")
@@ -194,10 +199,11 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
                       "top_logprobs": [{state.tokenizer.decode([t]): v for v, t in row} for row in r.top_logprobs]
                       if top_n else None,
                       "text_offset": [sum(len(t) for t in toks[:j]) for j in range(len(toks))]}
-            choices.append({"index": i, "text": finish_text(state, r, parsed["no_stop_trim"]), "logprobs": lp,
+            choices.append({"index": i, "text": finish_text(state.tokenizer, r, parsed["no_stop_trim"]), "logprobs": lp,
                             "finish_reason": kind, "matched_stop": matched})
         return _response(state, body, reqs, ids, "text_completion", choices)
 
+    return router
 
 def _card(state: ServerState) -> dict[str, Any]:
     return {"id": state.served_model_name, "object": "model", "created": int(state.started), "owned_by": "sglang",
@@ -216,7 +222,8 @@ def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict
 
 async def _chat_stream(state: ServerState, body, prompt, parsed, use_tools: bool, top_n: int):
     """``chat.completion.chunk`` events (one choice; the request was validated before)."""
-    req = EngineRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), top_logprobs_num=top_n, **parsed["engine"])
+    req = EngineRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), sampling=parsed["sampling"],
+                        top_logprobs_num=top_n)
     base = {"id": req.rid, "object": "chat.completion.chunk", "created": int(time.time()),
             "model": body.get("model") or state.served_model_name}
 
@@ -235,7 +242,7 @@ async def _chat_stream(state: ServerState, body, prompt, parsed, use_tools: bool
             if text.startswith(sent) and len(text) > len(sent) and "\ufffd" not in text[len(sent):]:
                 yield chunk({"content": text[len(sent):]})
                 sent = text
-    text = finish_text(state, req, parsed["no_stop_trim"], parsed["skip_special_tokens"])
+    text = finish_text(state.tokenizer, req, parsed["no_stop_trim"], parsed["skip_special_tokens"])
     kind, matched = _finish_reason(req)
     delta: dict[str, Any] = {}
     if use_tools:

@@ -4,20 +4,21 @@ What it is: validation of request bodies (``sampling_params`` keys, types, range
 length — each failure a ``BadRequest`` whose message names the field and what is allowed)
 and the shapes of results (``text``, ``output_ids``, ``meta_info`` with ``finish_reason``,
 ``output_token_logprobs`` triples, ``weight_versions`` spans), following sglang 0.5.23
-(SGLANG_API.md §1). What it is not: the routes (``agentrl.server``) or the engine.
+(``python/sglang/srt/managers/io_struct.py``, ``sampling/sampling_params.py``). The functions take
+the few values they need (context length, vocabulary size, tokenizer), not the server.
+What it is not: the routes (``agentrl.inference.native_routes``, ``openai_routes``) or the engine.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi.responses import JSONResponse
 
-if TYPE_CHECKING:
-    from agentrl.engine import Request as EngineRequest
-    from agentrl.server import ServerState
+from agentrl.api import SamplingParams
+from agentrl.inference.engine import Request as EngineRequest
 
 SAMPLING_KEYS = (
     "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
@@ -60,8 +61,11 @@ def check_type(name: str, value: Any, kinds: tuple[type, ...], what: str) -> Non
         raise BadRequest(f"{name} must be {what}, got {type(value).__name__} {value!r}")
 
 
-def parse_sampling(sp: Any, state: ServerState, prompt_len: int) -> dict[str, Any]:
-    """Validate one ``sampling_params`` object; returns engine keyword arguments + extras."""
+def parse_sampling(sp: Any, *, prompt_len: int, context_length: int) -> dict[str, Any]:
+    """Validate one ``sampling_params`` object for a prompt of ``prompt_len`` tokens.
+
+    Returns ``{"sampling": SamplingParams, "n", "no_stop_trim", "skip_special_tokens"}``.
+    """
     if sp is None:
         sp = {}
     if not isinstance(sp, dict):
@@ -75,7 +79,7 @@ def parse_sampling(sp: Any, state: ServerState, prompt_len: int) -> dict[str, An
             raise BadRequest(f"sampling_params.{key}={sp[key]!r} is not supported by agentrl serve "
                              f"(leave it out, or use SGLang on a GPU)")
     out: dict[str, Any] = {}
-    ctx = state.engine.context_length
+    ctx = context_length
     if prompt_len >= ctx:
         raise BadRequest(f"The input ({prompt_len} tokens) is longer than the model's context length "
                          f"({ctx} tokens).")
@@ -129,29 +133,28 @@ def parse_sampling(sp: Any, state: ServerState, prompt_len: int) -> dict[str, An
     check_type("sampling_params.n", n, (int,), "an integer >= 1")
     if n < 1:
         raise BadRequest(f"sampling_params.n must be >= 1, got {n}")
-    extras = {"n": n, "no_stop_trim": bool(sp.get("no_stop_trim", False)),
-              "skip_special_tokens": sp.get("skip_special_tokens", True) is not False}
-    return {"engine": out, **extras}
+    return {"sampling": SamplingParams(**out), "n": n, "no_stop_trim": bool(sp.get("no_stop_trim", False)),
+            "skip_special_tokens": sp.get("skip_special_tokens", True) is not False}
 
 
-def parse_prompt_ids(value: Any, state: ServerState, name: str = "input_ids") -> list[int]:
+def parse_prompt_ids(value: Any, vocab_size: int, name: str = "input_ids") -> list[int]:
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         raise BadRequest(f"{name} must be a list of token ids (integers)")
     if not value:
         raise BadRequest(f"{name} cannot be empty")
-    bad = [i for i in value if not 0 <= i < state.vocab_size]
+    bad = [i for i in value if not 0 <= i < vocab_size]
     if bad:
-        raise BadRequest(f"{name} holds ids outside the vocabulary [0, {state.vocab_size}): {bad[:5]}")
+        raise BadRequest(f"{name} holds ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
     return value
 
 
-def finish_text(state: ServerState, req: EngineRequest, no_stop_trim: bool, skip_special: bool = True) -> str:
+def finish_text(tokenizer: Any, req: EngineRequest, no_stop_trim: bool, skip_special: bool = True) -> str:
     """The output text with SGLang's stop trimming."""
     ids = req.output_ids
     reason = req.finish_reason or {}
     if reason.get("type") == "stop" and isinstance(reason.get("matched"), int) and not no_stop_trim and ids:
         ids = ids[:-1]
-    text = state.tokenizer.decode(ids, skip_special_tokens=skip_special)
+    text = tokenizer.decode(ids, skip_special_tokens=skip_special)
     matched = reason.get("matched")
     if reason.get("type") == "stop" and isinstance(matched, str) and matched in text:
         cut = text.index(matched)
@@ -169,15 +172,17 @@ def version_spans(versions: list[str]) -> list[dict[str, Any]]:
     return spans
 
 
-def generate_result(state: ServerState, req: EngineRequest, *, n_tokens: int | None = None,
+def generate_result(req: EngineRequest, tokenizer: Any, *, weight_version: str, n_tokens: int | None = None,
                     return_logprob: bool = False, text_in_logprobs: bool = False,
                     no_stop_trim: bool = False, skip_special: bool = True) -> dict[str, Any]:
-    """One ``/generate`` result object (final, or a cumulative stream chunk of ``n_tokens``)."""
+    """One ``/generate`` result object (final, or a cumulative stream chunk of ``n_tokens``).
+
+    ``weight_version`` is the server's current one, reported while no token exists yet."""
     final = n_tokens is None
     n = len(req.output_ids) if final else n_tokens
     out_ids = req.output_ids[:n]
     reason = req.finish_reason if final else None
-    current = req.versions[n - 1] if n else state.engine.weight_version
+    current = req.versions[n - 1] if n else weight_version
     meta: dict[str, Any] = {"id": req.rid, "finish_reason": reason}
     queued_abort = final and reason is not None and reason.get("message") == "Abort in waiting queue"
     if not queued_abort:
@@ -188,7 +193,7 @@ def generate_result(state: ServerState, req: EngineRequest, *, n_tokens: int | N
         meta["e2e_latency"] = time.time() - req.created
     meta["response_sent_to_client_ts"] = time.time()
     if return_logprob:
-        texts = [state.tokenizer.decode([t]) for t in out_ids] if text_in_logprobs else [None] * n
+        texts = [tokenizer.decode([t]) for t in out_ids] if text_in_logprobs else [None] * n
         meta["input_token_logprobs"] = []
         meta["output_token_logprobs"] = [[lp, t, s] for lp, t, s in zip(req.logprobs[:n], out_ids, texts, strict=True)]
         meta["output_token_logprobs_length"] = n
@@ -196,9 +201,9 @@ def generate_result(state: ServerState, req: EngineRequest, *, n_tokens: int | N
             meta["input_top_logprobs"] = []
             meta["output_top_logprobs"] = [[[lp, t, None] for lp, t in row] for row in req.top_logprobs[:n]]
     if final:
-        text = finish_text(state, req, no_stop_trim, skip_special)
+        text = finish_text(tokenizer, req, no_stop_trim, skip_special)
     else:
-        text = state.tokenizer.decode(out_ids, skip_special_tokens=skip_special)
+        text = tokenizer.decode(out_ids, skip_special_tokens=skip_special)
     return {"text": text, "output_ids": list(out_ids), "meta_info": meta}
 
 

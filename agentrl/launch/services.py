@@ -1,70 +1,128 @@
-"""Starting local ``agentrl serve`` processes: the embedded inference servers of a run.
+"""Our long-running services as processes: how one says it is ready, and how a parent waits for it.
 
-What it is: ``ServerProcess(model_dir, ...)``, one ``agentrl serve`` subprocess on a free
-port, ready (its ``url`` known) when the constructor returns, stopped by ``stop()`` or at
-the end of a ``with`` block. Used by the demo, the benchmarks and the tests; a training run
-that has no external servers starts its own with it. What it is not: a launcher for SGLang
-(``python -m sglang.launch_server`` on GPU machines; pass their URLs to ``RemoteEngine``).
+What it is: both sides of one small convention. A service (``agentrl serve``, ``agentrl
+sandbox serve``, and any later one) binds its socket first — so ``--port 0`` picks a free
+port it can report — runs its app, and prints one line ``<name>: ready on http://HOST:PORT``
+once it listens (``bind`` + ``run_app``). A parent starts it with ``ServiceProcess(cmd,
+ready=<name>)``, which returns once that line is printed, with the URL in ``url`` and every
+line the child printed in ``lines`` (for error messages); ``stop()`` or the end of a ``with``
+block ends it. ``ServerProcess(model_dir)`` is the one for ``agentrl serve``, used by the
+demo, the benchmarks and the tests. ``free_port()`` is for the few programs (torchrun's
+rendezvous) that must be told a port instead of reporting one.
 
-The server prints ``agentrl serve: ready on http://HOST:PORT`` once its model is loaded;
-everything it prints is kept in ``lines`` for error messages.
+What it is not: the apps themselves, nor a launcher for SGLang (``python -m
+sglang.launch_server`` on GPU machines; pass their URLs to ``RemoteEngine``).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from agentrl.errors import ServerUnavailable
 
-READY = "agentrl serve: ready on "
+# --------------------------------------------------------------------------- the service side
 
 
-class ServerProcess:
-    """One ``agentrl serve`` subprocess on a free port of 127.0.0.1."""
+def bind(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket on (host, port); port 0 picks a free one."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
 
-    def __init__(self, model_dir: str | Path, *args: str, threads: int = 1, startup_timeout: float = 180.0,
-                 extra_env: dict[str, str] | None = None) -> None:
-        cmd: Sequence[str] = [str(Path(sys.executable).parent / "agentrl"), "serve", "--model", str(model_dir),
-                              "--port", "0", "--threads", str(threads), *args]
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
-               **(extra_env or {})}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (for programs that must be told one, like torchrun)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def run_app(app: Any, sock: socket.socket, *, ready_line: str, log_level: str = "warning",
+            before_ready: Callable[[], Awaitable[None]] | None = None, **uvicorn_options: Any) -> None:
+    """Serve ``app`` on ``sock`` until stopped; print ``ready_line + URL`` once it listens.
+
+    ``before_ready`` runs first (warming a pool, starting a fork server), so "ready" means
+    the first request is served without a cold start.
+    """
+    import asyncio
+
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5,
+                                           **uvicorn_options))
+
+    async def main() -> None:
+        if before_ready is not None:
+            await before_ready()
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers no event)
+            await asyncio.sleep(0.05)
+        if server.started:
+            print(f"{ready_line}http://{url_host}:{port}", flush=True)
+        await task
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- the parent side
+
+
+class ServiceProcess:
+    """A child process of ours, ready (its ``url`` known) when the constructor returns.
+
+    ``ready`` is the prefix of the line the child prints once it serves (``"agentrl serve:
+    ready on "``); the rest of that line is the URL. A child that exits first, or stays
+    silent past ``startup_timeout``, raises ``ServerUnavailable`` with its last output.
+    """
+
+    def __init__(self, cmd: Sequence[str], *, ready: str, startup_timeout: float = 180.0,
+                 env: dict[str, str] | None = None, cwd: str | Path | None = None) -> None:
+        self.cmd = list(cmd)
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env, cwd=cwd)
         self.lines: list[str] = []
         self.url = ""
-        ready = threading.Event()
+        ready_event = threading.Event()
 
         def read() -> None:
             assert self.proc.stdout is not None
             for line in self.proc.stdout:
                 self.lines.append(line)
-                if line.startswith(READY) and not self.url:
-                    self.url = line[len(READY):].strip()
-                    ready.set()
-            ready.set()  # the process ended: wake the constructor either way
+                if line.startswith(ready) and not self.url:
+                    self.url = line[len(ready):].strip()
+                    ready_event.set()
+            ready_event.set()  # the process ended: wake the constructor either way
 
-        threading.Thread(target=read, name="agentrl-serve-output", daemon=True).start()
-        if not ready.wait(startup_timeout) or not self.url:
+        threading.Thread(target=read, name=f"{Path(self.cmd[0]).name}-output", daemon=True).start()
+        if not ready_event.wait(startup_timeout) or not self.url:
             self.stop()
-            tail = "".join(self.lines[-40:]) or "(no output)"
             raise ServerUnavailable(
-                f"agentrl serve --model {model_dir} did not become ready within {startup_timeout:.0f} s; "
-                f"its last output:\n{tail}"
+                f"{' '.join(self.cmd[:6])} did not become ready within {startup_timeout:.0f} s; "
+                f"its last output:\n{self.tail()}"
             )
 
-    def __enter__(self) -> ServerProcess:
+    def tail(self, n: int = 40) -> str:
+        return "".join(self.lines[-n:]) or "(no output)"
+
+    def __enter__(self) -> ServiceProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def kill(self) -> None:
-        """SIGKILL: the server dies without answering anything (for failure tests)."""
+        """SIGKILL: the service dies without answering anything (for failure tests)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
@@ -78,3 +136,18 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=15)
+
+
+SERVE_READY = "agentrl serve: ready on "
+
+
+class ServerProcess(ServiceProcess):
+    """One ``agentrl serve`` subprocess on a free port of 127.0.0.1 (``threads`` torch threads)."""
+
+    def __init__(self, model_dir: str | Path, *args: str, threads: int = 1, startup_timeout: float = 180.0,
+                 extra_env: dict[str, str] | None = None) -> None:
+        cmd = [str(Path(sys.executable).parent / "agentrl"), "serve", "--model", str(model_dir),
+               "--port", "0", "--threads", str(threads), *args]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
+               **(extra_env or {})}
+        super().__init__(cmd, ready=SERVE_READY, startup_timeout=startup_timeout, env=env)

@@ -2,11 +2,11 @@
 
 What it is: the model agentrl's demo, tests and benchmarks run on a CPU, and the recipe that
 builds it. ``init_tiny_model`` writes an untrained model plus the byte-level tokenizer
-(``agentrl.tokenizer``); ``build_tiny_model`` trains one briefly on synthetic data of the demo
-task family (``agentrl.arith``) so that it starts RL neither hopeless nor solved, and writes a
+(``agentrl.model.tokenizer``); ``build_tiny_model`` trains one briefly on synthetic data of the demo
+task family (``agentrl.model.arith_data``) so that it starts RL neither hopeless nor solved, and writes a
 directory that ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer`` load offline.
 ``evaluate_model_dir`` measures any saved model on held-out problems. What it is not: a
-general SFT trainer (the RL trainer lives in ``agentrl.actor``).
+general SFT trainer (the RL trainer lives in ``agentrl.trainer.actor``).
 
 The recipe (numbers measured on 2 CPU cores; see docs/DESIGN.md and TinyModelConfig):
 - model: Qwen2, hidden 128, 5 layers, 4 query / 2 key-value heads, MLP 3x, tied embeddings:
@@ -55,7 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.arith import (
+from agentrl.config import option, save_config, to_dict
+from agentrl.errors import ConfigError, ModelError
+from agentrl.model.arith_data import (
     CALCULATOR_TOOL,
     ArithProblem,
     calculate,
@@ -63,9 +65,7 @@ from agentrl.arith import (
     format_answer,
     generate_problems,
 )
-from agentrl.config import option, save_config, to_dict
-from agentrl.errors import ConfigError, ModelError
-from agentrl.tokenizer import END, PAD, VOCAB_SIZE, build_tokenizer, save_tokenizer, special_token_ids
+from agentrl.model.tokenizer import END, PAD, VOCAB_SIZE, build_tokenizer, save_tokenizer, special_token_ids
 from agentrl.toolcalls import parse_tool_calls
 
 BUILD_INFO = "build_info.json"

@@ -2,10 +2,10 @@
 
 What it is: model + AdamW + warmup/cosine schedule behind two calls, ``compute_logprobs(batch)``
 (no grad: the proximal policy π_prox, or the reference policy) and ``train_step(batch)``
-(the decoupled PPO update of ``agentrl.losses`` over mini-batches of packed micro-batches).
+(the decoupled PPO update of ``agentrl.trainer.losses`` over mini-batches of packed micro-batches).
 It runs under ``torchrun``: gloo on CPU, NCCL on GPUs; ``init_distributed`` sets that up.
-What it is not: batch preparation (``agentrl.batch``), checkpoints (``agentrl.checkpoint``) or
-weight publishing (``agentrl.publish``), though it exposes what they need. Loading: rank 0
+What it is not: batch preparation (``agentrl.trainer.batch``), checkpoints (``agentrl.trainer.checkpoint``) or
+weight publishing (``agentrl.trainer.publish``), though it exposes what they need. Loading: rank 0
 reads the checkpoint, the other ranks build the model on the meta device and receive their
 shards by broadcast (so a host holds the full model once, not once per rank; rank 0 still moves
 it to its device whole before sharding). Not there yet: a chunked log-softmax for very large
@@ -16,7 +16,7 @@ Main hook: ``Actor(model_dir, TrainerConfig(...)).train_step(prepare_batch(...))
 How a step runs. Every rank holds the same global ``TrainBatch``. It is split in order into
 ``num_mini_batches`` mini-batches; each is one optimizer step. A mini-batch's sequences are
 dealt to ranks by token count and packed into micro-batches of ``micro_batch_tokens``
-(``agentrl.packing``); each micro-batch's loss is its share of the mini-batch's global token
+(``agentrl.trainer.packing``); each micro-batch's loss is its share of the mini-batch's global token
 mean, and the gradient is accumulated. FSDP averages gradients over ranks, so each rank scales
 its loss by the world size: the result is the same as one rank running the whole batch.
 π_prox is a no-grad forward pass before the first update when there are several mini-batches,
@@ -36,10 +36,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from agentrl.batch import TrainBatch
 from agentrl.errors import ModelError, TrainerError
-from agentrl.losses import policy_loss
-from agentrl.packing import (
+from agentrl.trainer.batch import TrainBatch
+from agentrl.trainer.config import TrainerConfig
+from agentrl.trainer.losses import policy_loss
+from agentrl.trainer.packing import (
     SEGMENT_ATTENTION,
     pack,
     plan_micro_batches,
@@ -47,7 +48,6 @@ from agentrl.packing import (
     sequence_starts,
     token_logprobs,
 )
-from agentrl.trainer_config import TrainerConfig
 
 
 def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, torch.device]:

@@ -4,7 +4,7 @@ What it is: pure functions from per-trajectory rewards to per-trajectory advanta
 reward shaping (scale, bias, clip), group-relative advantages (GRPO: reward minus the mean of
 the n samples of the same prompt, optionally divided by their std) and an optional batch
 normalization weighted by loss tokens — each returning detached diagnostics. What it is not:
-the loss (``agentrl.losses``) or batch assembly (``agentrl.batch``).
+the loss (``agentrl.trainer.losses``) or batch assembly (``agentrl.trainer.batch``).
 
 Main hook: ``grpo_advantages(rewards, group_ids, episode_ids)``.
 

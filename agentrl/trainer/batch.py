@@ -5,7 +5,7 @@ actor. It counts and drops what must not enter the loss (failed episodes, stale 
 trajectories without a sampled token), shapes rewards, computes group-relative advantages
 and lays every kept trajectory out as token-aligned tensors. Nothing is dropped silently:
 each reason is a counter in ``TrainBatch.stats`` and a warning when it empties the batch or
-leaves no learning signal. What it is not: packing or the forward pass (``agentrl.actor``).
+leaves no learning signal. What it is not: packing or the forward pass (``agentrl.trainer.actor``).
 
 Main hook: ``prepare_batch(trajectories, version=v, config=trainer_config)``; under torchrun,
 ``broadcast_trajectories`` first gives every rank rank 0's list (every rank holds the same
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentrl.advantages import grpo_advantages, normalize_advantages, shape_rewards
 from agentrl.api import Trajectory, TrajectoryStatus
-from agentrl.staleness import split_stale
-from agentrl.trainer_config import TrainerConfig
+from agentrl.trainer.advantages import grpo_advantages, normalize_advantages, shape_rewards
+from agentrl.trainer.config import TrainerConfig
+from agentrl.trainer.staleness import split_stale
 
 
 @dataclass

@@ -7,7 +7,7 @@ and ``export_hf``, which gathers the full weights to rank 0 and writes a directo
 ``transformers.AutoModelForCausalLM.from_pretrained``, ``agentrl serve`` and SGLang load
 (``model.safetensors`` + ``config.json`` + the tokenizer files of the source model).
 What it is not: the schedule of when to save (the training loop's), or weight publishing
-(``agentrl.publish``, which uses ``export_hf``).
+(``agentrl.trainer.publish``, which uses ``export_hf``).
 
 Main hooks: ``save_checkpoint(actor, dir)``, ``load_checkpoint(actor, dir)``,
 ``export_hf(model, dir, source_dir=...)``. All are collectives: every rank calls them.
@@ -36,7 +36,7 @@ import torch.distributed as dist
 from agentrl.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from agentrl.actor import Actor
+    from agentrl.trainer.actor import Actor
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 from agentrl.config import option
 from agentrl.errors import ConfigError
-from agentrl.losses import LOSS_KINDS
+from agentrl.trainer.losses import LOSS_KINDS
 
 
 @dataclass
 class LossConfig:
-    """The policy objective (see ``agentrl.losses``)."""
+    """The policy objective (see ``agentrl.trainer.losses``)."""
 
     kind: str = option("decoupled_ppo", choices=LOSS_KINDS,
                        help="decoupled_ppo (async RL, π_prox from a forward pass before the update), "
@@ -33,7 +33,7 @@ class LossConfig:
 
 @dataclass
 class AdvantageConfig:
-    """From rewards to advantages (see ``agentrl.advantages``)."""
+    """From rewards to advantages (see ``agentrl.trainer.advantages``)."""
 
     reward_scale: float = option(1.0, gt=0.0, help="rewards are (r + reward_bias) * reward_scale ...")
     reward_bias: float = option(0.0, help="... added before scaling")

@@ -1,8 +1,8 @@
 """Policy losses: decoupled PPO, and plain PPO and REINFORCE as its special cases.
 
 What it is: pure functions from token-level log-probabilities, advantages and masks to a
-scalar loss plus detached diagnostics. What it is not: the forward pass (``agentrl.actor``)
-or the advantages (``agentrl.advantages``). Main hook: ``policy_loss(kind, ...)``.
+scalar loss plus detached diagnostics. What it is not: the forward pass (``agentrl.trainer.actor``)
+or the advantages (``agentrl.trainer.advantages``). Main hook: ``policy_loss(kind, ...)``.
 
 The decoupled PPO objective (Hilton, Cobbe & Schulman 2022, "Batch size-invariance for
 policy optimization", arXiv:2110.00641; used for asynchronous RL by Fu et al. 2025, "AReaL",

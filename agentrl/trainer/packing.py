@@ -4,7 +4,7 @@ What it is: the planning (which sequences go to which rank and micro-batch) and 
 layout of one packed micro-batch — all sequences concatenated into a single row, position ids
 restarting at 0 for each sequence, and a block-diagonal causal attention mask so no token sees
 another sequence. A padded layout is kept beside it as the baseline the tests and
-``benchmarks/packing.py`` compare against. What it is not: the forward pass (``agentrl.actor``).
+``benchmarks/packing.py`` compare against. What it is not: the forward pass (``agentrl.trainer.actor``).
 
 Main hooks: ``plan_micro_batches(lengths, world_size, token_budget)`` and ``pack(...)``.
 

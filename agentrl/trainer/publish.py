@@ -14,7 +14,7 @@ the export is the slow part, and generation may go on with the old weights while
 the servers only stop for the load itself. Versions on tokens stay exact either way.
 
 What it is not: the inference client (``agentrl.inference.RemoteEngine`` implements the
-``WeightUpdateTarget`` protocol here) or the HF export itself (``agentrl.checkpoint.export_hf``).
+``WeightUpdateTarget`` protocol here) or the HF export itself (``agentrl.trainer.checkpoint.export_hf``).
 
 The seam for other transports: ``WeightTransport.stage(model, version)`` returns what the
 servers are told to load. ``DiskTransport`` writes an HF directory per version (kept for the
@@ -37,7 +37,7 @@ from typing import Protocol, runtime_checkable
 import torch
 import torch.distributed as dist
 
-from agentrl.checkpoint import export_hf
+from agentrl.trainer.checkpoint import export_hf
 
 
 @runtime_checkable

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import ExecRequest, ExecStatus, Message, Sandbox, SandboxSession
-from agentrl.env import Turn
+from agentrl.env.text_env import Turn
+from agentrl.env.tools import ToolBox
 from agentrl.errors import SandboxError
-from agentrl.tools import ToolBox
 from envs.code.env import CodeEnv
 
 JAIL_SETUP_S = 15.0  # on top of the program's time limit, for a tool call's own timeout

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import Message, Sandbox
-from agentrl.datasets import data_path, load_rows
-from agentrl.env import EpisodeLimits, TextEnv, Turn
+from agentrl.env.datasets import data_path, load_rows
+from agentrl.env.rewards import Reward, Rubric, fact
+from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.errors import EnvError
 from agentrl.plugins import make_sandbox
-from agentrl.rewards import Reward, Rubric, fact
 from envs.code.grading import extract_code, grade, task_kind
 
 DEFAULT_DATASET = "HumanEval.jsonl.gz"

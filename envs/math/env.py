@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import Message
-from agentrl.datasets import data_path, load_rows
-from agentrl.env import EpisodeLimits, TextEnv, Turn
+from agentrl.env.datasets import data_path, load_rows
+from agentrl.env.rewards import Reward, RewardFn, Rubric, boxed_format, discounted, fact, length_penalty
+from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.errors import EnvError, VerifierError
-from agentrl.rewards import Reward, RewardFn, Rubric, boxed_format, discounted, fact, length_penalty
 from envs.math.pool import VerifierPool, default_pool
 from envs.math.verifier import extract_final_answer
 

@@ -14,9 +14,9 @@ import pytest
 import envs  # noqa: F401
 import envs.code.env as code_env
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
-from agentrl.datasets import data_path, load_rows
+from agentrl.env.datasets import data_path, load_rows
 from agentrl.errors import EnvError, SandboxError
-from agentrl.tokenizer import tool_call_text
+from agentrl.model.tokenizer import tool_call_text
 from envs.code.grading import count_tests, extract_code, grade, task_kind
 from envs.code.harness import check_statements
 

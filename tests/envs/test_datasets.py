@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentrl.datasets import data_path, load_rows
+from agentrl.env.datasets import data_path, load_rows
 from agentrl.errors import ConfigError
 
 

@@ -10,10 +10,10 @@ import gymnasium
 import pytest
 
 import envs  # noqa: F401  (registers the agentrl/... ids)
-from agentrl.commands.envs import DOC_SECTIONS, check_text_env, registered_ids
-from agentrl.env import EpisodeLimits, Messages, Text, TextEnv, Turn
+from agentrl.env.checks import DOC_SECTIONS, check_text_env, registered_ids
+from agentrl.env.rewards import Reward, Rubric, fact
+from agentrl.env.text_env import EpisodeLimits, Messages, Text, TextEnv, Turn
 from agentrl.errors import EnvError
-from agentrl.rewards import Reward, Rubric, fact
 
 
 class CountdownEnv(TextEnv):

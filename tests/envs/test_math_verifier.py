@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agentrl.datasets import data_path, load_rows
+from agentrl.env.datasets import data_path, load_rows
 from agentrl.errors import VerifierError
 from envs.math import (
     VerifierConfig,

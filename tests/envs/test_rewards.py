@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentrl.env.rewards import Reward, RewardInput, Rubric, boxed_format, discounted, fact, length_penalty
 from agentrl.errors import EnvError
-from agentrl.rewards import Reward, RewardInput, Rubric, boxed_format, discounted, fact, length_penalty
 
 
 def test_fact_reads_bools_numbers_and_defaults():

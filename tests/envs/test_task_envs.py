@@ -6,9 +6,9 @@ import gymnasium
 import pytest
 
 import envs  # noqa: F401
-from agentrl.arith import CALCULATOR_TOOL, format_answer, generate_problems
 from agentrl.errors import EnvError
-from agentrl.tokenizer import tool_call_text
+from agentrl.model.arith_data import CALCULATOR_TOOL, format_answer, generate_problems
+from agentrl.model.tokenizer import tool_call_text
 from envs.tool_use import KINDS, make_task
 
 GSM8K_ROW = {"question": "Janet has 16 eggs, eats 3 and bakes with 4, and sells the rest at $2. How much?",

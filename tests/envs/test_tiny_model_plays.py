@@ -20,7 +20,7 @@ EPISODES = 60
 def tiny():
     import torch
 
-    from agentrl.tinymodel import load_model
+    from agentrl.model.tinymodel import load_model
 
     torch.set_num_threads(1)
     return load_model(MODEL)
@@ -32,7 +32,7 @@ def render(tok, messages, tools=None) -> list[int]:
 
 
 def test_arith_prompts_match_training(tiny):
-    from agentrl.tinymodel import greedy_complete
+    from agentrl.model.tinymodel import greedy_complete
 
     model, tok = tiny
     env = gymnasium.make("agentrl/Arith-v0")
@@ -53,7 +53,7 @@ def test_tool_use_calculator_episodes(tiny):
     with the right answer."""
     import json
 
-    from agentrl.tinymodel import greedy_complete
+    from agentrl.model.tinymodel import greedy_complete
 
     model, tok = tiny
     info = json.loads((MODEL / "build_info.json").read_text())

@@ -7,10 +7,10 @@ from typing import Literal
 
 import pytest
 
-from agentrl.arith import CALCULATOR_TOOL
+from agentrl.env.tools import ToolBox, check_arguments, tool
 from agentrl.errors import SandboxError, ToolError
-from agentrl.tokenizer import tool_call_text
-from agentrl.tools import ToolBox, check_arguments, tool
+from agentrl.model.arith_data import CALCULATOR_TOOL
+from agentrl.model.tokenizer import tool_call_text
 from envs.tool_use import calculator
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.launcher import ServerProcess
+from agentrl.launch.services import ServerProcess
 
 
 class ServeProcess(ServerProcess):
@@ -20,7 +20,7 @@ class ServeProcess(ServerProcess):
 @pytest.fixture(scope="session")
 def second_model_dir(tmp_path_factory):
     """Another untrained tiny model of the same shapes (different seed): 'the new weights'."""
-    from agentrl.tinymodel import init_tiny_model
+    from agentrl.model.tinymodel import init_tiny_model
 
     out = tmp_path_factory.mktemp("untrained-model-2")
     init_tiny_model(out, seed=1)

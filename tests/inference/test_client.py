@@ -15,7 +15,7 @@ import pytest
 
 from agentrl.api import InferenceClient, SamplingParams
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
-from agentrl.inference import RemoteEngine
+from agentrl.inference.client import RemoteEngine
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from agentrl.decoder import Decoder
 from agentrl.errors import ModelError
-from agentrl.sampling import sample_rows
+from agentrl.inference.decoder import Decoder
+from agentrl.inference.sampling import sample_rows
 
 
 def make_checkpoint(kind: str, path):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.api import SamplingParams
-from agentrl.inference import RemoteEngine
+from agentrl.inference.client import RemoteEngine
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 
@@ -133,7 +133,7 @@ async def test_update_without_pause_swaps_between_steps_and_bad_updates_are_refu
         missing = await client.post(proc.url + "/update_weights_from_disk", json={"model_path": str(tmp_path)})
         assert missing.status_code == 400 and missing.json()["success"] is False
         assert "config.json" in missing.json()["message"]
-        from agentrl.tinymodel import init_tiny_model
+        from agentrl.model.tinymodel import init_tiny_model
 
         init_tiny_model(tmp_path / "small", hidden_size=64)
         other = await client.post(proc.url + "/update_weights_from_disk", json={"model_path": str(tmp_path / "small")})

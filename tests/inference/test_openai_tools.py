@@ -17,7 +17,7 @@ import shutil
 import openai
 import pytest
 
-from agentrl.tokenizer import END, tool_call_text
+from agentrl.model.tokenizer import END, tool_call_text
 
 QUESTION = "What is 90+85+80?"
 CALL = {"expression": "90+85+80"}
@@ -28,7 +28,7 @@ def tool_model_dir(tiny_model_dir, tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.arith import CALCULATOR_TOOL
+    from agentrl.model.arith_data import CALCULATOR_TOOL
 
     out = tmp_path_factory.mktemp("tool-model")
     shutil.copytree(tiny_model_dir, out, dirs_exist_ok=True)
@@ -64,7 +64,7 @@ def tool_model_dir(tiny_model_dir, tmp_path_factory):
 
 
 def test_tool_calls_come_back_as_openai_tool_calls(tool_model_dir, serve_factory):
-    from agentrl.arith import CALCULATOR_TOOL
+    from agentrl.model.arith_data import CALCULATOR_TOOL
 
     proc = serve_factory(tool_model_dir)
     with openai.OpenAI(base_url=proc.url + "/v1", api_key="unused", timeout=60, max_retries=0) as client:

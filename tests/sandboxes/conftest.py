@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -153,22 +152,13 @@ def docker_sandbox(docker_ready, test_cgroup):
 
 def start_service(backend: str, cgroup: str, api_key: str = API_KEY, extra: tuple[str, ...] = ()):
     """Start ``agentrl sandbox serve`` as a real process; returns (process, url)."""
+    from agentrl.launch.services import ServiceProcess
+
     uid = SERVICE_UID_BASE if backend == "local" else DOCKER_UID_BASE + 50
     argv = [sys.executable, "-m", "agentrl.cli", "sandbox", "serve", "--backend", backend, "--port", "0",
             "--api-key", api_key, "--cgroup-parent", cgroup, "--max-concurrency", "4", "--uid-base", str(uid), *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
-    deadline = time.monotonic() + 120
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"ready on (http://\S+)", line)
-        if m:
-            return proc, m.group(1)
-    proc.kill()
-    raise AssertionError(f"sandbox service did not become ready:\n{''.join(lines)}")
+    service = ServiceProcess(argv, ready="agentrl sandbox serve: ready on ", startup_timeout=120, cwd=REPO)
+    return service.proc, service.url
 
 
 @pytest.fixture(scope="session")

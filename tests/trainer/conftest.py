@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.launcher import ServerProcess
+from agentrl.launch.services import ServerProcess
 
 
 @pytest.fixture

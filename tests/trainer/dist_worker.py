@@ -23,11 +23,11 @@ import signal
 import torch
 import torch.distributed as dist
 
-from agentrl.actor import Actor
 from agentrl.api import Trajectory
-from agentrl.batch import broadcast_trajectories, prepare_batch
-from agentrl.checkpoint import export_hf, load_checkpoint, save_checkpoint
-from agentrl.trainer_config import LossConfig, TrainerConfig
+from agentrl.trainer.actor import Actor
+from agentrl.trainer.batch import broadcast_trajectories, prepare_batch
+from agentrl.trainer.checkpoint import export_hf, load_checkpoint, save_checkpoint
+from agentrl.trainer.config import LossConfig, TrainerConfig
 
 
 def make_trajectories(step: int, version: int) -> list[Trajectory]:
@@ -58,8 +58,8 @@ def full_weights(actor: Actor) -> dict[str, torch.Tensor]:
 
 
 async def publish(actor: Actor, args) -> dict:
-    from agentrl.inference import RemoteEngine
-    from agentrl.publish import DiskTransport, WeightPublisher
+    from agentrl.inference.client import RemoteEngine
+    from agentrl.trainer.publish import DiskTransport, WeightPublisher
 
     events: list[str] = []
 

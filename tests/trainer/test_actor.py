@@ -6,16 +6,16 @@
 from __future__ import annotations
 
 import os
-import socket
 import warnings
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from agentrl.actor import Actor
-from agentrl.batch import prepare_batch
-from agentrl.trainer_config import LossConfig, TrainerConfig
+from agentrl.launch.services import free_port
+from agentrl.trainer.actor import Actor
+from agentrl.trainer.batch import prepare_batch
+from agentrl.trainer.config import LossConfig, TrainerConfig
 
 from .dist_worker import make_trajectories
 
@@ -25,10 +25,7 @@ ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 @pytest.fixture(scope="module")
 def group():
     saved = {k: os.environ.get(k) for k in ENV}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     torch.set_num_threads(2)
     yield
     if dist.is_initialized():
@@ -42,7 +39,7 @@ def group():
 
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
-    from agentrl.tinymodel import init_tiny_model
+    from agentrl.model.tinymodel import init_tiny_model
 
     out = tmp_path_factory.mktemp("small-model")
     init_tiny_model(out, seed=0, hidden_size=32, num_layers=2)
@@ -151,7 +148,7 @@ def test_an_empty_batch_is_skipped_with_a_warning(group, small_model):
 
 
 def test_lr_schedule_warmup_then_cosine():
-    from agentrl.actor import lr_lambda
+    from agentrl.trainer.actor import lr_lambda
 
     f = lr_lambda(TrainerConfig(warmup_steps=3, total_steps=10, min_lr_ratio=0.1))
     assert [round(f(s), 4) for s in (0, 1, 2)] == [0.25, 0.5, 0.75]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.advantages import grpo_advantages, normalize_advantages, shape_rewards
+from agentrl.trainer.advantages import grpo_advantages, normalize_advantages, shape_rewards
 
 
 def test_grpo_pinned():

@@ -8,7 +8,6 @@ checkpoint (resharded from 1 to 2 ranks) and running the second step.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,20 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from agentrl.launch.services import free_port
+
 WORKER = Path(__file__).with_name("dist_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(nproc: int, *args: str, killed: bool = False) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-           f"--master_port={_free_port()}", "--master_addr=127.0.0.1", str(WORKER), *args]
+           f"--master_port={free_port()}", "--master_addr=127.0.0.1", str(WORKER), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     if killed:  # the workers were SIGKILLed on purpose; torchrun reports it
         assert proc.returncode != 0 and "Signal 9" in proc.stderr + proc.stdout, proc.stderr[-3000:]
@@ -117,8 +112,8 @@ def test_hf_export_loads_with_transformers(runs):
 
 
 def test_incomplete_checkpoint_is_refused(tmp_path):
-    from agentrl.checkpoint import load_checkpoint
     from agentrl.errors import CheckpointError
+    from agentrl.trainer.checkpoint import load_checkpoint
 
     (tmp_path / "half.tmp").mkdir()
     with pytest.raises(CheckpointError, match="interrupted"):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentrl.losses import decoupled_ppo_loss, policy_loss, reinforce_loss
+from agentrl.trainer.losses import decoupled_ppo_loss, policy_loss, reinforce_loss
 
 # Four tokens, the last one not sampled (mask 0). Per token:
 #   t0: w = e^0 = 1,  r = e^(−0.5+1) = 1.6487, A = +1  → clipped to 1.2       → l = −1.2

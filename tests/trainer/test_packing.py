@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.packing import (
+from agentrl.trainer.packing import (
     balance_across_ranks,
     block_causal_mask,
     first_fit_decreasing,
@@ -60,8 +60,8 @@ def test_block_causal_mask_pinned():
 def test_packed_and_padded_logprobs_agree(attn):
     from transformers import AutoModelForCausalLM
 
-    from agentrl.packing import register_segment_attention
-    from agentrl.tinymodel import tiny_config
+    from agentrl.model.tinymodel import tiny_config
+    from agentrl.trainer.packing import register_segment_attention
 
     register_segment_attention()
 
@@ -102,8 +102,8 @@ def test_packed_and_padded_logprobs_agree(attn):
 def test_segment_attention_refuses_a_padding_mask():
     from transformers import AutoModelForCausalLM
 
-    from agentrl.packing import register_segment_attention
-    from agentrl.tinymodel import tiny_config
+    from agentrl.model.tinymodel import tiny_config
+    from agentrl.trainer.packing import register_segment_attention
 
     cfg = tiny_config(hidden_size=32, num_layers=1)
     cfg._attn_implementation = register_segment_attention()

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agentrl.api import SamplingParams
-from agentrl.inference import RemoteEngine
-from agentrl.publish import DiskTransport, WeightUpdateTarget
+from agentrl.inference.client import RemoteEngine
+from agentrl.trainer.publish import DiskTransport, WeightUpdateTarget
 
 from .test_distributed import torchrun
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrl.api import Trajectory
-from agentrl.staleness import is_stale, rollout_capacity, split_stale
+from agentrl.trainer.staleness import is_stale, rollout_capacity, split_stale
 
 
 def test_capacity_pinned():

@@ -1,0 +1,20 @@
+"""Inference: the client a run uses, and ``agentrl serve``, our own SGLang-compatible server.
+
+    client.py         RemoteEngine: token-in/token-out client of SGLang-compatible servers
+                      (interruption hidden, least-loaded routing, weight-update control calls)
+    engine.py         the continuous-batching engine thread behind ``agentrl serve``
+    decoder.py        weights + slot KV cache + the forward pass the engine runs
+    sampling.py       temperature/top-k/top-p sampling with exact logprobs
+    state.py          what the routes share: ServeConfig, ServerState (engine, tokenizer)
+    wire.py           SGLang's ``/generate`` wire format: request validation, result shapes
+    native_routes.py  SGLang's native routes (/generate, pause/continue, weight updates, info)
+    openai_routes.py  the OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models)
+    app.py            build_app: the two route sets in one FastAPI app
+
+Public names: ``RemoteEngine`` and ``RemoteEngineConfig`` (importing them needs no torch). To
+embed the server: ``agentrl.inference.app.build_app(ServeConfig(model=...))``.
+"""
+
+from agentrl.inference.client import RemoteEngine, RemoteEngineConfig
+
+__all__ = ["RemoteEngine", "RemoteEngineConfig"]

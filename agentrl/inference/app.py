@@ -1,0 +1,81 @@
+"""``agentrl serve``: an HTTP server that answers like SGLang, backed by the embedded engine.
+
+What it is: ``build_app(config)`` — one FastAPI app made of two routers over one
+``ServerState``: SGLang's native routes (``native_routes``) and the OpenAI routes
+(``openai_routes``), with SGLang's field names and response shapes, so that a client tested
+against it is tested against SGLang. The engine (``engine``) runs on its own thread, started
+and stopped by the app's lifespan; handlers only await its news, so the event loop never
+blocks on the model.
+
+Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.py``,
+``managers/io_struct.py``, ``entrypoints/openai/protocol.py``). Deliberate choices and
+0.5.10 differences:
+  * unknown ``sampling_params`` keys are rejected with 400 ``{"error": "unknown field ..."}``
+    (0.5.23's contract; 0.5.10 answered 500); unknown top-level keys are ignored (both);
+  * ``meta_info.num_retractions`` (0.5.10 called it ``total_retractions``; the client reads
+    either) and ``meta_info.weight_versions`` spans (0.5.23 only; the client falls back to
+    ``weight_version``);
+  * a weight update swaps weights between two decode steps instead of waiting on SGLang's
+    writer lock; with the client's pause (abort) first, as DESIGN.md §4 orders, the two are
+    indistinguishable;
+  * logprobs are those of the distribution actually sampled from (after temperature, top-k,
+    top-p; 0.0 for greedy), see ``sampling``; SGLang reports them before the top-k/p filter.
+    Input (prompt) logprobs (``logprob_start_len >= 0``), penalties, min-p, grammars, LoRA,
+    sessions and multimodal inputs are refused with a 400 that says so;
+  * no prefix cache: ``cached_tokens`` is always 0 and ``/flush_cache`` only checks idleness.
+
+Trust boundary: the server is meant for localhost and trusted networks. Covered: every
+malformed or out-of-range request gets a 4xx JSON error naming the field, never a 500 or a
+hang; a client that disconnects frees its slot. Not covered: authentication, rate limits,
+request-size limits beyond the model's context length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from agentrl.inference.native_routes import native_routes
+from agentrl.inference.openai_routes import openai_routes
+from agentrl.inference.state import ServeConfig, ServerState
+from agentrl.inference.wire import BadRequest, error_response
+
+log = logging.getLogger(__name__)
+
+
+def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
+    """The FastAPI app; the engine thread starts and stops with the app's lifespan."""
+    state = state or ServerState(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.engine.start()
+        try:
+            yield
+        finally:
+            state.engine.shutdown()
+
+    app = FastAPI(title="agentrl serve", lifespan=lifespan)
+    app.state.server = state
+
+    @app.exception_handler(BadRequest)
+    async def _bad(_: Request, e: BadRequest):
+        return error_response(e)
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, e: Exception):
+        log.exception("internal error")
+        return JSONResponse({"error": {"message": f"internal error: {e!r}"}}, status_code=500)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError):
+        return JSONResponse({"object": "error", "message": str(e.errors()), "type": "Bad Request",
+                             "param": None, "code": 400}, status_code=400)
+
+    app.include_router(native_routes(state))
+    app.include_router(openai_routes(state))
+    return app

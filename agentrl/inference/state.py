@@ -1,0 +1,126 @@
+"""What the routes of ``agentrl serve`` share: its settings and the live server state.
+
+What it is: ``ServeConfig`` (the CLI flags) and ``ServerState`` — the engine (started and
+stopped by the app's lifespan), the tokenizer and the served model's facts — plus the two
+ways a handler waits on the engine: ``run`` (until a request finishes) and ``stream`` (token
+by token). A client that disconnects aborts its request. What it is not: the routes
+(``native_routes``, ``openai_routes``) or the app (``app``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from agentrl.config import option
+from agentrl.errors import ModelError
+from agentrl.inference.engine import Engine
+from agentrl.inference.engine import Request as EngineRequest
+
+
+@dataclass
+class ServeConfig:
+    """Settings of one ``agentrl serve`` process (the CLI flags)."""
+
+    model: str = option(help="Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer)")
+    host: str = option("127.0.0.1", help="address to listen on")
+    port: int = option(30000, help="port to listen on (SGLang's default)", ge=0, le=65535)
+    device: str = option("cpu", help="where the model runs", choices=("cpu", "cuda"))
+    max_running_requests: int = option(64, help="KV-cache slots: requests decoded together", ge=1)
+    context_length: int | None = option(
+        None, help="longest prompt + output in tokens; default min(model's max positions, 4096)", ge=2)
+    threads: int | None = option(None, help="torch CPU threads (default: torch's choice)", ge=1)
+    weight_version: str = option("default", help="initial weight version (SGLang's --weight-version)")
+    served_model_name: str | None = option(None, help="model id in /v1/models (default: the model path)")
+    seed: int = option(0, help="seed of the engine's RNG for requests without a sampling_seed")
+
+
+class ServerState:
+    """What the route handlers share: the engine, the tokenizer and the served model's facts."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        import torch
+        from transformers import AutoTokenizer, GenerationConfig
+
+        from agentrl.inference.decoder import Decoder, read_config
+
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.config = config
+        self.model_path = config.model
+        hf_config = read_config(config.model)
+        context = config.context_length or min(hf_config.max_position_embeddings, 4096)
+        self.decoder = Decoder(config.model, num_slots=config.max_running_requests, max_len=context,
+                               device=config.device)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(config.model)
+        except Exception as e:
+            raise ModelError(f"{config.model}: cannot load its tokenizer ({e})") from e
+        eos: set[int] = set()
+        for source in (hf_config, _generation_config(GenerationConfig, config.model)):
+            ids = getattr(source, "eos_token_id", None) if source is not None else None
+            eos.update([ids] if isinstance(ids, int) else list(ids or []))
+        if self.tokenizer.eos_token_id is not None:
+            eos.add(self.tokenizer.eos_token_id)
+        self.eos_token_ids = eos
+        self.vocab_size = hf_config.vocab_size
+        self.model_type = hf_config.model_type
+        self.architectures = list(getattr(hf_config, "architectures", None) or [])
+        self.engine = Engine(self.decoder, eos_token_ids=eos, decode_text=self.decode,
+                             weight_version=config.weight_version, seed=config.seed)
+        self.started = time.time()
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @property
+    def served_model_name(self) -> str:
+        return self.config.served_model_name or self.model_path
+
+    async def run(self, req: EngineRequest, http: Request | None = None) -> EngineRequest:
+        """Submit and wait until finished; a disconnected client aborts the request."""
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        req.notify = lambda r, fin: loop.call_soon_threadsafe(done.set) if fin else None
+        self.engine.submit(req)
+        try:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await done.wait()
+                if not done.is_set() and http is not None and await http.is_disconnected():
+                    self.engine.abort(req.rid, message="client disconnected")
+                    await done.wait()
+        except asyncio.CancelledError:
+            self.engine.abort(req.rid, message="client disconnected")
+            raise
+        return req
+
+    async def stream(self, req: EngineRequest):
+        """Yield ``(num_tokens, finished)`` as the engine produces tokens; abort if abandoned."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()
+        req.stream = True
+        req.notify = lambda r, fin: loop.call_soon_threadsafe(events.put_nowait, (len(r.output_ids), fin))
+        self.engine.submit(req)
+        finished = False
+        try:
+            while not finished:
+                n, finished = await events.get()
+                while not events.empty() and not finished:  # coalesce a backlog
+                    n, finished = events.get_nowait()
+                yield n, finished
+        finally:
+            if not finished:
+                self.engine.abort(req.rid, message="client disconnected")
+
+
+def _generation_config(cls, path: str):
+    try:
+        return cls.from_pretrained(path)
+    except Exception:  # a checkpoint without generation_config.json is fine
+        return None
