@@ -58,41 +58,45 @@ class DemoConfig:
     threads: int = option(1, ge=1, help="torch threads for the server and for the trainer, each")
 
 
-async def play(engine, tokenizer, env, row, sampling, group_id: str):
-    """One Arith-v0 episode through the inference server; returns (trajectory, reward)."""
+async def play(engine, tokenizer, env, row, sampling, n: int, group_id: str):
+    """``n`` Arith-v0 episodes on one task, sampled as one group request (the server computes
+    the prompt once); returns ``n`` (trajectory, reward) pairs. ``env`` replays the task per sample."""
     from agentrl.api import NOT_SAMPLED, Trajectory
 
     obs, _ = await env.areset(options={"task": row})
     prompt = tokenizer.apply_chat_template(obs, add_generation_prompt=True, tokenize=True)["input_ids"]
-    out = await engine.generate(prompt, sampling)
-    reply = tokenizer.decode(out.tokens, skip_special_tokens=True)
-    _, reward, _, _, _ = await env.astep(reply)
-    traj = Trajectory(
-        input_ids=prompt + out.tokens,
-        loss_mask=[0] * len(prompt) + [1] * len(out.tokens),
-        logprobs=[0.0] * len(prompt) + out.logprobs,
-        versions=[NOT_SAMPLED] * len(prompt) + out.versions,
-        reward=float(reward),
-        group_id=group_id,
-        episode_id=uuid.uuid4().hex,
-    )
-    return traj, float(reward)
+    results = []
+    for i, out in enumerate(await engine.generate_group(prompt, sampling, n)):
+        if i:
+            await env.areset(options={"task": row})
+        reply = tokenizer.decode(out.tokens, skip_special_tokens=True)
+        _, reward, _, _, _ = await env.astep(reply)
+        traj = Trajectory(
+            input_ids=prompt + out.tokens,
+            loss_mask=[0] * len(prompt) + [1] * len(out.tokens),
+            logprobs=[0.0] * len(prompt) + out.logprobs,
+            versions=[NOT_SAMPLED] * len(prompt) + out.versions,
+            reward=float(reward),
+            group_id=group_id,
+            episode_id=uuid.uuid4().hex,
+        )
+        results.append((traj, float(reward)))
+    return results
 
 
-async def run_episodes(engine, tokenizer, rows, sampling, repeats: int, tag: str):
+async def run_episodes(engine, tokenizer, envs: list, rows, sampling, repeats: int, tag: str):
+    """``repeats`` episodes per row; ``envs`` is a pool of Arith-v0 envs, grown to one per row
+    and reused across calls (close them at the end)."""
     import gymnasium
 
     from agentrl.plugins import register_envs
 
     register_envs()
-    envs = [gymnasium.make("agentrl/Arith-v0").unwrapped for _ in range(len(rows) * repeats)]
-    try:
-        jobs = [play(engine, tokenizer, envs[i * repeats + k], row, sampling, f"{tag}-{i}")
-                for i, row in enumerate(rows) for k in range(repeats)]
-        return await asyncio.gather(*jobs)
-    finally:
-        for env in envs:
-            await env.aclose()
+    while len(envs) < len(rows):
+        envs.append(gymnasium.make("agentrl/Arith-v0").unwrapped)
+    groups = await asyncio.gather(*(play(engine, tokenizer, envs[i], row, sampling, repeats, f"{tag}-{i}")
+                                    for i, row in enumerate(rows)))
+    return [pair for group in groups for pair in group]
 
 
 def append_jsonl(path: Path, row: dict) -> None:
@@ -161,11 +165,12 @@ async def main_async(cfg: DemoConfig) -> dict:
                                     grad_clip=1.0, dtype="float32", seed=cfg.seed,
                                     loss=LossConfig(eps_low=0.2, eps_high=0.2))
         actor = Actor(cfg.model, trainer_cfg)
+        envs: list = []
         async with RemoteEngine(server.url, version=0) as engine:
             publisher = WeightPublisher(DiskTransport(out / "weights", source_dir=cfg.model, keep_last=1), engine)
 
             async def evaluate(label: str) -> float:
-                results = await run_episodes(engine, tokenizer, eval_rows, greedy, 1, f"eval-{label}")
+                results = await run_episodes(engine, tokenizer, envs, eval_rows, greedy, 1, f"eval-{label}")
                 acc = sum(r for _, r in results) / len(results)
                 console.print(f"greedy accuracy {label}: [bold]{acc:.3f}[/] on {len(results)} held-out problems")
                 return acc
@@ -180,7 +185,7 @@ async def main_async(cfg: DemoConfig) -> dict:
                 for step in range(cfg.steps):
                     t0 = time.perf_counter()
                     rows = [p.to_row() for p in generate_problems(cfg.prompts, seed=cfg.seed + 1000 + step)]
-                    results = await run_episodes(engine, tokenizer, rows, sample, cfg.samples, f"s{step}")
+                    results = await run_episodes(engine, tokenizer, envs, rows, sample, cfg.samples, f"s{step}")
                     t1 = time.perf_counter()
                     batch = prepare_batch([t for t, _ in results], version=actor.version, config=trainer_cfg)
                     stats = await asyncio.to_thread(actor.train_step, batch)
@@ -195,6 +200,8 @@ async def main_async(cfg: DemoConfig) -> dict:
                     append_jsonl(out / "metrics.jsonl", row)
                     progress.update(bar, advance=1, status=f"reward {reward:.3f}  v{engine.version}")
             after = await evaluate("after")
+        for env in envs:
+            await env.aclose()
     plot(metrics, before, after, out / "demo.png")
     summary = {"accuracy_before": before, "accuracy_after": after, "delta": after - before,
                "steps": cfg.steps, "final_version": metrics[-1]["version"] if metrics else 0,

@@ -25,6 +25,10 @@ def register(subparsers) -> None:
     p.add_argument("--weight-version", default="default", help="initial weight version (default 'default')")
     p.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: --model)")
     p.add_argument("--seed", type=int, default=0, help="engine RNG seed for unseeded requests")
+    p.add_argument("--disable-radix-cache", action="store_true",
+                   help="no prefix cache: compute every prompt in full (SGLang's flag)")
+    p.add_argument("--prefix-cache-tokens", type=int, default=None,
+                   help="tokens of KV the prefix cache keeps (default min(slots x context, 32768))")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
 
@@ -43,6 +47,7 @@ def run(args) -> int:
         "max_running_requests": args.max_running_requests, "context_length": args.context_length,
         "threads": args.threads, "weight_version": args.weight_version,
         "served_model_name": args.served_model_name, "seed": args.seed,
+        "disable_radix_cache": args.disable_radix_cache, "prefix_cache_tokens": args.prefix_cache_tokens,
     })
     state = ServerState(config)
     sock = bind(config.host, config.port)

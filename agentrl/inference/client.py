@@ -3,7 +3,9 @@
 What it is: an ``agentrl.api.InferenceClient`` over HTTP (``httpx``) to one or more servers
 speaking SGLang's native API — real SGLang (0.5.10 to 0.5.23) or ``agentrl serve``.
 ``await generate(input_ids, sampling)`` returns a ``Completion`` with the exact tokens, their
-logprobs, the policy version of every token and the finish reason. The weight-publishing
+logprobs, the policy version of every token and the finish reason; ``await
+generate_group(input_ids, sampling, n)`` returns ``n`` of them for one prompt from *one*
+request (SGLang's ``n``; the server computes the prompt once). The weight-publishing
 side calls ``pause()``, ``update_weights(path, version)`` and ``resume()``, in the order of
 DESIGN.md §4, and reads ``version``.
 
@@ -38,7 +40,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -46,6 +48,7 @@ import httpx
 from agentrl.api import Completion, SamplingParams
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
+from agentrl.inference.batcher import GroupBatcher
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,7 @@ class RemoteEngineConfig:
     backoff: float = option(0.25, help="first retry delay in seconds (doubles each retry)", ge=0)
     health_check_interval: float = option(2.0, help="seconds before a failed server is probed again", gt=0)
     max_resumes: int = option(1000, help="resumes of one aborted request before returning 'abort'", ge=0)
+    max_connections: int = option(256, help="HTTP connections kept open (requests in flight at once)", ge=1)
 
 
 @dataclass
@@ -76,13 +80,20 @@ class _Server:
     pinned: set[str] = field(default_factory=set)
 
 
+def _prompt(input_ids: Sequence[int]) -> list[int]:
+    prompt = [int(t) for t in input_ids]
+    if not prompt:
+        raise RequestRejected("input_ids cannot be empty", 400)
+    return prompt
+
+
 class RemoteEngine:
     """Interruption-hiding, load-balancing client of SGLang-compatible servers."""
 
     def __init__(self, addresses: Sequence[str] | str, *, timeout: float = 600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
-                 health_check_interval: float = 2.0, max_resumes: int = 1000, version: int = 0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 health_check_interval: float = 2.0, max_resumes: int = 1000, max_connections: int = 256,
+                 version: int = 0, transport: httpx.AsyncBaseTransport | None = None) -> None:
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:
@@ -94,8 +105,9 @@ class RemoteEngine:
         self._http = httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
+        self._batcher = GroupBatcher(lambda server, payload: self._post(server, "/generate", payload, self.timeout))
         self._version = version
         self._last_update: tuple[str, int] | None = None
         self._unpaused = asyncio.Event()
@@ -106,7 +118,8 @@ class RemoteEngine:
     def from_config(cls, config: RemoteEngineConfig, **kwargs: Any) -> RemoteEngine:
         return cls(config.addresses, timeout=config.timeout, connect_timeout=config.connect_timeout,
                    control_timeout=config.control_timeout, max_retries=config.max_retries, backoff=config.backoff,
-                   health_check_interval=config.health_check_interval, max_resumes=config.max_resumes, **kwargs)
+                   health_check_interval=config.health_check_interval, max_resumes=config.max_resumes,
+                   max_connections=config.max_connections, **kwargs)
 
     @property
     def version(self) -> int:
@@ -132,79 +145,110 @@ class RemoteEngine:
     # ------------------------------------------------------------------ generation
 
     async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion:
-        prompt = [int(t) for t in input_ids]
-        if not prompt:
-            raise RequestRejected("input_ids cannot be empty", 400)
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        versions: list[int] = []
-        base_rid = uuid.uuid4().hex
-        server: _Server | None = None
-        resumes = failures = attempt = 0
         self.stats["requests"] += 1
+        return await self._complete(_prompt(input_ids), sampling, Completion([], [], [], "abort"))
+
+    async def generate_group(self, input_ids: Sequence[int], sampling: SamplingParams, n: int) -> list[Completion]:
+        """``n`` samples of one prompt, sent as one request; see the module docstring."""
+        prompt = _prompt(input_ids)
+        if n < 1:
+            raise RequestRejected(f"n must be >= 1, got {n}", 400)
+        each = [sampling] * n if sampling.seed is None else [replace(sampling, seed=sampling.seed + i) for i in range(n)]
+        self.stats["requests"] += 1
+        await self._wait_unpaused()
+        server = await self._pick()
+        server.inflight += n
+        try:
+            data = await self._batcher.submit(server, prompt, each)
+        finally:
+            server.inflight -= n
+        if data is None:
+            log.warning("a group of %d on %s failed; re-running its samples one request each", n, server.address)
+            self.stats["retries"] += 1
+            return list(await asyncio.gather(*(self.generate(prompt, sp) for sp in each)))
+        jobs = []
+        for d, sp in zip(data, each, strict=True):
+            tokens, logprobs, versions, reason = self._parse_generate(d)
+            jobs.append(self._complete(prompt, sp, Completion(tokens, logprobs, versions, "abort"), server, reason))
+        return list(await asyncio.gather(*jobs))
+
+    async def _complete(self, prompt: list[int], sampling: SamplingParams, done: Completion,
+                        server: _Server | None = None, first: dict[str, Any] | None = None) -> Completion:
+        """Generate until finished, from ``done``'s tokens so far; ``first`` is the finish
+        reason they came with, if they came from a request already answered by ``server``."""
+        tokens, logprobs, versions = done.tokens, done.logprobs, done.versions
+        base_rid = uuid.uuid4().hex
+        resumes = failures = attempt = 0
+        if server is not None:
+            server.pinned.add(base_rid)
+            server.inflight += 1
         try:
             while True:
-                remaining = sampling.max_new_tokens - len(tokens)
-                if attempt and remaining <= 0:
-                    return Completion(tokens, logprobs, versions, "length")
-                await self._wait_unpaused()
-                if server is None or not server.healthy:
-                    if server is not None:
-                        server.pinned.discard(base_rid)
-                        server.inflight -= 1
-                        server = None
-                    server = await self._pick()
-                    server.pinned.add(base_rid)
-                    server.inflight += 1
-                payload = {
-                    "input_ids": prompt + tokens,
-                    "sampling_params": {**sampling.to_sglang(), "max_new_tokens": remaining},
-                    "return_logprob": True,
-                    "rid": f"{base_rid}-{attempt}",
-                }
-                attempt += 1
-                try:
-                    data = await self._post(server, "/generate", payload, self.timeout)
-                except _TRANSPORT_ERRORS as e:
-                    # Dead, or a transient hiccup? A server that still answers /health keeps
-                    # the request (re-sent there); one that does not is taken out.
-                    failures += 1
-                    if not await self._alive(server):
-                        self._mark_down(server, e)
-                        self.stats["reruns"] += 1
-                    else:
-                        log.warning("transport error from %s (%r); retrying there", server.address, e)
+                if first is not None:
+                    reason, first = first, None
+                else:
+                    remaining = sampling.max_new_tokens - len(tokens)
+                    if attempt and remaining <= 0:
+                        return Completion(tokens, logprobs, versions, "length")
+                    await self._wait_unpaused()
+                    if server is None or not server.healthy:
+                        if server is not None:
+                            server.pinned.discard(base_rid)
+                            server.inflight -= 1
+                            server = None
+                        server = await self._pick()
+                        server.pinned.add(base_rid)
+                        server.inflight += 1
+                    payload = {
+                        "input_ids": prompt + tokens,
+                        "sampling_params": {**sampling.to_sglang(), "max_new_tokens": remaining},
+                        "return_logprob": True,
+                        "rid": f"{base_rid}-{attempt}",
+                    }
+                    attempt += 1
+                    try:
+                        data = await self._post(server, "/generate", payload, self.timeout)
+                    except _TRANSPORT_ERRORS as e:
+                        # Dead, or a transient hiccup? A server that still answers /health keeps
+                        # the request (re-sent there); one that does not is taken out.
+                        failures += 1
+                        if not await self._alive(server):
+                            self._mark_down(server, e)
+                            self.stats["reruns"] += 1
+                        else:
+                            log.warning("transport error from %s (%r); retrying there", server.address, e)
+                            self.stats["retries"] += 1
+                        if failures > self.max_retries + len(self._servers):
+                            raise ServerUnavailable(f"generation failed on every server ({e!r}); "
+                                                    "check that the inference servers are up") from e
+                        await asyncio.sleep(self.backoff * min(2 ** (failures - 1), 16))
+                        continue
+                    except ServerError:
+                        failures += 1
                         self.stats["retries"] += 1
-                    if failures > self.max_retries + len(self._servers):
-                        raise ServerUnavailable(f"generation failed on every server ({e!r}); "
-                                                "check that the inference servers are up") from e
-                    await asyncio.sleep(self.backoff * min(2 ** (failures - 1), 16))
-                    continue
-                except ServerError:
-                    failures += 1
-                    self.stats["retries"] += 1
-                    if failures > self.max_retries:
-                        raise
-                    await asyncio.sleep(self.backoff * 2 ** (failures - 1))
-                    continue
-                new_tokens, new_lps, new_versions, reason = self._parse_generate(data)
-                tokens += new_tokens
-                logprobs += new_lps
-                versions += new_versions
-                if new_tokens:
-                    failures = 0
+                        if failures > self.max_retries:
+                            raise
+                        await asyncio.sleep(self.backoff * 2 ** (failures - 1))
+                        continue
+                    new_tokens, new_lps, new_versions, reason = self._parse_generate(data)
+                    tokens += new_tokens
+                    logprobs += new_lps
+                    versions += new_versions
+                    if new_tokens:
+                        failures = 0
+                attempt = max(attempt, 1)
                 kind = reason.get("type")
                 if kind == "abort":
                     code = reason.get("status_code")
                     if code is not None and code >= 400:
-                        raise ServerError(f"{server.address} failed the request: {reason.get('message')}")
+                        raise ServerError(f"{server and server.address} failed the request: {reason.get('message')}")
                     resumes += 1
                     self.stats["resumes"] += 1
                     if resumes > self.max_resumes:
                         return Completion(tokens, logprobs, versions, "abort")
                     continue
                 if kind not in ("stop", "length"):
-                    raise ServerError(f"{server.address} answered an unknown finish_reason {reason!r}")
+                    raise ServerError(f"{server and server.address} answered an unknown finish_reason {reason!r}")
                 return Completion(tokens, logprobs, versions, kind, reason.get("matched"))
         finally:
             if server is not None:

@@ -150,6 +150,8 @@ def load_weights(model_dir: str | Path, spec: DecoderSpec, tied: bool, device: s
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:  # one fused kernel, the same numbers as the formula below
+        return F.rms_norm(x, weight.shape, weight, eps)
     dtype = x.dtype
     x = x.float()
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -161,11 +163,30 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+@dataclass
+class Step:
+    """The rows of one forward pass: what ``Decoder.forward`` computes, packed without padding.
+
+    ``decode``: one entry per cache slot ``0 .. len(decode) - 1`` (consecutive slots, so their
+    keys are read in place): ``(token, position)`` computes that one token in the slot; None
+    is a filler row for a slot with nothing to compute (its output is garbage and its
+    keys/values go to a scratch slot). ``prefill``: ``(slot, start, tokens)`` computes
+    ``tokens`` at positions ``start, start + 1, ...`` of ``slot``; the slot must already hold
+    the keys/values of positions ``< start`` (a prefix copied from the prefix cache, or a
+    retracted request's earlier tokens are recomputed with ``start = 0``). A slot appears in
+    at most one live row.
+    """
+
+    decode: list[tuple[int, int] | None]
+    prefill: list[tuple[int, int, list[int]]]
+
+
 class Decoder:
-    """Weights + slot KV cache + the forward pass. Not thread-safe: one engine thread owns it."""
+    """Weights, slot KV cache, prefix pool and the forward pass. Not thread-safe: one engine
+    thread owns it."""
 
     def __init__(self, model_dir: str | Path, *, num_slots: int, max_len: int, device: str = "cpu",
-                 dtype: torch.dtype | None = None) -> None:
+                 dtype: torch.dtype | None = None, pool_tokens: int = 0) -> None:
         self.config = read_config(model_dir)
         self.spec = spec_of(self.config)
         self.device = torch.device(device)
@@ -176,9 +197,15 @@ class Decoder:
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
         self.num_slots, self.max_len = num_slots, max_len
         s = self.spec
-        shape = (s.num_layers, num_slots, s.num_kv_heads, max_len, s.head_dim)
+        # One slot past the last is the scratch slot that filler rows write to.
+        shape = (s.num_layers, num_slots + 1, s.num_kv_heads, max_len, s.head_dim)
         self.cache_k = torch.zeros(shape, device=self.device, dtype=dtype)
         self.cache_v = torch.zeros(shape, device=self.device, dtype=dtype)
+        # The prefix cache's entries, one token each: [layers, pool_tokens, kv_heads, head_dim].
+        self.pool_tokens = pool_tokens
+        pool = (s.num_layers, pool_tokens, s.num_kv_heads, s.head_dim)
+        self.pool_k = torch.zeros(pool, device=self.device, dtype=dtype)
+        self.pool_v = torch.zeros(pool, device=self.device, dtype=dtype)
         self.cos, self.sin = self._rope_table(max_len)
 
     def _rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -199,7 +226,8 @@ class Decoder:
 
     def prepare_weights(self, model_dir: str | Path) -> dict:
         """Load a same-shape checkpoint without installing it: the engine assigns the result
-        to ``self.weights`` between two steps (the cache is kept)."""
+        to ``self.weights`` between two steps (the slot cache is kept; the engine empties
+        the prefix cache)."""
         config = read_config(model_dir)
         if spec_of(config) != self.spec:
             raise ModelError(
@@ -209,70 +237,139 @@ class Decoder:
         tied = bool(getattr(config, "tie_word_embeddings", False))
         return load_weights(model_dir, self.spec, tied, str(self.device), self.dtype)
 
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor | slice,
-                logit_index: torch.Tensor | None = None) -> torch.Tensor:
-        """Run rows ``[B, T]`` of tokens at ``positions`` ``[B, T]`` in cache ``slots``.
+    # ------------------------------------------------------------------ prefix pool
+    # Each call moves keys and values for many tokens with one gather and one scatter per
+    # tensor; ``cache[:, slots, :, positions]`` is ``[tokens, layers, kv_heads, head_dim]``.
 
-        ``slots`` is a ``[B]`` long tensor of slot indices, or a ``slice`` of consecutive
-        slots (no gather). Keys/values are written at each row's positions; each query
-        attends to its slot's keys at positions <= its own. Right padding is allowed (pad
-        with any token at positions past the real ones; their outputs are garbage and
-        their cache entries are overwritten later). Returns float32 logits ``[B, T, V]``, or
-        ``[B, V]`` at one position per row when ``logit_index`` (``[B]``) is given.
+    def load_prefixes(self, loads: list[tuple[int, list[int]]]) -> None:
+        """For each ``(slot, entries)``: copy pool ``entries`` (one per token) into positions
+        ``0 .. len - 1`` of ``slot``."""
+        if not loads:
+            return
+        slots = self._index([slot for slot, entries in loads for _ in entries])
+        positions = self._index([p for _, entries in loads for p in range(len(entries))])
+        entries = self._index([e for _, ent in loads for e in ent])
+        for cache, pool in ((self.cache_k, self.pool_k), (self.cache_v, self.pool_v)):
+            cache[:, slots, :, positions] = pool[:, entries].transpose(0, 1)
+
+    def save_prefixes(self, saves: dict[int, tuple[int, int]]) -> None:
+        """For each ``entry: (slot, position)``: copy that position of that slot into the pool entry."""
+        if not saves:
+            return
+        entries = self._index(list(saves))
+        slots = self._index([slot for slot, _ in saves.values()])
+        positions = self._index([p for _, p in saves.values()])
+        for cache, pool in ((self.cache_k, self.pool_k), (self.cache_v, self.pool_v)):
+            pool[:, entries] = cache[:, slots, :, positions].transpose(0, 1)
+
+    def copy_prefixes(self, copies: list[tuple[int, int, int]]) -> None:
+        """For each ``(source slot, target slot, length)``: copy positions ``0 .. length - 1``."""
+        if not copies:
+            return
+        positions = self._index([p for _, _, n in copies for p in range(n)])
+        sources = self._index([src for src, _, n in copies for _ in range(n)])
+        targets = self._index([dst for _, dst, n in copies for _ in range(n)])
+        for cache in (self.cache_k, self.cache_v):
+            cache[:, targets, :, positions] = cache[:, sources, :, positions]
+
+    def _index(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    # ------------------------------------------------------------------ forward
+
+    @torch.inference_mode()
+    def forward(self, step: Step) -> torch.Tensor:
+        """Run ``step``; returns float32 logits ``[len(step.decode) + len(step.prefill), V]``:
+        one row per decode entry (garbage for fillers), then one per prefill row, at its last
+        token.
+
+        All tokens go through the projections and the MLP as one packed ``[N, hidden]``
+        matrix. Attention is the only per-row part: decode rows read their slot's keys in
+        place (consecutive slots: a strided view, no copy) with one small batched matmul;
+        prefill rows gather their slots' keys and run one masked SDPA call, padded to the
+        longest prefill row (padding in attention only, not in the matmuls).
         """
-        s, w = self.spec, self.weights
-        B, T = tokens.shape
-        L = int(positions.max()) + 1
-        if L > self.max_len:
-            raise ModelError(f"position {L - 1} is past the cache length {self.max_len}")
-        if isinstance(slots, slice):
-            row_slot = torch.arange(slots.start, slots.stop, device=self.device)
-        else:
-            row_slot = slots
-        cos = self.cos[positions].unsqueeze(1)  # [B, 1, T, D]
-        sin = self.sin[positions].unsqueeze(1)
-        key_pos = torch.arange(L, device=self.device)
-        mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B, 1, T, L]
-        bias = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(~mask, float("-inf"))
-        scale = 1.0 / math.sqrt(s.head_dim)
-        # Rows of the flattened cache [S * KV * max_len, D] that this call writes: [B, KV, T].
-        heads = torch.arange(s.num_kv_heads, device=self.device)
-        write_rows = ((row_slot[:, None, None] * s.num_kv_heads + heads[None, :, None]) * self.max_len
-                      + positions[:, None, :]).reshape(-1)
-        q_out, kv_out = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+        s, w, dev = self.spec, self.weights, self.device
+        D, scratch = len(step.decode), self.num_slots
+        rows = [(0, 0, scratch) if row is None else (row[0], row[1], i) for i, row in enumerate(step.decode)]
+        toks, pos, wslot = ([*col] for col in zip(*rows, strict=True)) if rows else ([], [], [])
+        last = list(range(D))
+        lens = []
+        for slot, start, ids in step.prefill:
+            toks.extend(ids)
+            pos.extend(range(start, start + len(ids)))
+            wslot.extend([slot] * len(ids))
+            last.append(len(toks) - 1)
+            lens.append(len(ids))
+        N = len(toks)
+        top = max(pos) + 1
+        if top > self.max_len:
+            raise ModelError(f"position {top - 1} is past the cache length {self.max_len}")
+        H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
+        tokens = torch.tensor(toks, device=dev)
+        positions = torch.tensor(pos, device=dev)
+        # RoPE tables for the query heads and the key heads side by side, the queries' scaled by
+        # 1/sqrt(head_dim) (folded in here instead of once per layer): [N, H + KV, hd].
+        scale = 1.0 / math.sqrt(hd)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        cos = torch.cat([(cos * scale).expand(N, H, hd), cos.expand(N, KV, hd)], 1)
+        sin = torch.cat([(sin * scale).expand(N, H, hd), sin.expand(N, KV, hd)], 1)
+        heads = torch.arange(KV, device=dev)
+        # Rows of the flattened cache [(S + 1) * KV * max_len, hd] this call writes: [N * KV].
+        write_rows = ((torch.tensor(wslot, device=dev)[:, None] * KV + heads[None, :]) * self.max_len
+                      + positions[:, None]).reshape(-1)
+        if D:
+            dec_pos = positions[:D]
+            dec_len = int(dec_pos.max()) + 1
+            key_pos = torch.arange(dec_len, device=dev)
+            dec_bias = torch.zeros(D, 1, 1, dec_len, dtype=self.dtype, device=dev).masked_fill_(
+                key_pos[None, None, None, :] > dec_pos[:, None, None, None], float("-inf"))
+        if lens:
+            P, T = len(lens), max(lens)
+            pre_slots = torch.tensor([slot for slot, _, _ in step.prefill], device=dev)
+            pre_len = max(start + len(ids) for _, start, ids in step.prefill)
+            offsets = torch.tensor([0, *lens[:-1]], device=dev).cumsum(0)
+            t = torch.arange(T, device=dev)
+            length = torch.tensor(lens, device=dev)
+            valid = t[None, :] < length[:, None]  # [P, T]
+            # padded query t of row p is packed token D + offsets[p] + t (pads repeat the last one)
+            gather = D + offsets[:, None] + torch.minimum(t[None, :], length[:, None] - 1)
+            q_pos = positions[gather]  # [P, T]
+            pre_mask = (torch.arange(pre_len, device=dev)[None, None, None, :] <= q_pos[:, None, :, None])
+            keep = valid.reshape(-1).nonzero().squeeze(1)
+        q_out, kv_out = H * hd, KV * hd
+        g = H // KV
         x = w["embed"][tokens]
         for i, layer in enumerate(w["layers"]):
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
             qkv = F.linear(h, layer["qkv"], layer["qkv_bias"])
-            q = qkv[..., :q_out].view(B, T, s.num_heads, s.head_dim)
-            k = qkv[..., q_out : q_out + kv_out].view(B, T, s.num_kv_heads, s.head_dim)
-            v = qkv[..., q_out + kv_out :].view(B, T, s.num_kv_heads, s.head_dim)
+            qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
             if s.qk_norm:
-                q = _rms_norm(q, layer["q_norm"], s.rms_eps)
-                k = _rms_norm(k, layer["k_norm"], s.rms_eps)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, T, D]
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            ck, cv = self.cache_k[i], self.cache_v[i]  # [S, KV, max_len, D]
-            ck.view(-1, s.head_dim).index_copy_(0, write_rows, k.reshape(-1, s.head_dim))
-            cv.view(-1, s.head_dim).index_copy_(0, write_rows, v.transpose(1, 2).reshape(-1, s.head_dim))
-            keys, values = ck[slots, :, :L], cv[slots, :, :L]
-            if T == 1:
+                qk = torch.cat([_rms_norm(qk[:, :H], layer["q_norm"], s.rms_eps),
+                                _rms_norm(qk[:, H:], layer["k_norm"], s.rms_eps)], 1)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q = qk[:, :H]
+            ck, cv = self.cache_k[i], self.cache_v[i]  # [S + 1, KV, max_len, hd]
+            ck.view(-1, hd).index_copy_(0, write_rows, qk[:, H:].reshape(-1, hd))
+            cv.view(-1, hd).index_copy_(0, write_rows, qkv[:, q_out + kv_out :].reshape(-1, hd))
+            parts = []
+            if D:
                 # one query per row: grouped heads as a small batched matmul (SDPA's CPU
                 # kernels are tiled for long queries and cost several times more here)
-                g = s.num_heads // s.num_kv_heads
-                scores = torch.matmul(q.reshape(B, s.num_kv_heads, g, s.head_dim), keys.transpose(-1, -2))
-                probs = (scores * scale + bias).softmax(dim=-1)
-                attn = torch.matmul(probs, values).reshape(B, s.num_heads, 1, s.head_dim)
-            else:
-                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
-                                                      enable_gqa=s.num_kv_heads != s.num_heads)
-            x = x + F.linear(attn.transpose(1, 2).reshape(B, T, q_out), layer["o"])
+                keys, values = ck[:D, :, :dec_len], cv[:D, :, :dec_len]
+                scores = torch.matmul(q[:D].reshape(D, KV, g, hd), keys.transpose(-1, -2))
+                probs = scores.add_(dec_bias).softmax(dim=-1)
+                parts.append(torch.matmul(probs, values).reshape(D, q_out))
+            if lens:
+                qp = q[gather].transpose(1, 2)  # [P, H, T, hd]
+                keys, values = ck[pre_slots, :, :pre_len], cv[pre_slots, :, :pre_len]
+                out = F.scaled_dot_product_attention(qp, keys, values, attn_mask=pre_mask, scale=1.0,
+                                                     enable_gqa=KV != H)
+                parts.append(out.transpose(1, 2).reshape(P * T, q_out)[keep])
+            attn = parts[0] if len(parts) == 1 else torch.cat(parts)
+            x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
             gate, up = F.linear(h, layer["gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer["down"])
-        if logit_index is not None:
-            x = x[torch.arange(B, device=self.device), logit_index]
-        x = _rms_norm(x, w["norm"], s.rms_eps)
+            x = torch.addmm(x, F.silu(gate).mul_(up), layer["down"].t())
+        x = _rms_norm(x[torch.tensor(last, device=dev)], w["norm"], s.rms_eps)
         return F.linear(x, w["lm_head"]).float()

@@ -108,8 +108,7 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache():
-        load = state.engine.load()
-        if load["num_running_reqs"] or load["num_waiting_reqs"]:
+        if not await asyncio.wrap_future(state.engine.flush_cache()):
             return PlainTextResponse(
                 "Cache not flushed. Please check the server log for details. (There are running or "
                 "waiting requests.)", status_code=400)
@@ -137,8 +136,9 @@ def native_routes(state: ServerState) -> APIRouter:
                 "max_total_num_tokens": state.engine.context_length * c.max_running_requests,
                 "max_req_input_len": state.engine.context_length - 1, "skip_tokenizer_init": False,
                 "incremental_streaming_output": False, "weight_version": c.weight_version,
-                "disable_radix_cache": True, "random_seed": c.seed, "status": "ready",
-                "internal_states": [{**load, "last_gen_throughput": 0.0, "num_decode_steps": state.engine.steps,
+                "disable_radix_cache": state.engine.cache is None, "random_seed": c.seed, "status": "ready",
+                "internal_states": [{**load, **state.engine.cache_stats(), "last_gen_throughput": 0.0,
+                                     "num_decode_steps": state.engine.steps,
                                      "num_generated_tokens": state.engine.generated_tokens,
                                      "num_prefill_calls": state.engine.prefill_calls,
                                      "prefill_seconds": round(state.engine.prefill_s, 3),
@@ -174,7 +174,8 @@ def native_routes(state: ServerState) -> APIRouter:
                 "num_accelerators": 1,
                 "loads": [{"dp_rank": 0, **load, "num_used_tokens": 0,
                            "max_total_num_tokens": state.engine.context_length * state.config.max_running_requests,
-                           "token_usage": 0.0, "gen_throughput": 0.0, "cache_hit_rate": 0.0}]}
+                           "token_usage": 0.0, "gen_throughput": 0.0,
+                           "cache_hit_rate": state.engine.cache_stats()["cache_hit_rate"]}]}
 
     return router
 
@@ -249,7 +250,8 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     results = [generate_result(r, state.tokenizer, weight_version=state.engine.weight_version,
                                no_stop_trim=o["no_stop_trim"], skip_special=o["skip_special_tokens"], **kw)
                for r, o in zip(done, opts, strict=True)]
-    return results if expanded else results[0]
+    # a JSONResponse skips FastAPI's jsonable_encoder walk (plain dicts and lists already)
+    return JSONResponse(results if expanded else results[0])
 
 
 async def _sse(state: ServerState, reqs, opts, kw, expanded: bool):

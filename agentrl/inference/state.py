@@ -20,6 +20,9 @@ from agentrl.config import option
 from agentrl.errors import ModelError
 from agentrl.inference.engine import Engine
 from agentrl.inference.engine import Request as EngineRequest
+from agentrl.inference.prefix_cache import PrefixCache
+
+DEFAULT_PREFIX_CACHE_TOKENS = 32768
 
 
 @dataclass
@@ -37,6 +40,11 @@ class ServeConfig:
     weight_version: str = option("default", help="initial weight version (SGLang's --weight-version)")
     served_model_name: str | None = option(None, help="model id in /v1/models (default: the model path)")
     seed: int = option(0, help="seed of the engine's RNG for requests without a sampling_seed")
+    disable_radix_cache: bool = option(False, help="no prefix cache: every prompt is computed in full "
+                                       "(SGLang's --disable-radix-cache)")
+    prefix_cache_tokens: int | None = option(
+        None, help="tokens of KV the prefix cache keeps before evicting the least recently used; "
+        "default min(max_running_requests x context_length, 32768)", ge=1)
 
 
 class ServerState:
@@ -54,8 +62,10 @@ class ServerState:
         self.model_path = config.model
         hf_config = read_config(config.model)
         context = config.context_length or min(hf_config.max_position_embeddings, 4096)
+        pool = 0 if config.disable_radix_cache else (
+            config.prefix_cache_tokens or min(config.max_running_requests * context, DEFAULT_PREFIX_CACHE_TOKENS))
         self.decoder = Decoder(config.model, num_slots=config.max_running_requests, max_len=context,
-                               device=config.device)
+                               device=config.device, pool_tokens=pool)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         except Exception as e:
@@ -71,7 +81,8 @@ class ServerState:
         self.model_type = hf_config.model_type
         self.architectures = list(getattr(hf_config, "architectures", None) or [])
         self.engine = Engine(self.decoder, eos_token_ids=eos, decode_text=self.decode,
-                             weight_version=config.weight_version, seed=config.seed)
+                             weight_version=config.weight_version, seed=config.seed,
+                             prefix_cache=PrefixCache(pool) if pool else None)
         self.started = time.time()
 
     def decode(self, ids: list[int]) -> str:

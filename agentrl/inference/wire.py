@@ -186,7 +186,8 @@ def generate_result(req: EngineRequest, tokenizer: Any, *, weight_version: str, 
     meta: dict[str, Any] = {"id": req.rid, "finish_reason": reason}
     queued_abort = final and reason is not None and reason.get("message") == "Abort in waiting queue"
     if not queued_abort:
-        meta.update({"prompt_tokens": len(req.input_ids), "cached_tokens": 0, "reasoning_tokens": 0})
+        meta.update({"prompt_tokens": len(req.input_ids), "cached_tokens": req.cached_tokens,
+                     "reasoning_tokens": 0})
     meta.update({"weight_version": current, "num_retractions": req.num_retractions, "completion_tokens": n})
     if final:
         meta["weight_versions"] = version_spans(req.versions)
