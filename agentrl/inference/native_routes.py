@@ -5,7 +5,8 @@ streamed), ``/pause_generation``, ``/continue_generation``, ``/abort_request``,
 ``/update_weights_from_disk``, ``/update_weight_version``, ``GET|POST /flush_cache``,
 ``GET /model_info`` (+ ``/get_model_info``), ``/server_info`` (+ ``/get_server_info``),
 ``/health``, ``/health_generate``, ``/ready``, ``/v1/loads`` — with SGLang's field names and
-response shapes (``agentrl.inference.app`` lists where we knowingly differ). Validation and
+response shapes (``agentrl.inference.app`` lists where we knowingly differ). ``/flush_cache``
+empties the prefix cache; ``/get_server_info`` and ``/v1/loads`` report its hit rate. Validation and
 result shapes come from ``agentrl.inference.wire``. What it is not: the OpenAI routes
 (``openai_routes``).
 """
