@@ -14,8 +14,9 @@ that both sides see the same machine load:
 
 Both sides use the same number of torch threads (default one: on a 2-core machine the server's
 compute thread and the client process driving it each get a core). ``ratio`` is engine samples/s
-over hf samples/s. ``--demo-steps N`` also runs the demo itself for N GRPO steps and reports its
-step time (rollout + train + publish, the first step left out as warm-up).
+over hf samples/s. ``--demo-steps N`` also runs the demo itself (as ``make demo`` does, with its
+own thread setting) for N GRPO steps and reports its step time (rollout + train + publish, the
+first step left out as warm-up).
 
 Last line: one JSON object. Usage::
 
@@ -128,11 +129,12 @@ async def measure(url: str, model_dir: Path, args) -> dict:
             "server_per_rollout": server}
 
 
-def demo_step_time(model_dir: Path, steps: int, threads: int) -> dict:
-    """Run the demo for ``steps`` GRPO steps; mean rollout/train/publish seconds after the first."""
+def demo_step_time(model_dir: Path, steps: int, threads: int | None) -> dict:
+    """Run the demo for ``steps`` GRPO steps (its own thread setting unless ``threads``); mean
+    rollout/train/publish seconds after the first."""
     out = Path(tempfile.mkdtemp(prefix="agentrl-rollout-bench-"))
     cmd = [sys.executable, str(ROOT / "examples" / "grpo_arith.py"), f"model={model_dir}", f"out={out}",
-           f"steps={steps}", "eval_problems=16", f"threads={threads}"]
+           f"steps={steps}", "eval_problems=16", *([f"threads={threads}"] if threads else [])]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         raise SystemExit(f"the demo failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
@@ -150,6 +152,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=12)
     ap.add_argument("--demo-steps", type=int, default=0, help="also time N steps of the demo itself (N >= 2)")
+    ap.add_argument("--demo-threads", type=int, default=None, help="the demo's threads (default: its own)")
     args = ap.parse_args()
 
     import torch
@@ -159,7 +162,7 @@ def main() -> None:
     with ServerProcess(args.model, "--max-running-requests", slots, threads=args.threads,
                        startup_timeout=300) as server:
         result = asyncio.run(measure(server.url, args.model, args))
-    demo = demo_step_time(args.model, args.demo_steps, args.threads) if args.demo_steps >= 2 else None
+    demo = demo_step_time(args.model, args.demo_steps, args.demo_threads) if args.demo_steps >= 2 else None
     print(json.dumps({
         "mode": "rollout", "model": str(args.model), "threads": args.threads, "prompts": args.prompts,
         "samples": args.samples, "max_new_tokens": args.max_new_tokens, "steps": args.steps, **result,

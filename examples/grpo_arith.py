@@ -55,7 +55,8 @@ class DemoConfig:
     eval_problems: int = option(500, ge=1, help="held-out problems evaluated greedily before and after")
     lr: float = option(5e-5, gt=0, help="AdamW learning rate")
     seed: int = option(0, help="seed of the problems and of the trainer")
-    threads: int = option(1, ge=1, help="torch threads for the server and for the trainer, each")
+    threads: int = option(2, ge=1, help="torch threads for the server and for the trainer, each (they take "
+                          "turns in this synchronous loop, so each may use both cores of a 2-core machine)")
 
 
 async def play(engine, tokenizer, env, row, sampling, n: int, group_id: str):

@@ -263,14 +263,15 @@ class Decoder:
             pool[:, entries] = cache[:, slots, :, positions].transpose(0, 1)
 
     def copy_prefixes(self, copies: list[tuple[int, int, int]]) -> None:
-        """For each ``(source slot, target slot, length)``: copy positions ``0 .. length - 1``."""
-        if not copies:
-            return
-        positions = self._index([p for _, _, n in copies for p in range(n)])
-        sources = self._index([src for src, _, n in copies for _ in range(n)])
-        targets = self._index([dst for _, dst, n in copies for _ in range(n)])
-        for cache in (self.cache_k, self.cache_v):
-            cache[:, targets, :, positions] = cache[:, sources, :, positions]
+        """For each ``(source slot, target slot, length)``: copy positions ``0 .. length - 1``
+        (one gather/scatter over whole slots per distinct length)."""
+        by_length: dict[int, list[tuple[int, int]]] = {}
+        for src, dst, n in copies:
+            by_length.setdefault(n, []).append((src, dst))
+        for n, pairs in by_length.items():
+            sources, targets = self._index([p[0] for p in pairs]), self._index([p[1] for p in pairs])
+            for cache in (self.cache_k, self.cache_v):
+                cache[:, :, :, :n].index_copy_(1, targets, cache[:, sources, :, :n])
 
     def _index(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
