@@ -78,37 +78,13 @@ class PrefixCache:
 
     def match(self, tokens: Sequence[int]) -> list[int]:
         """Pool entries of the longest cached prefix of ``tokens`` (marks it recently used)."""
-        node, at, out = self._root, 0, []
-        now = next(self._clock)
-        while at < len(tokens):
-            child = node.children.get(tokens[at])
-            if child is None:
-                break
-            k = _common(child.key, tokens, at)
-            out.extend(child.entries[:k])
-            child.last_used = now
-            at += k
-            if k < len(child.key):
-                break
-            node = child
-        return out
+        return self._descend(tokens, split=False)[3]
 
     def insert(self, tokens: Sequence[int], store: Callable[[int, list[int]], None]) -> int:
         """Cache ``tokens``: the uncached suffix gets entries and ``store(start, entries)``
         copies its keys/values (positions ``start ..``) into them. Returns how many tokens
         were added — fewer than the suffix when the pool cannot hold it all."""
-        node, at, path = self._root, 0, []
-        now = next(self._clock)
-        while at < len(tokens):
-            child = node.children.get(tokens[at])
-            if child is None:
-                break
-            k = _common(child.key, tokens, at)
-            if k < len(child.key):
-                child = self._split(child, k)
-            child.last_used = now
-            path.append(child)
-            node, at = child, at + k
+        node, at, path, _ = self._descend(tokens, split=True)
         need = len(tokens) - at
         if need == 0:
             return 0
@@ -125,9 +101,34 @@ class PrefixCache:
             return 0
         entries = [self._free.pop() for _ in range(n)]
         store(at, entries)
-        leaf = _Node(list(tokens[at : at + n]), entries, node, now)
+        leaf = _Node(list(tokens[at : at + n]), entries, node, next(self._clock))
         node.children[tokens[at]] = leaf
         return n
+
+    def _descend(self, tokens: Sequence[int], *, split: bool) -> tuple[_Node, int, list[_Node], list[int]]:
+        """Follow ``tokens`` down from the root, marking the nodes passed as used now. Returns
+        the last node reached, how many tokens matched, the nodes passed and the matched
+        entries. A partly matched edge counts in the entries; with ``split`` it is first cut
+        so that the match ends on a node (``insert`` hangs the rest there)."""
+        node, at, path, entries = self._root, 0, [], []
+        now = next(self._clock)
+        while at < len(tokens):
+            child = node.children.get(tokens[at])
+            if child is None:
+                break
+            k = _common(child.key, tokens, at)
+            if k < len(child.key):
+                if not split:
+                    child.last_used = now
+                    entries.extend(child.entries[:k])
+                    at += k
+                    break
+                child = self._split(child, k)
+            child.last_used = now
+            entries.extend(child.entries)
+            path.append(child)
+            node, at = child, at + k
+        return node, at, path, entries
 
     def _split(self, child: _Node, k: int) -> _Node:
         """Cut ``child``'s edge after ``k`` tokens; returns the new upper node."""
