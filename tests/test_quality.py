@@ -57,3 +57,13 @@ def test_a_missing_extra_is_one_line_naming_it():
     with pytest.raises(ConfigError, match=r"pip install 'agentrl\[plots\]'"):
         import_optional("agentrl_no_such_package", extra="plots", purpose="a plot")
     assert import_optional("json", extra="none", purpose="x").dumps([1]) == "[1]"
+
+
+def test_no_import_cycle_in_the_core():
+    """No module of agentrl/ imports (directly or not) a module that imports it back."""
+    import grimp
+
+    graph = grimp.build_graph("agentrl")
+    cycles = [(a, b) for a in sorted(graph.modules) for b in graph.find_modules_directly_imported_by(a)
+              if b != a and graph.chain_exists(importer=b, imported=a)]
+    assert not cycles, f"import cycles: {cycles[:5]}"
