@@ -6,7 +6,8 @@ What it runs, top to bottom:
   1. an ``agentrl serve`` process on the tiny demo model (the inference server, SGLang's API);
   2. a one-rank FSDP2 ``Actor`` on the same weights (the trainer);
   3. a greedy evaluation on held-out problems: each episode is ``agentrl/Arith-v0`` played
-     through ``RemoteEngine`` (chat template → tokens → ``/generate`` → reply → env reward);
+     by ``workflows.env:EnvWorkflow`` through ``RemoteEngine`` (chat template → tokens →
+     ``/generate`` → reply → env reward);
   4. ``steps`` rounds of: ``prompts × samples`` episodes at temperature 1 (every token keeps
      the server's logprob and policy version) → ``prepare_batch`` (group-relative advantages)
      → ``Actor.train_step`` (the decoupled PPO loss) → ``WeightPublisher`` (save → pause →
@@ -58,41 +59,19 @@ class DemoConfig:
     threads: int = option(1, ge=1, help="torch threads for the server and for the trainer, each")
 
 
-async def play(engine, tokenizer, env, row, sampling, group_id: str):
-    """One Arith-v0 episode through the inference server; returns (trajectory, reward)."""
-    from agentrl.api import NOT_SAMPLED, Trajectory
+async def run_episodes(engine, workflow, rows, repeats: int, tag: str):
+    """``repeats`` episodes of each row, all at once; group ids ``{tag}-{row index}``."""
+    from agentrl.api import Trajectory, TrajectoryStatus
 
-    obs, _ = await env.areset(options={"task": row})
-    prompt = tokenizer.apply_chat_template(obs, add_generation_prompt=True, tokenize=True)["input_ids"]
-    out = await engine.generate(prompt, sampling)
-    reply = tokenizer.decode(out.tokens, skip_special_tokens=True)
-    _, reward, _, _, _ = await env.astep(reply)
-    traj = Trajectory(
-        input_ids=prompt + out.tokens,
-        loss_mask=[0] * len(prompt) + [1] * len(out.tokens),
-        logprobs=[0.0] * len(prompt) + out.logprobs,
-        versions=[NOT_SAMPLED] * len(prompt) + out.versions,
-        reward=float(reward),
-        group_id=group_id,
-        episode_id=uuid.uuid4().hex,
-    )
-    return traj, float(reward)
+    async def one(i: int, row: dict) -> list[Trajectory]:
+        trajectories = await workflow.arun_episode(engine, row) or [Trajectory.failed(TrajectoryStatus.ENV_ERROR)]
+        episode_id = uuid.uuid4().hex
+        for t in trajectories:
+            t.group_id, t.episode_id = f"{tag}-{i}", episode_id
+        return trajectories
 
-
-async def run_episodes(engine, tokenizer, rows, sampling, repeats: int, tag: str):
-    import gymnasium
-
-    from agentrl.plugins import register_envs
-
-    register_envs()
-    envs = [gymnasium.make("agentrl/Arith-v0").unwrapped for _ in range(len(rows) * repeats)]
-    try:
-        jobs = [play(engine, tokenizer, envs[i * repeats + k], row, sampling, f"{tag}-{i}")
-                for i, row in enumerate(rows) for k in range(repeats)]
-        return await asyncio.gather(*jobs)
-    finally:
-        for env in envs:
-            await env.aclose()
+    episodes = await asyncio.gather(*(one(i, row) for i, row in enumerate(rows) for _ in range(repeats)))
+    return [t for trajectories in episodes for t in trajectories]
 
 
 def append_jsonl(path: Path, row: dict) -> None:
@@ -130,13 +109,13 @@ async def main_async(cfg: DemoConfig) -> dict:
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     from agentrl.api import SamplingParams
     from agentrl.inference.client import RemoteEngine
     from agentrl.launch.services import ServerProcess, free_port
     from agentrl.model.arith_data import generate_problems
+    from agentrl.plugins import load_object
     from agentrl.trainer.actor import Actor
     from agentrl.trainer.batch import prepare_batch
     from agentrl.trainer.config import LossConfig, TrainerConfig
@@ -149,10 +128,10 @@ async def main_async(cfg: DemoConfig) -> dict:
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(free_port()))
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     eval_rows = [p.to_row() for p in generate_problems(cfg.eval_problems, seed=cfg.seed)]
-    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0)
-    sample = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0)
+    workflow = load_object("workflows.env:EnvWorkflow")
+    greedy = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
+    sample = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0))
 
     console.print(f"[bold]agentrl demo[/]: GRPO on agentrl/Arith-v0 with {cfg.model}")
     with ServerProcess(cfg.model, "--weight-version", "0", "--max-running-requests",
@@ -166,8 +145,8 @@ async def main_async(cfg: DemoConfig) -> dict:
             publisher = WeightPublisher(DiskTransport(out / "weights", source_dir=cfg.model, keep_last=1), engine)
 
             async def evaluate(label: str) -> float:
-                results = await run_episodes(engine, tokenizer, eval_rows, greedy, 1, f"eval-{label}")
-                acc = sum(r for _, r in results) / len(results)
+                results = await run_episodes(engine, greedy, eval_rows, 1, f"eval-{label}")
+                acc = sum(t.reward for t in results) / len(results)
                 console.print(f"greedy accuracy {label}: [bold]{acc:.3f}[/] on {len(results)} held-out problems")
                 return acc
 
@@ -181,13 +160,13 @@ async def main_async(cfg: DemoConfig) -> dict:
                 for step in range(cfg.steps):
                     t0 = time.perf_counter()
                     rows = [p.to_row() for p in generate_problems(cfg.prompts, seed=cfg.seed + 1000 + step)]
-                    results = await run_episodes(engine, tokenizer, rows, sample, cfg.samples, f"s{step}")
+                    results = await run_episodes(engine, sample, rows, cfg.samples, f"s{step}")
                     t1 = time.perf_counter()
-                    batch = prepare_batch([t for t, _ in results], version=actor.version, config=trainer_cfg)
+                    batch = prepare_batch(results, version=actor.version, config=trainer_cfg)
                     stats = await asyncio.to_thread(actor.train_step, batch)
                     t2 = time.perf_counter()
                     record = await publisher.apublish(actor.model, actor.version)
-                    reward = sum(r for _, r in results) / len(results)
+                    reward = sum(t.reward for t in results) / len(results)
                     row = {"step": step + 1, "version": actor.version, "reward_mean": reward, "rollout_s": t1 - t0,
                            "train_s": t2 - t1, "publish_s": record.stage_s + record.paused_s,
                            "client_version": engine.version,
@@ -196,6 +175,8 @@ async def main_async(cfg: DemoConfig) -> dict:
                     append_jsonl(out / "metrics.jsonl", row)
                     progress.update(bar, advance=1, status=f"reward {reward:.3f}  v{engine.version}")
             after = await evaluate("after")
+    await greedy.aclose()
+    await sample.aclose()
     plot(metrics, before, after, out / "demo.png")
     summary = {"accuracy_before": before, "accuracy_after": after, "delta": after - before,
                "steps": cfg.steps, "final_version": metrics[-1]["version"] if metrics else 0,

@@ -24,3 +24,13 @@ def tiny_model_dir():
     if not (path / "config.json").is_file():
         pytest.fail(f"{path} is missing; rebuild it with `agentrl model tiny --out {path}`")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_model_dir):
+    """One ``agentrl serve`` on the trained tiny model (weight version 0), shared by the rollout
+    and workflow tests. Tests must leave it unpaused, at its version."""
+    from agentrl.launch.services import ServerProcess
+
+    with ServerProcess(tiny_model_dir, "--weight-version", "0", "--max-running-requests", "64") as proc:
+        yield proc
