@@ -37,7 +37,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,7 +131,10 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ generation
 
-    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion:
+    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *,
+                       on_progress: Callable[[Completion], None] | None = None) -> Completion:
+        """Generate until a real finish; ``on_progress``, if given, hears the tokens so far each
+        time the request was interrupted (the episode log keeps them across a crash)."""
         prompt = [int(t) for t in input_ids]
         if not prompt:
             raise RequestRejected("input_ids cannot be empty", 400)
@@ -200,6 +203,8 @@ class RemoteEngine:
                         raise ServerError(f"{server.address} failed the request: {reason.get('message')}")
                     resumes += 1
                     self.stats["resumes"] += 1
+                    if on_progress is not None:
+                        on_progress(Completion(list(tokens), list(logprobs), list(versions), "abort"))
                     if resumes > self.max_resumes:
                         return Completion(tokens, logprobs, versions, "abort")
                     continue
