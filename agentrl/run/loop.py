@@ -179,7 +179,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     engine = RemoteEngine(servers, timeout=cfg.inference.request_timeout_s, version=actor.version)
     tr.engine = engine
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-                    trajectories_per_step=cfg.logging.trajectories_per_step)
+                    trajectories_per_step=cfg.logging.trajectories_per_step,
+                    resume_step=actor.version if resume_from else None)
     workflow = build_workflow(cfg, cfg.rollout.sampling.params())
     rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
@@ -235,12 +236,14 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     trainer_idle = 0.0
     gen_busy_last = executor.generation_busy_s()
     step = start_step
+    trained: list = []  # groups trained on since the last checkpoint: the log forgets them there
     try:
         while step < cfg.steps:
             if cfg.max_minutes is not None and (time.perf_counter() - started) / 60 + _eta(summary) > cfg.max_minutes:
                 console.print(f"stopping: the next step would pass max_minutes={cfg.max_minutes}")
                 break
             batch = await executor.next_batch()
+            trained.extend(batch.groups)
             trainer_idle += batch.wait_s
             trajectories = batch.trajectories
             if tr.world_size > 1:
@@ -279,12 +282,12 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:
                 await run_eval(step, f"at step {step}")
             if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
-                await save(tr, executor, episode_log, step, summary)
+                await save(tr, executor, episode_log, step, summary, trained)
             if step % 10 == 0:
                 plot_curves(run_dir)
         await executor.stop()
         summary["eval_after"] = await run_eval(step, "after")
-        await save(tr, executor, episode_log, step, summary)
+        await save(tr, executor, episode_log, step, summary, trained)
     finally:
         await executor.stop()
         if tr.world_size > 1:
@@ -321,8 +324,10 @@ def tr_decode(model: str):
     return _DECODERS[model]
 
 
-async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary: dict[str, Any]) -> None:
-    """Checkpoint: the trainer's shards (every rank), the executor's state, then the pointer."""
+async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary: dict[str, Any],
+               trained: list) -> None:
+    """Checkpoint: the trainer's shards (every rank), the executor's state, then the pointer; the
+    episode log then forgets the groups trained on (a resume never needs them again)."""
     if tr.world_size > 1:
         await asyncio.to_thread(tr.command, {"op": "checkpoint", "step": step})
     path = await asyncio.to_thread(tr.checkpoint, step)
@@ -332,6 +337,8 @@ async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary:
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(path.name)
     os.replace(tmp, pointer)
+    episode_log.forget([f"{g.index}:{k}" for g in trained for k in range(executor.group_size)])
+    trained.clear()
     episode_log.compact()
     kept = sorted(p for p in (tr.run_dir / CHECKPOINTS).glob("step_*") if p.is_dir())
     for old in kept[: -tr.cfg.checkpoint.keep_last]:

@@ -73,17 +73,23 @@ class RunLog:
     """Writes a run's metrics and samples; see the module docstring. One per run, on rank 0."""
 
     def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, wandb_project: str | None = None,
-                 trajectories_per_step: int = 16, config: Mapping[str, Any] | None = None) -> None:
+                 trajectories_per_step: int = 16, config: Mapping[str, Any] | None = None,
+                 resume_step: int | None = None) -> None:
+        """``resume_step``: a resumed run drops what the crashed one logged after that step."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
+        if resume_step is not None and self.metrics_path.exists():
+            rows = [r for r in read_metrics(self.run_dir) if r["step"] <= resume_step]
+            self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         self.samples_dir = self.run_dir / "trajectories"
         self.trajectories_per_step = trajectories_per_step
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"),
+                                     purge_step=None if resume_step is None else resume_step + 1)
         self._wandb = None
         if wandb_project:
             from agentrl.plugins import import_optional
