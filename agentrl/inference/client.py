@@ -338,13 +338,18 @@ class RemoteEngine:
                         self._mark_down(s, e)
                         return None
                     await asyncio.sleep(self.backoff * 2 ** attempt)
-        for s in self._servers:  # a control call must reach every live server, or versions skew
-            if not s.healthy:
-                await self._probe(s)
-        targets = [s for s in self._servers if s.healthy]
-        if not targets:
-            raise ServerUnavailable(f"no healthy inference server among {self.addresses}")
-        return await asyncio.gather(*(one(s) for s in targets))
+        deadline = time.monotonic() + self.control_timeout
+        while True:
+            for s in self._servers:  # a control call must reach every live server, or versions skew
+                if not s.healthy:
+                    await self._probe(s)
+            targets = [s for s in self._servers if s.healthy]
+            if targets:
+                return await asyncio.gather(*(one(s) for s in targets))
+            if time.monotonic() > deadline:  # none came back (a restarted one is re-synced by _probe)
+                raise ServerUnavailable(f"no healthy inference server among {self.addresses} for "
+                                        f"{self.control_timeout:.0f} s")
+            await asyncio.sleep(self.health_check_interval)
 
     async def pause(self) -> None:
         """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait."""

@@ -138,6 +138,15 @@ def check_run_config(cfg: RunConfig) -> None:
         load_object(cfg.rollout.workflow)
     except ConfigError as e:
         raise ConfigError(f"config key 'rollout.workflow': {e}") from e
+    # the datasets first: a module that provides rows may also register its environment
+    for key, spec in (("rollout.dataset", cfg.rollout.dataset), ("eval.dataset", cfg.eval.dataset)):
+        if spec is not None and not spec.endswith((".jsonl", ".json", ".jsonl.gz")):
+            try:
+                load_object(spec)
+            except ConfigError as e:
+                raise ConfigError(f"config key {key!r}: {e}") from e
+        elif spec is not None and not Path(spec).is_file():
+            raise ConfigError(f"config key {key!r}: no file {spec!r}")
     env_id = cfg.rollout.workflow_args.get("env_id")
     if env_id is not None:
         import gymnasium
@@ -151,14 +160,6 @@ def check_run_config(cfg: RunConfig) -> None:
             close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "; `agentrl envs` lists them"
             raise ConfigError(f"config key 'rollout.workflow_args.env_id': no environment {env_id!r}{hint}")
-    for key, spec in (("rollout.dataset", cfg.rollout.dataset), ("eval.dataset", cfg.eval.dataset)):
-        if spec is not None and not spec.endswith((".jsonl", ".json", ".jsonl.gz")):
-            try:
-                load_object(spec)
-            except ConfigError as e:
-                raise ConfigError(f"config key {key!r}: {e}") from e
-        elif spec is not None and not Path(spec).is_file():
-            raise ConfigError(f"config key {key!r}: no file {spec!r}")
     if cfg.device == "cuda" or cfg.inference.engine == "sglang":
         import torch
 

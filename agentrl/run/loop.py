@@ -181,8 +181,9 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
                     trajectories_per_step=cfg.logging.trajectories_per_step,
                     resume_step=actor.version if resume_from else None)
-    workflow = build_workflow(cfg, cfg.rollout.sampling.params())
+    # the rows first: a dataset's module may register the environment the workflow makes
     rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
+    workflow = build_workflow(cfg, cfg.rollout.sampling.params())
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
     keep = None
     if state is not None:
