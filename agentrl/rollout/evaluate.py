@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus, Workflow
+from agentrl.rollout.episode import guarded
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -96,8 +97,8 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
     sink = path.open("a", buffering=1) if path is not None else None
 
     async def episode(row: Mapping[str, Any]) -> list[Trajectory] | None:
-        async with sem:
-            return await workflow.arun_episode(engine, dict(row))
+        async with sem:  # a failing episode is a failure, not the end of the evaluation
+            return await guarded(workflow.arun_episode(engine, dict(row)), timeout_s=None, what="eval episode")
 
     async def problem(index: int, row: Mapping[str, Any]) -> None:
         results = await asyncio.gather(*(episode(row) for _ in range(k)))

@@ -38,6 +38,7 @@ from typing import Any
 
 from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus, Workflow
 from agentrl.errors import ConfigError
+from agentrl.rollout.episode import guarded
 from agentrl.rollout.journal import EpisodeLog, ReplayClient
 from agentrl.trainer.staleness import rollout_capacity
 
@@ -296,17 +297,9 @@ class RolloutExecutor:
             client: InferenceClient = ReplayClient(self.engine, self.episode_log, key)
         else:
             client = self.engine
-        try:
-            async with asyncio.timeout(self.episode_timeout_s):
-                out = await self.run_episode(client, dict(row))
-        except TimeoutError:
-            out = [Trajectory.failed(TrajectoryStatus.TIMEOUT, error=f"episode ran past episode_timeout_s="
-                                     f"{self.episode_timeout_s}")]
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # the workflow's bug is the episode's failure, not the run's
-            log.warning("episode %s failed: %r", episode_id, e)
-            out = [Trajectory.failed(TrajectoryStatus.ENV_ERROR, error=f"{type(e).__name__}: {e}")]
+        # the workflow's bug is the episode's failure, not the run's
+        out = await guarded(self.run_episode(client, dict(row)), timeout_s=self.episode_timeout_s,
+                            what=f"episode {episode_id}")
         if out is not None:
             for t in out:
                 t.episode_id = t.episode_id or episode_id

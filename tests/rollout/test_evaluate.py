@@ -52,3 +52,13 @@ async def test_evaluation_resumes_and_curates(tmp_path):
     n = curate(rows, report, tmp_path / "hard.jsonl")
     kept = [json.loads(line)["i"] for line in (tmp_path / "hard.jsonl").read_text().splitlines()]
     assert n == 3 and kept == [0, 2, 4]
+
+
+class Broken:
+    async def arun_episode(self, client, row):
+        raise ValueError("a bug in the workflow")
+
+
+async def test_a_failing_episode_is_counted_not_fatal():
+    report = await evaluate(Broken(), None, [{"i": 0}, {"i": 1}], k=2)
+    assert report.successes == {0: 0, 1: 0} and report.failed_episodes == 4
