@@ -19,7 +19,7 @@ import argparse
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train", help="train with asynchronous RL (agentrl train CONFIG [key=value ...])",
+    p = subparsers.add_parser("train", help="train a policy with asynchronous RL from a YAML config",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("items", nargs="*", metavar="CONFIG|key=value", help="the YAML config, then overrides")
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue this run from its last checkpoint")

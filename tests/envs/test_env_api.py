@@ -143,7 +143,7 @@ def test_render_ansi_shows_the_conversation():
 
 # --------------------------------------------------------------------------- registered envs
 
-EXPECTED_IDS = ["agentrl/Arith-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0", "agentrl/Math-v0",
+EXPECTED_IDS = ["agentrl/Arith-v0", "agentrl/ArithRetry-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0", "agentrl/Math-v0",
                 "agentrl/MathRetry-v0", "agentrl/ToolUse-v0"]
 
 

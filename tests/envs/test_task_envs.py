@@ -142,3 +142,22 @@ def test_tool_use_malformed_calls_are_explained_and_turns_are_limited():
     assert (reward, terminated, truncated, info["truncated_by"]) == (0.0, False, True, "max_turns")
     assert info["rewards"] == {"correct": 0.0, "tool_errors": 2.0}
     env.close()
+
+
+def test_arith_retry_says_too_high_or_too_low_and_discounts_later_attempts():
+    env = gymnasium.make("agentrl/ArithRetry-v0", max_attempts=3, discount=0.5)
+    task = {"question": "What is 10+20+30?", "answer": "60"}
+    obs, _ = env.reset(options={"task": task})
+    assert obs == [{"role": "user", "content": "What is 10+20+30?"}]  # Arith-v0's first turn
+    obs, reward, terminated, truncated, info = env.step("\\boxed{61}")
+    assert obs[0]["content"] == "Too high. Try again." and not terminated and reward == 0.0
+    obs, reward, terminated, _, _ = env.step("no box")
+    assert obs[0]["content"].startswith("I could not find") and not terminated
+    obs, reward, terminated, truncated, info = env.step("\\boxed{60}")
+    assert terminated and not truncated and obs == [] and reward == 0.25 and info["attempts"] == 3
+    env.reset(options={"task": task})
+    assert env.step("\\boxed{59}")[0][0]["content"] == "Too low. Try again."
+    assert env.step("\\boxed{58}")[2] is False
+    _, reward, terminated, truncated, _ = env.step("\\boxed{1}")
+    assert terminated and not truncated and reward == 0.0  # out of attempts
+    env.close()
