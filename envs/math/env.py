@@ -43,8 +43,8 @@ class MathEnv(TextEnv):
     ## Description
     A word problem from a dataset row is shown; the reply's final answer (every
     ``\\boxed{}`` — boxes that differ are a hedge and score 0 — else a line such as
-    ``The answer is 18``) is compared with the gold answer
-    by math-verify in a killable process pool.
+    ``The answer is 18``) is compared with the gold answer under envs/math/verifier.py's
+    rules (numbers by value, other answers by math-verify) in a killable process pool.
 
     ## Action Space
     ``Text``: the assistant's reply, any Unicode string.
