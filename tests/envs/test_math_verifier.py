@@ -149,17 +149,23 @@ HEDGES = [
     ("\\boxed{\\frac{1}{2}} = \\boxed{0.5}", "0.5", True),
     ("\\boxed{} then \\boxed{18}", "18", True),  # an empty box commits to nothing
 ]
-ALL_CASES = TINY_NUMBERS + EXACT_RATIONALS + IRRATIONALS + FLOAT_GOLDS + SCIENTIFIC + NEGATIVE_ZERO + UNITS \
-    + PERCENT + HEDGES
+DECISIONS = {
+    "tiny numbers: relative, never absolute": TINY_NUMBERS,
+    "rationals: exact": EXACT_RATIONALS,
+    "irrationals: 40 digits": IRRATIONALS,
+    "float printouts: relative 1e-9": FLOAT_GOLDS,
+    "scientific notation": SCIENTIFIC,
+    "negative zero": NEGATIVE_ZERO,
+    "units ignored": UNITS,
+    "percent: a unit of 1/100": PERCENT,
+    "every box must be right": HEDGES,
+}
+ALL_CASES = [(decision, *case) for decision, cases in DECISIONS.items() for case in cases]
 
 
 def case_id(case) -> str:
     reply, gold, right = case
     return f"{reply.removeprefix(chr(92) + 'boxed')}~{gold}:{'right' if right else 'wrong'}"
-
-
-def params(cases):
-    return [pytest.param(*case, id=case_id(case)) for case in cases]
 
 
 def test_extraction_takes_the_last_box_else_a_final_answer_line():
@@ -245,59 +251,24 @@ def test_decision_unbracketed_lists_are_ordered():
     assert not score("\\boxed{(2, 1)}", "(1, 2)")
 
 
-@pytest.mark.parametrize("reply, gold, right", params(TINY_NUMBERS))
-def test_decision_tiny_numbers_are_compared_relatively_never_absolutely(reply, gold, right):
-    assert score(reply, gold) == right
-    if not right:  # math-verify rounds to 6 decimal places: any two numbers below 5e-7 are "equal"
-        assert plain_math_verify(reply, gold)
-
-
-@pytest.mark.parametrize("reply, gold, right", params(EXACT_RATIONALS))
-def test_decision_rationals_compare_exactly(reply, gold, right):
+@pytest.mark.parametrize("reply, gold, right", [pytest.param(*case[1:], id=f"{case[0]}: {case_id(case[1:])}")
+                                                for case in ALL_CASES])
+def test_decision(reply, gold, right):
     assert score(reply, gold) == right
 
 
-@pytest.mark.parametrize("reply, gold, right", params(IRRATIONALS))
-def test_decision_irrationals_agree_to_40_digits(reply, gold, right):
-    assert score(reply, gold) == right
-
-
-@pytest.mark.parametrize("reply, gold, right", params(FLOAT_GOLDS))
-def test_decision_float_printouts_have_a_relative_tolerance(reply, gold, right):
-    assert score(reply, gold) == right
-
-
-@pytest.mark.parametrize("reply, gold, right", params(SCIENTIFIC))
-def test_decision_scientific_notation_is_a_number(reply, gold, right):
-    assert score(reply, gold) == right
-
-
-@pytest.mark.parametrize("reply, gold, right", params(NEGATIVE_ZERO))
-def test_decision_negative_zero_is_zero(reply, gold, right):
-    assert score(reply, gold) == right
-
-
-@pytest.mark.parametrize("reply, gold, right", params(UNITS))
-def test_decision_units_are_ignored(reply, gold, right):
-    assert score(reply, gold) == right
-
-
-@pytest.mark.parametrize("reply, gold, right", params(PERCENT))
-def test_decision_percent_sign_is_a_unit_of_one_hundredth(reply, gold, right):
-    assert score(reply, gold) == right
-
-
-@pytest.mark.parametrize("reply, gold, right", params(HEDGES))
-def test_decision_every_box_must_be_right(reply, gold, right):
-    assert score(reply, gold) == right
+@pytest.mark.parametrize("reply, gold", [(reply, gold) for reply, gold, right in TINY_NUMBERS if not right])
+def test_tiny_numbers_that_differ_are_equal_to_plain_math_verify(reply, gold):
+    assert plain_math_verify(reply, gold)  # it rounds to 6 decimal places: absolute, not relative
 
 
 async def test_the_pool_reaches_the_same_verdicts():
     """Through worker processes (and the pool's in-process shortcut for literals), every
     decision above holds, the hedges included."""
     with VerifierPool(VerifierConfig(workers=2)) as pool:
-        verdicts = await asyncio.gather(*(pool.averify(reply, gold) for reply, gold, _ in ALL_CASES))
-    assert {case_id(c): v for c, v in zip(ALL_CASES, verdicts, strict=True)} == {case_id(c): c[2] for c in ALL_CASES}
+        verdicts = await asyncio.gather(*(pool.averify(reply, gold) for _, reply, gold, _ in ALL_CASES))
+    got = {case_id(case[1:]): verdict for case, verdict in zip(ALL_CASES, verdicts, strict=True)}
+    assert got == {case_id(case[1:]): case[3] for case in ALL_CASES}
 
 
 def test_every_gold_answer_verifies_against_itself_in_the_pool():
