@@ -41,9 +41,10 @@ class MathEnv(TextEnv):
     """Single-turn math: the model answers once and the verifier grades the final answer.
 
     ## Description
-    A word problem from a dataset row is shown; the reply's final answer (the last
-    ``\\boxed{}``, else a line such as ``The answer is 18``) is compared with the gold answer
-    by math-verify in a killable process pool.
+    A word problem from a dataset row is shown; the reply's final answer (every
+    ``\\boxed{}`` — boxes that differ are a hedge and score 0 — else a line such as
+    ``The answer is 18``) is compared with the gold answer under envs/math/verifier.py's
+    rules (numbers by value, other answers by math-verify) in a killable process pool.
 
     ## Action Space
     ``Text``: the assistant's reply, any Unicode string.
