@@ -12,8 +12,8 @@ import gymnasium
 ENVS = {
     "agentrl/Arith-v0": "envs.arith:ArithEnv",
     "agentrl/ArithRetry-v0": "envs.arith_retry:ArithRetryEnv",
-    "agentrl/Math-v0": "envs.math.env:MathEnv",
-    "agentrl/MathRetry-v0": "envs.math.env:MathRetryEnv",
+    "agentrl/Math-v1": "envs.math.env:MathEnv",
+    "agentrl/MathRetry-v1": "envs.math.env:MathRetryEnv",
     "agentrl/Code-v0": "envs.code.env:CodeEnv",
     "agentrl/CodeAgent-v0": "envs.code.agent:CodeAgentEnv",
     "agentrl/ToolUse-v0": "envs.tool_use:ToolUseEnv",
