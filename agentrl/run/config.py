@@ -123,6 +123,21 @@ class RunConfig:
     sandbox: SandboxConfig = option(SandboxConfig, help="sandboxes")
 
 
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
+
+
+def dataset_file(spec: str) -> Path | None:
+    """The file a dataset spec names — a path, or the name of a file shipped in ``data/`` —
+    or None when the spec is an import path (``module:function``)."""
+    if not spec.endswith(DATA_SUFFIXES):
+        return None
+    if Path(spec).is_file():
+        return Path(spec)
+    from agentrl.env.datasets import data_path
+
+    return data_path(spec)  # raises ConfigError naming what data/ holds
+
+
 def check_run_config(cfg: RunConfig) -> None:
     """Refuse, before anything starts, what cannot work; each error names its config key."""
     from agentrl.plugins import load_object
@@ -140,13 +155,13 @@ def check_run_config(cfg: RunConfig) -> None:
         raise ConfigError(f"config key 'rollout.workflow': {e}") from e
     # the datasets first: a module that provides rows may also register its environment
     for key, spec in (("rollout.dataset", cfg.rollout.dataset), ("eval.dataset", cfg.eval.dataset)):
-        if spec is not None and not spec.endswith((".jsonl", ".json", ".jsonl.gz")):
-            try:
+        if spec is None:
+            continue
+        try:
+            if dataset_file(spec) is None:
                 load_object(spec)
-            except ConfigError as e:
-                raise ConfigError(f"config key {key!r}: {e}") from e
-        elif spec is not None and not Path(spec).is_file():
-            raise ConfigError(f"config key {key!r}: no file {spec!r}")
+        except ConfigError as e:
+            raise ConfigError(f"config key {key!r}: {e}") from e
     env_id = cfg.rollout.workflow_args.get("env_id")
     if env_id is not None:
         import gymnasium

@@ -71,14 +71,17 @@ def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = N
 
 
 def load_rows(spec: str, seed: int) -> list[dict[str, Any]]:
-    """The rows of ``rollout.dataset``/``eval.dataset``: a JSONL file, or ``module:function(seed)``."""
+    """The rows of ``rollout.dataset``/``eval.dataset``: a data file (a path, or a file shipped in
+    ``data/``), or ``module:function(seed)``."""
     from agentrl.errors import ConfigError
     from agentrl.plugins import load_object
+    from agentrl.run.config import dataset_file
 
-    if spec.endswith((".jsonl", ".jsonl.gz", ".json")):
+    path = dataset_file(spec)
+    if path is not None:
         from agentrl.env.datasets import load_rows as read
 
-        return list(read(spec))
+        return list(read(path))
     rows = load_object(spec)(seed)
     rows = list(rows)
     if not all(isinstance(r, dict) for r in rows):

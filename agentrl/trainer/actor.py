@@ -224,8 +224,11 @@ class Actor:
         cfg = self.config
         stats: dict[str, float] = {f"batch/{k}": v for k, v in batch.stats.items()}
         if len(batch) == 0 or batch.num_loss_tokens == 0:
-            warnings.warn("train_step got a batch without loss tokens; the step is skipped "
+            # No weight changes, but the step counts: the version is the number of steps taken,
+            # which the rollout side's staleness accounting (accepted batches) relies on.
+            warnings.warn("train_step got a batch without loss tokens; no update this step "
                           "(see the batch/* counters for why)", RuntimeWarning, stacklevel=2)
+            self.version += 1
             stats.update(empty_batch=1.0, version=float(self.version))
             return stats
         minis = self._mini_batches(batch)
