@@ -173,11 +173,17 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.executor import RolloutExecutor, RowSource
     from agentrl.rollout.journal import EpisodeLog
+    from agentrl.rollout.renderer import load_tokenizer
     from agentrl.run.metrics import RunLog, batch_metrics, plot_curves
     from agentrl.trainer.publish import WeightPublisher
 
     cfg, run_dir, actor = tr.cfg, tr.run_dir, tr.actor
     console = Console(stderr=True, soft_wrap=True)
+    tokenizer = load_tokenizer(cfg.model)
+
+    def decode(ids: list[int]) -> str:  # each sampled trajectory's tokens, as text
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
     servers = json.loads((run_dir / "servers.json").read_text())["servers"]
     engine = RemoteEngine(servers, timeout=cfg.inference.request_timeout_s, version=actor.version)
     tr.engine = engine
@@ -277,7 +283,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             })
             gen_busy_last, t_last = gen_busy, now
             runlog.log(step, metrics)
-            runlog.sample(step, kept, tr_decode(cfg.model), sample_lp)
+            runlog.sample(step, kept, decode, sample_lp)
             console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")
@@ -313,19 +319,6 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
 def _eta(summary: dict[str, Any]) -> float:
     """Minutes the next step and the final evaluation will take (as measured so far)."""
     return (summary.get("step_s_mean", 0.0) + summary.get("eval_s", 0.0)) / 60
-
-
-_DECODERS: dict[str, Any] = {}
-
-
-def tr_decode(model: str):
-    """``decode(ids) -> text`` of the model's tokenizer (for the trajectory samples)."""
-    if model not in _DECODERS:
-        from agentrl.rollout.renderer import load_tokenizer
-
-        tok = load_tokenizer(model)
-        _DECODERS[model] = lambda ids: tok.decode(ids, skip_special_tokens=False)
-    return _DECODERS[model]
 
 
 async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary: dict[str, Any],
