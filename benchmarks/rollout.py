@@ -4,9 +4,9 @@ The workload is the demo's (``examples/grpo_arith.py``): 16 Arith-v0 problems x 
 temperature 1, at most 12 new tokens, on the tiny model. Measured, alternating step by step so
 that both sides see the same machine load:
 
-  * **engine**: the demo's own rollout function (``run_episodes``: env reset → chat template →
-    ``RemoteEngine.generate_group`` → reply → env reward) against a real ``agentrl serve``
-    process (256 slots, prefix cache on);
+  * **engine**: the demo's own rollout (``run_episodes`` with ``workflows.env:EnvWorkflow``:
+    env reset → chat template → ``RemoteEngine.generate`` → reply → env reward, one coroutine
+    per sample) against a real ``agentrl serve`` process (256 slots, prefix cache on);
   * **hf**: the same 256 samples in process — one ``transformers`` ``generate`` call on the 16
     chat-templated prompts with ``num_return_sequences=16`` (``do_sample``, temperature 1, no
     top-k/top-p, the same 12-token budget, stopping at EOS), the replies decoded and scored by
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.util
 import json
 import os
@@ -88,15 +89,16 @@ async def measure(url: str, model_dir: Path, args) -> dict:
 
     from agentrl.api import SamplingParams
     from agentrl.inference.client import RemoteEngine
-    from agentrl.plugins import register_envs
+    from agentrl.plugins import load_object, register_envs
 
     demo = load_demo()
     register_envs()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     hf = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
-    envs: list = []
+    workflow = load_object("workflows.env:EnvWorkflow")("agentrl/Arith-v0", str(model_dir), sampling)
     hf_envs = [gymnasium.make("agentrl/Arith-v0").unwrapped for _ in range(args.prompts)]
+    gc.freeze()  # what is loaded stays: no full GC pass over torch and transformers (either side)
     engine_s, hf_s, engine_reward, hf_reward = [], [], [], []
     async with RemoteEngine(url) as engine, httpx.AsyncClient(timeout=30) as http:
         for step in range(-1, args.steps):  # step -1 warms both sides up
@@ -104,7 +106,7 @@ async def measure(url: str, model_dir: Path, args) -> dict:
             if step == 0:
                 before = (await http.get(url + "/server_info")).json()["internal_states"][0]
             t0 = time.perf_counter()
-            results = await demo.run_episodes(engine, tokenizer, envs, rows, sampling, args.samples, f"s{step}")
+            results = await demo.run_episodes(engine, workflow, rows, args.samples, f"s{step}")
             t1 = time.perf_counter()
             n, reward = await hf_rollout(hf, tokenizer, hf_envs, rows, args.samples, args.max_new_tokens)
             t2 = time.perf_counter()
@@ -112,10 +114,11 @@ async def measure(url: str, model_dir: Path, args) -> dict:
             if step >= 0:
                 engine_s.append(t1 - t0)
                 hf_s.append(t2 - t1)
-                engine_reward.append(sum(r for _, r in results) / len(results))
+                engine_reward.append(sum(t.reward for t in results) / len(results))
                 hf_reward.append(reward)
         after = (await http.get(url + "/server_info")).json()["internal_states"][0]
-    for env in envs + hf_envs:
+    await workflow.aclose()
+    for env in hf_envs:
         await env.aclose()
     keys = ("num_decode_steps", "num_prefill_calls", "prefill_seconds", "decode_seconds", "num_prompt_tokens",
             "num_cached_tokens", "num_generated_tokens")

@@ -6,7 +6,8 @@ What it runs, top to bottom:
   1. an ``agentrl serve`` process on the tiny demo model (the inference server, SGLang's API);
   2. a one-rank FSDP2 ``Actor`` on the same weights (the trainer);
   3. a greedy evaluation on held-out problems: each episode is ``agentrl/Arith-v0`` played
-     through ``RemoteEngine`` (chat template → tokens → ``/generate`` → reply → env reward);
+     by ``workflows.env:EnvWorkflow`` through ``RemoteEngine`` (chat template → tokens →
+     ``/generate`` → reply → env reward);
   4. ``steps`` rounds of: ``prompts × samples`` episodes at temperature 1 (every token keeps
      the server's logprob and policy version) → ``prepare_batch`` (group-relative advantages)
      → ``Actor.train_step`` (the decoupled PPO loss) → ``WeightPublisher`` (save → pause →
@@ -16,11 +17,11 @@ What it runs, top to bottom:
 
 What it is not: the asynchronous loop (generation here waits for training, i.e. staleness
 η = 0; `agentrl train` will overlap them) and not tuned for accuracy: ~20 steps move the tiny
-model a few points, TINY_MODEL_NOTES.md measured +20 points after 15 minutes of this recipe.
+model a few points.
 
-The recipe follows those notes (16 prompts, at most 12 new tokens, reward 1 for the right
-boxed answer, (r − mean)/std advantages, PPO clip 0.2, AdamW lr 5e-5, betas (0.9, 0.99),
-gradient clip 1.0, no KL) except for the group size: 16 samples per prompt, not 8. On the
+The recipe: 16 prompts, at most 12 new tokens, reward 1 for the right boxed answer,
+(r − mean)/std advantages, PPO clip 0.2, AdamW lr 5e-5, betas (0.9, 0.99), gradient clip
+1.0, no KL, and 16 samples per prompt (not 8). On the
 committed model 8 moved greedy accuracy +4.8 points in 20 steps (19.8% → 24.6%), 16 moved
 it +12.2 (→ 32.0%) for 1 minute more; at 8 the lr is also on a knife edge (1e-4 lost 11
 points). With a model that is right ~20% of the time, a group of 8 is often all wrong and
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -59,45 +61,19 @@ class DemoConfig:
                           "turns in this synchronous loop, so each may use both cores of a 2-core machine)")
 
 
-async def play(engine, tokenizer, env, row, sampling, n: int, group_id: str):
-    """``n`` Arith-v0 episodes on one task, sampled as one group request (the server computes
-    the prompt once); returns ``n`` (trajectory, reward) pairs. ``env`` replays the task per sample."""
-    from agentrl.api import NOT_SAMPLED, Trajectory
+async def run_episodes(engine, workflow, rows, repeats: int, tag: str):
+    """``repeats`` episodes of each row, all at once; group ids ``{tag}-{row index}``."""
+    from agentrl.api import Trajectory, TrajectoryStatus
 
-    obs, _ = await env.areset(options={"task": row})
-    prompt = tokenizer.apply_chat_template(obs, add_generation_prompt=True, tokenize=True)["input_ids"]
-    results = []
-    for i, out in enumerate(await engine.generate_group(prompt, sampling, n)):
-        if i:
-            await env.areset(options={"task": row})
-        reply = tokenizer.decode(out.tokens, skip_special_tokens=True)
-        _, reward, _, _, _ = await env.astep(reply)
-        traj = Trajectory(
-            input_ids=prompt + out.tokens,
-            loss_mask=[0] * len(prompt) + [1] * len(out.tokens),
-            logprobs=[0.0] * len(prompt) + out.logprobs,
-            versions=[NOT_SAMPLED] * len(prompt) + out.versions,
-            reward=float(reward),
-            group_id=group_id,
-            episode_id=uuid.uuid4().hex,
-        )
-        results.append((traj, float(reward)))
-    return results
+    async def one(i: int, row: dict) -> list[Trajectory]:
+        trajectories = await workflow.arun_episode(engine, row) or [Trajectory.failed(TrajectoryStatus.ENV_ERROR)]
+        episode_id = uuid.uuid4().hex
+        for t in trajectories:
+            t.group_id, t.episode_id = f"{tag}-{i}", episode_id
+        return trajectories
 
-
-async def run_episodes(engine, tokenizer, envs: list, rows, sampling, repeats: int, tag: str):
-    """``repeats`` episodes per row; ``envs`` is a pool of Arith-v0 envs, grown to one per row
-    and reused across calls (close them at the end)."""
-    import gymnasium
-
-    from agentrl.plugins import register_envs
-
-    register_envs()
-    while len(envs) < len(rows):
-        envs.append(gymnasium.make("agentrl/Arith-v0").unwrapped)
-    groups = await asyncio.gather(*(play(engine, tokenizer, envs[i], row, sampling, repeats, f"{tag}-{i}")
-                                    for i, row in enumerate(rows)))
-    return [pair for group in groups for pair in group]
+    episodes = await asyncio.gather(*(one(i, row) for i, row in enumerate(rows) for _ in range(repeats)))
+    return [t for trajectories in episodes for t in trajectories]
 
 
 def append_jsonl(path: Path, row: dict) -> None:
@@ -106,8 +82,9 @@ def append_jsonl(path: Path, row: dict) -> None:
 
 
 def plot(metrics: list[dict], before: float, after: float, path: Path) -> None:
-    import matplotlib
+    from agentrl.plugins import import_optional
 
+    matplotlib = import_optional("matplotlib", extra="plots", purpose="the demo's plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -134,13 +111,13 @@ async def main_async(cfg: DemoConfig) -> dict:
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     from agentrl.api import SamplingParams
     from agentrl.inference.client import RemoteEngine
     from agentrl.launch.services import ServerProcess, free_port
     from agentrl.model.arith_data import generate_problems
+    from agentrl.plugins import load_object
     from agentrl.trainer.actor import Actor
     from agentrl.trainer.batch import prepare_batch
     from agentrl.trainer.config import LossConfig, TrainerConfig
@@ -153,10 +130,10 @@ async def main_async(cfg: DemoConfig) -> dict:
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(free_port()))
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     eval_rows = [p.to_row() for p in generate_problems(cfg.eval_problems, seed=cfg.seed)]
-    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0)
-    sample = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0)
+    workflow = load_object("workflows.env:EnvWorkflow")
+    greedy = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
+    sample = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0))
 
     console.print(f"[bold]agentrl demo[/]: GRPO on agentrl/Arith-v0 with {cfg.model}")
     with ServerProcess(cfg.model, "--weight-version", "0", "--max-running-requests",
@@ -166,13 +143,13 @@ async def main_async(cfg: DemoConfig) -> dict:
                                     grad_clip=1.0, dtype="float32", seed=cfg.seed,
                                     loss=LossConfig(eps_low=0.2, eps_high=0.2))
         actor = Actor(cfg.model, trainer_cfg)
-        envs: list = []
+        gc.freeze()  # torch, transformers and the models live to the end: keep them out of full GC passes
         async with RemoteEngine(server.url, version=0) as engine:
             publisher = WeightPublisher(DiskTransport(out / "weights", source_dir=cfg.model, keep_last=1), engine)
 
             async def evaluate(label: str) -> float:
-                results = await run_episodes(engine, tokenizer, envs, eval_rows, greedy, 1, f"eval-{label}")
-                acc = sum(r for _, r in results) / len(results)
+                results = await run_episodes(engine, greedy, eval_rows, 1, f"eval-{label}")
+                acc = sum(t.reward for t in results) / len(results)
                 console.print(f"greedy accuracy {label}: [bold]{acc:.3f}[/] on {len(results)} held-out problems")
                 return acc
 
@@ -186,13 +163,13 @@ async def main_async(cfg: DemoConfig) -> dict:
                 for step in range(cfg.steps):
                     t0 = time.perf_counter()
                     rows = [p.to_row() for p in generate_problems(cfg.prompts, seed=cfg.seed + 1000 + step)]
-                    results = await run_episodes(engine, tokenizer, envs, rows, sample, cfg.samples, f"s{step}")
+                    results = await run_episodes(engine, sample, rows, cfg.samples, f"s{step}")
                     t1 = time.perf_counter()
-                    batch = prepare_batch([t for t, _ in results], version=actor.version, config=trainer_cfg)
+                    batch = prepare_batch(results, version=actor.version, config=trainer_cfg)
                     stats = await asyncio.to_thread(actor.train_step, batch)
                     t2 = time.perf_counter()
                     record = await publisher.apublish(actor.model, actor.version)
-                    reward = sum(r for _, r in results) / len(results)
+                    reward = sum(t.reward for t in results) / len(results)
                     row = {"step": step + 1, "version": actor.version, "reward_mean": reward, "rollout_s": t1 - t0,
                            "train_s": t2 - t1, "publish_s": record.stage_s + record.paused_s,
                            "client_version": engine.version,
@@ -201,8 +178,8 @@ async def main_async(cfg: DemoConfig) -> dict:
                     append_jsonl(out / "metrics.jsonl", row)
                     progress.update(bar, advance=1, status=f"reward {reward:.3f}  v{engine.version}")
             after = await evaluate("after")
-        for env in envs:
-            await env.aclose()
+    await greedy.aclose()
+    await sample.aclose()
     plot(metrics, before, after, out / "demo.png")
     summary = {"accuracy_before": before, "accuracy_after": after, "delta": after - before,
                "steps": cfg.steps, "final_version": metrics[-1]["version"] if metrics else 0,

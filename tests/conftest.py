@@ -24,3 +24,32 @@ def tiny_model_dir():
     if not (path / "config.json").is_file():
         pytest.fail(f"{path} is missing; rebuild it with `agentrl model tiny --out {path}`")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_model_dir):
+    """One ``agentrl serve`` on the trained tiny model (weight version 0), shared by the rollout
+    and workflow tests. Tests must leave it unpaused, at its version."""
+    from agentrl.launch.services import ServerProcess
+
+    with ServerProcess(tiny_model_dir, "--weight-version", "0", "--max-running-requests", "64") as proc:
+        yield proc
+
+
+@pytest.fixture(scope="session")
+def docker_ready():
+    """A Docker engine answers and the sandbox image exists; else skip — or fail under CI,
+    where `make test` sets both up."""
+    import os
+
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get("agentrl-sandbox:latest")
+    except Exception as e:
+        why = f"{type(e).__name__}: {e}"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but Docker is not usable ({why}); `make sandbox-image` should have set it up")
+        pytest.skip(f"no Docker engine or sandbox image ({why}); run `make sandbox-image` as root")

@@ -1,22 +1,23 @@
-"""``GroupBatcher``: the sample groups a rollout asks for in one event-loop tick, sent as one request.
+"""``GroupBatcher``: the generation requests a rollout makes in one event-loop tick, sent as one.
 
-What it is: the part of ``RemoteEngine.generate_group`` that talks HTTP. A rollout starts its
-episodes together (``asyncio.gather`` of one coroutine per prompt), so their
-``generate_group`` calls arrive in the same tick of the event loop; instead of one
-``/generate`` each, the batcher queues them per server and sends them together at the end of
-the tick as one SGLang batch: ``input_ids`` a list of prompts, ``sampling_params`` a list
-(one per prompt) with ``n`` — SGLang answers prompt-major (prompt i's n samples, in order), so
-the answer is cut back into groups in queue order. The server then admits every sample of the
-rollout at once, and per-request HTTP costs are paid once per tick instead of once per group.
+What it is: the part of ``RemoteEngine`` that sends ``/generate``. A rollout starts its
+episodes together (``asyncio.gather`` of one coroutine per episode or per group), so their
+``generate``/``generate_group`` calls arrive in the same tick of the event loop; instead of
+one ``/generate`` each, the batcher queues them per server and sends them together at the
+end of the tick as one SGLang batch: ``input_ids`` a list of prompts, ``sampling_params`` one
+object for all or a list with one per prompt (with ``n`` for groups) — SGLang answers prompt-major (prompt i's n
+samples, in order), so the answer is cut back into groups in queue order. The server then
+admits the whole rollout at once (and computes each distinct prompt once), and per-request
+HTTP costs are paid once per tick. A tick with a single request sends it in the plain form
+(one prompt, a ``sampling_params`` object, a ``rid``), exactly as an unbatched client would.
 
 Rules: groups are batched only with groups of the same server and the same ``n`` (SGLang
 needs one ``n`` per batch); a seeded group travels as ``n`` single samples with seeds ``seed,
 seed + 1, ...`` (``n`` copies of one seed would be ``n`` equal samples), batched with other
-such samples (``n = 1``). Nothing waits for more work: the batch leaves at the end of the
-tick in which its first group was queued. If the server refuses a batch of several groups
-(4xx), each group is re-sent alone, so the refusal reaches only the group it is about; a
-transport error or 5xx answers ``None`` to every group of the batch (``RemoteEngine`` then
-re-runs their samples one request each, with its own retry rules).
+single samples. Nothing waits for more work: the batch leaves at the end of the tick in which
+its first request was queued. If the server refuses a batch of several requests (4xx), each is
+re-sent alone, so the refusal reaches only the request it is about; a transport error or a 5xx
+is raised to every request of the batch (each caller applies its own retry rules).
 
 What it is not: a timer-based batcher (no added latency), nor a load balancer (the caller
 picks the server).
@@ -29,8 +30,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from agentrl.api import SamplingParams
 from agentrl.errors import RequestRejected, ServerError
 
@@ -39,25 +38,26 @@ from agentrl.errors import RequestRejected, ServerError
 class _Group:
     prompt: list[int]
     each: list[SamplingParams]  # one per sample
+    rid: str | None
     done: asyncio.Future = field(repr=False)
 
 
 class GroupBatcher:
-    """Queues groups per (server, n) and sends each queue as one ``/generate`` batch."""
+    """Queues requests per (server, n) and sends each queue as one ``/generate``."""
 
     def __init__(self, send: Callable[[Any, dict[str, Any]], Awaitable[Any]]) -> None:
         self._send = send  # (server, payload) -> the decoded JSON answer
         self._queues: dict[tuple[int, int], tuple[Any, list[_Group]]] = {}
         self._tasks: set[asyncio.Task] = set()
-        self.batches = 0  # requests sent (for stats)
 
-    async def submit(self, server: Any, prompt: list[int], each: list[SamplingParams]) -> list[dict] | None:
-        """The ``len(each)`` result objects of this group; None if its batch failed in
-        transport or with a 5xx; ``RequestRejected`` if the server refused this group."""
+    async def submit(self, server: Any, prompt: list[int], each: list[SamplingParams],
+                     rid: str | None = None) -> list[dict]:
+        """The ``len(each)`` result objects of this group (``rid`` names a single sample).
+        Raises ``RequestRejected`` if the server refused it, and the batch's transport error or
+        ``ServerError`` if the batch failed."""
         loop = asyncio.get_running_loop()
-        seeded = each[0].seed is not None
-        key = (id(server), 1 if seeded else len(each))
-        group = _Group(prompt, each, loop.create_future())
+        key = (id(server), 1 if each[0].seed is not None else len(each))
+        group = _Group(prompt, each, rid, loop.create_future())
         if key not in self._queues:
             self._queues[key] = (server, [])
             loop.call_soon(self._flush, key)
@@ -71,37 +71,47 @@ class GroupBatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _post(self, server: Any, groups: list[_Group], n: int) -> None:
-        if n > 1:
-            payload = {"input_ids": [g.prompt for g in groups],
-                       "sampling_params": [{**g.each[0].to_sglang(), "n": n} for g in groups]}
-        else:
-            payload = {"input_ids": [g.prompt for g in groups for _ in g.each],
-                       "sampling_params": [sp.to_sglang() for g in groups for sp in g.each]}
         total = sum(len(g.each) for g in groups)
-        self.batches += 1
         try:
-            data = await self._send(server, {**payload, "return_logprob": True})
+            data = await self._send(server, {**_payload(groups, n), "return_logprob": True})
+            if total == 1 and isinstance(data, dict):
+                data = [data]
             if not isinstance(data, list) or len(data) != total:
-                raise ServerError(f"/generate answered {type(data).__name__} for a batch of {total} samples; "
+                raise ServerError(f"/generate answered {type(data).__name__} for {total} samples; "
                                   f"expected a list of {total} results")
         except RequestRejected as e:
-            if len(groups) > 1:  # find the group the refusal is about
+            if len(groups) > 1:  # find the request the refusal is about
                 await asyncio.gather(*(self._post(server, [g], n) for g in groups))
             else:
                 _settle(groups[0], exc=e)
             return
-        except (httpx.TransportError, ServerError):
+        except BaseException as e:  # transport, 5xx, or cancelled: nobody may wait forever
             for g in groups:
-                _settle(g, None)
+                _settle(g, exc=e if isinstance(e, Exception) else ServerError(f"request interrupted ({e!r})"))
+            if not isinstance(e, Exception):
+                raise
             return
-        except BaseException as e:  # cancelled or a bug: nobody may wait forever
-            for g in groups:
-                _settle(g, exc=e if isinstance(e, Exception) else ServerError(f"batch interrupted ({e!r})"))
-            raise
         at = 0
         for g in groups:
             _settle(g, data[at : at + len(g.each)])
             at += len(g.each)
+
+
+def _payload(groups: list[_Group], n: int) -> dict[str, Any]:
+    """SGLang's plain form for one prompt, its batch form for several."""
+    if len(groups) == 1 and (n > 1 or len(groups[0].each) == 1):
+        g = groups[0]
+        sp = {**g.each[0].to_sglang(), **({"n": n} if n > 1 else {})}
+        return {"input_ids": g.prompt, "sampling_params": sp, **({"rid": g.rid} if g.rid and n == 1 else {})}
+    if n > 1:
+        prompts, sps = [g.prompt for g in groups], [{**g.each[0].to_sglang(), "n": n} for g in groups]
+    else:
+        prompts = [g.prompt for g in groups for _ in g.each]
+        sps = [sp.to_sglang() for g in groups for sp in g.each]
+    payload: dict[str, Any] = {"input_ids": prompts, "sampling_params": sps[0] if sps.count(sps[0]) == len(sps) else sps}
+    if n == 1 and all(g.rid for g in groups):
+        payload["rid"] = [g.rid for g in groups]
+    return payload
 
 
 def _settle(group: _Group, result: Any = None, exc: BaseException | None = None) -> None:

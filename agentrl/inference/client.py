@@ -39,7 +39,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -107,12 +107,13 @@ class RemoteEngine:
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
-        self._batcher = GroupBatcher(lambda server, payload: self._post(server, "/generate", payload, self.timeout))
+        self._batcher = GroupBatcher(self._post_generate)
         self._version = version
         self._last_update: tuple[str, int] | None = None
         self._unpaused = asyncio.Event()
         self._unpaused.set()
-        self.stats = {"requests": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
+        # requests: generate/generate_group calls; posts: /generate HTTP requests (batched)
+        self.stats = {"requests": 0, "posts": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
 
     @classmethod
     def from_config(cls, config: RemoteEngineConfig, **kwargs: Any) -> RemoteEngine:
@@ -144,9 +145,13 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ generation
 
-    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion:
+    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *,
+                       on_progress: Callable[[Completion], None] | None = None) -> Completion:
+        """Generate until a real finish; ``on_progress``, if given, hears the tokens so far each
+        time the request was interrupted (the episode log keeps them across a crash)."""
         self.stats["requests"] += 1
-        return await self._complete(_prompt(input_ids), sampling, Completion([], [], [], "abort"))
+        return await self._complete(_prompt(input_ids), sampling, Completion([], [], [], "abort"),
+                                    on_progress=on_progress)
 
     async def generate_group(self, input_ids: Sequence[int], sampling: SamplingParams, n: int) -> list[Completion]:
         """``n`` samples of one prompt, sent as one request; see the module docstring."""
@@ -160,12 +165,12 @@ class RemoteEngine:
         server.inflight += n
         try:
             data = await self._batcher.submit(server, prompt, each)
-        finally:
-            server.inflight -= n
-        if data is None:
-            log.warning("a group of %d on %s failed; re-running its samples one request each", n, server.address)
+        except (*_TRANSPORT_ERRORS, ServerError) as e:
+            log.warning("a group of %d on %s failed (%r); re-running its samples one by one", n, server.address, e)
             self.stats["retries"] += 1
             return list(await asyncio.gather(*(self.generate(prompt, sp) for sp in each)))
+        finally:
+            server.inflight -= n
         jobs = []
         for d, sp in zip(data, each, strict=True):
             tokens, logprobs, versions, reason = self._parse_generate(d)
@@ -173,9 +178,11 @@ class RemoteEngine:
         return list(await asyncio.gather(*jobs))
 
     async def _complete(self, prompt: list[int], sampling: SamplingParams, done: Completion,
-                        server: _Server | None = None, first: dict[str, Any] | None = None) -> Completion:
+                        server: _Server | None = None, first: dict[str, Any] | None = None,
+                        on_progress: Callable[[Completion], None] | None = None) -> Completion:
         """Generate until finished, from ``done``'s tokens so far; ``first`` is the finish
-        reason they came with, if they came from a request already answered by ``server``."""
+        reason they came with, if they came from a request already answered by ``server``.
+        Each request goes through the batcher (with the others of its tick)."""
         tokens, logprobs, versions = done.tokens, done.logprobs, done.versions
         base_rid = uuid.uuid4().hex
         resumes = failures = attempt = 0
@@ -199,15 +206,11 @@ class RemoteEngine:
                         server = await self._pick()
                         server.pinned.add(base_rid)
                         server.inflight += 1
-                    payload = {
-                        "input_ids": prompt + tokens,
-                        "sampling_params": {**sampling.to_sglang(), "max_new_tokens": remaining},
-                        "return_logprob": True,
-                        "rid": f"{base_rid}-{attempt}",
-                    }
+                    this = replace(sampling, max_new_tokens=remaining)
+                    rid = f"{base_rid}-{attempt}"
                     attempt += 1
                     try:
-                        data = await self._post(server, "/generate", payload, self.timeout)
+                        (data,) = await self._batcher.submit(server, prompt + tokens, [this], rid)
                     except _TRANSPORT_ERRORS as e:
                         # Dead, or a transient hiccup? A server that still answers /health keeps
                         # the request (re-sent there); one that does not is taken out.
@@ -244,6 +247,8 @@ class RemoteEngine:
                         raise ServerError(f"{server and server.address} failed the request: {reason.get('message')}")
                     resumes += 1
                     self.stats["resumes"] += 1
+                    if on_progress is not None:
+                        on_progress(Completion(list(tokens), list(logprobs), list(versions), "abort"))
                     if resumes > self.max_resumes:
                         return Completion(tokens, logprobs, versions, "abort")
                     continue
@@ -349,6 +354,10 @@ class RemoteEngine:
         await asyncio.gather(*(self._probe(s) for s in self._servers))
         return {s.address: s.healthy for s in self._servers}
 
+    async def _post_generate(self, server: _Server, payload: dict[str, Any]) -> Any:
+        self.stats["posts"] += 1
+        return await self._post(server, "/generate", payload, self.timeout)
+
     async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float) -> Any:
         r = await self._http.post(server.address + path, json=payload, timeout=httpx.Timeout(seconds, connect=5.0))
         if r.status_code >= 500:
@@ -377,13 +386,18 @@ class RemoteEngine:
                         self._mark_down(s, e)
                         return None
                     await asyncio.sleep(self.backoff * 2 ** attempt)
-        for s in self._servers:  # a control call must reach every live server, or versions skew
-            if not s.healthy:
-                await self._probe(s)
-        targets = [s for s in self._servers if s.healthy]
-        if not targets:
-            raise ServerUnavailable(f"no healthy inference server among {self.addresses}")
-        return await asyncio.gather(*(one(s) for s in targets))
+        deadline = time.monotonic() + self.control_timeout
+        while True:
+            for s in self._servers:  # a control call must reach every live server, or versions skew
+                if not s.healthy:
+                    await self._probe(s)
+            targets = [s for s in self._servers if s.healthy]
+            if targets:
+                return await asyncio.gather(*(one(s) for s in targets))
+            if time.monotonic() > deadline:  # none came back (a restarted one is re-synced by _probe)
+                raise ServerUnavailable(f"no healthy inference server among {self.addresses} for "
+                                        f"{self.control_timeout:.0f} s")
+            await asyncio.sleep(self.health_check_interval)
 
     async def pause(self) -> None:
         """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait."""

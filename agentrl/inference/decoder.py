@@ -1,11 +1,14 @@
-"""A batched decoder forward pass over a slot KV cache, for the Llama/Qwen family.
+"""A packed decoder forward pass over a slot KV cache, for the Llama/Qwen family.
 
-What it is: the model half of ``agentrl serve``'s engine. ``load_decoder(DIR)`` reads a
-Hugging Face checkpoint (``config.json`` + safetensors) into plain tensors, and
-``Decoder.forward`` runs any set of cache slots at once: each row of the batch is one
-request, with its own positions, writing its new keys/values into its own slot of the cache
-and attending to everything that slot holds up to its own position. Prefill (many tokens per
-row, right-padded) and decode (one token per row) are the same call.
+What it is: the model half of ``agentrl serve``'s engine. ``load_weights`` reads a Hugging
+Face checkpoint (``config.json`` + safetensors) into plain tensors, and ``Decoder.forward``
+runs one ``Step``: decode rows (one token in each of consecutive cache slots) and prefill rows
+(any number of tokens from any position of a slot), packed into one matrix without padding.
+Each row writes its new keys/values into its own slot (``[positions, kv_heads, head_dim]``
+per slot) and attends to everything that slot holds up to its own position. Beside the slots
+sits the prefix pool (``pool_k``/``pool_v``, one entry per cached token), with the batched
+copies between the two that the prefix cache needs (``load_prefixes``, ``save_prefixes``,
+``copy_prefixes``).
 
 Supported ``model_type`` values (``SUPPORTED_MODEL_TYPES``): ``llama``, ``qwen2`` (q/k/v
 bias) and ``qwen3`` (per-head q/k RMSNorm) — RMSNorm, RoPE (default, linear, llama3, yarn,
@@ -31,6 +34,13 @@ import torch.nn.functional as F
 from agentrl.errors import ModelError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+ROW_ATTENTION_MAX = 131072
+"""Decode attention takes one matmul per row over all key heads while ``heads * head_dim *
+keys`` stays below this, one per key head above it. On the tiny model (4 x 32, 2 key heads, one
+CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3, 64 rows over
+250 keys 11.2 instead of 15.1, 16 rows over 600 keys 6.6 instead of 9.6: the call overhead of a
+small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
 
 
 @dataclass
@@ -197,8 +207,10 @@ class Decoder:
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
         self.num_slots, self.max_len = num_slots, max_len
         s = self.spec
-        # One slot past the last is the scratch slot that filler rows write to.
-        shape = (s.num_layers, num_slots + 1, s.num_kv_heads, max_len, s.head_dim)
+        # [layers, slots + 1, positions, kv_heads, head_dim]: a slot's keys are one [positions,
+        # kv_heads * head_dim] matrix (what the decode attention reads in one piece); one slot
+        # past the last is the scratch slot that filler rows write to.
+        shape = (s.num_layers, num_slots + 1, max_len, s.num_kv_heads, s.head_dim)
         self.cache_k = torch.zeros(shape, device=self.device, dtype=dtype)
         self.cache_v = torch.zeros(shape, device=self.device, dtype=dtype)
         # The prefix cache's entries, one token each: [layers, pool_tokens, kv_heads, head_dim].
@@ -239,7 +251,8 @@ class Decoder:
 
     # ------------------------------------------------------------------ prefix pool
     # Each call moves keys and values for many tokens with one gather and one scatter per
-    # tensor; ``cache[:, slots, :, positions]`` is ``[tokens, layers, kv_heads, head_dim]``.
+    # tensor; ``cache[:, slots, positions]`` and ``pool[:, entries]`` are ``[layers, tokens,
+    # kv_heads, head_dim]``.
 
     def load_prefixes(self, loads: list[tuple[int, list[int]]]) -> None:
         """For each ``(slot, entries)``: copy pool ``entries`` (one per token) into positions
@@ -250,7 +263,7 @@ class Decoder:
         positions = self._index([p for _, entries in loads for p in range(len(entries))])
         entries = self._index([e for _, ent in loads for e in ent])
         for cache, pool in ((self.cache_k, self.pool_k), (self.cache_v, self.pool_v)):
-            cache[:, slots, :, positions] = pool[:, entries].transpose(0, 1)
+            cache[:, slots, positions] = pool[:, entries]
 
     def save_prefixes(self, saves: dict[int, tuple[int, int]]) -> None:
         """For each ``entry: (slot, position)``: copy that position of that slot into the pool entry."""
@@ -260,7 +273,7 @@ class Decoder:
         slots = self._index([slot for slot, _ in saves.values()])
         positions = self._index([p for _, p in saves.values()])
         for cache, pool in ((self.cache_k, self.pool_k), (self.cache_v, self.pool_v)):
-            pool[:, entries] = cache[:, slots, :, positions].transpose(0, 1)
+            pool[:, entries] = cache[:, slots, positions]
 
     def copy_prefixes(self, copies: list[tuple[int, int, int]]) -> None:
         """For each ``(source slot, target slot, length)``: copy positions ``0 .. length - 1``
@@ -271,7 +284,7 @@ class Decoder:
         for n, pairs in by_length.items():
             sources, targets = self._index([p[0] for p in pairs]), self._index([p[1] for p in pairs])
             for cache in (self.cache_k, self.cache_v):
-                cache[:, :, :, :n].index_copy_(1, targets, cache[:, sources, :, :n])
+                cache[:, :, :n].index_copy_(1, targets, cache[:, sources, :n])
 
     def _index(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
@@ -286,9 +299,9 @@ class Decoder:
 
         All tokens go through the projections and the MLP as one packed ``[N, hidden]``
         matrix. Attention is the only per-row part: decode rows read their slot's keys in
-        place (consecutive slots: a strided view, no copy) with one small batched matmul;
-        prefill rows gather their slots' keys and run one masked SDPA call, padded to the
-        longest prefill row (padding in attention only, not in the matmuls).
+        place (consecutive slots: a view, no copy) with small batched matmuls
+        (``ROW_ATTENTION_MAX``); prefill rows gather their slots' keys and run one masked SDPA
+        call, padded to the longest prefill row (padding in attention only, not in the matmuls).
         """
         s, w, dev = self.spec, self.weights, self.device
         D, scratch = len(step.decode), self.num_slots
@@ -307,6 +320,7 @@ class Decoder:
         if top > self.max_len:
             raise ModelError(f"position {top - 1} is past the cache length {self.max_len}")
         H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
+        q_out, kv_out = H * hd, KV * hd
         tokens = torch.tensor(toks, device=dev)
         positions = torch.tensor(pos, device=dev)
         # RoPE tables for the query heads and the key heads side by side, the queries' scaled by
@@ -315,16 +329,24 @@ class Decoder:
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
         cos = torch.cat([(cos * scale).expand(N, H, hd), cos.expand(N, KV, hd)], 1)
         sin = torch.cat([(sin * scale).expand(N, H, hd), sin.expand(N, KV, hd)], 1)
-        heads = torch.arange(KV, device=dev)
-        # Rows of the flattened cache [(S + 1) * KV * max_len, hd] this call writes: [N * KV].
-        write_rows = ((torch.tensor(wslot, device=dev)[:, None] * KV + heads[None, :]) * self.max_len
-                      + positions[:, None]).reshape(-1)
+        # Rows of a layer's cache flattened to [(S + 1) * max_len, KV * hd] this call writes: [N].
+        write_rows = torch.tensor(wslot, device=dev) * self.max_len + positions
         if D:
             dec_pos = positions[:D]
             dec_len = int(dec_pos.max()) + 1
-            key_pos = torch.arange(dec_len, device=dev)
-            dec_bias = torch.zeros(D, 1, 1, dec_len, dtype=self.dtype, device=dev).masked_fill_(
-                key_pos[None, None, None, :] > dec_pos[:, None, None, None], float("-inf"))
+            # Short keys: each row's H query heads against its slot's keys as one [dec_len * KV,
+            # hd] matrix (column j: position j // KV, key head j % KV; a query head sees only its
+            # own key head's columns): KV times the attention FLOPs in one matmul per row instead
+            # of KV, which is cheaper while the keys are short. Long keys: one matmul per key head.
+            per_row = KV == 1 or H * hd * dec_len <= ROW_ATTENTION_MAX
+            cols = torch.arange(dec_len * KV if per_row else dec_len, device=dev)
+            seen = ((cols // KV) if per_row else cols)[None, :] <= dec_pos[:, None]  # [D, cols]
+            if per_row:
+                own = (cols % KV)[None, :] == (torch.arange(H, device=dev) // (H // KV))[:, None]  # [H, cols]
+                seen = own[None] & seen[:, None]  # [D, H, cols]
+            else:
+                seen = seen[:, None, None, :]  # [D, 1, 1, cols]
+            dec_bias = torch.zeros(seen.shape, dtype=self.dtype, device=dev).masked_fill_(~seen, float("-inf"))
         if lens:
             P, T = len(lens), max(lens)
             pre_slots = torch.tensor([slot for slot, _, _ in step.prefill], device=dev)
@@ -338,8 +360,6 @@ class Decoder:
             q_pos = positions[gather]  # [P, T]
             pre_mask = (torch.arange(pre_len, device=dev)[None, None, None, :] <= q_pos[:, None, :, None])
             keep = valid.reshape(-1).nonzero().squeeze(1)
-        q_out, kv_out = H * hd, KV * hd
-        g = H // KV
         x = w["embed"][tokens]
         for i, layer in enumerate(w["layers"]):
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
@@ -350,20 +370,24 @@ class Decoder:
                                 _rms_norm(qk[:, H:], layer["k_norm"], s.rms_eps)], 1)
             qk = qk * cos + _rotate_half(qk) * sin
             q = qk[:, :H]
-            ck, cv = self.cache_k[i], self.cache_v[i]  # [S + 1, KV, max_len, hd]
-            ck.view(-1, hd).index_copy_(0, write_rows, qk[:, H:].reshape(-1, hd))
-            cv.view(-1, hd).index_copy_(0, write_rows, qkv[:, q_out + kv_out :].reshape(-1, hd))
+            ck, cv = self.cache_k[i], self.cache_v[i]  # [S + 1, max_len, KV, hd]
+            ck.view(-1, kv_out).index_copy_(0, write_rows, qk[:, H:].reshape(N, kv_out))
+            cv.view(-1, kv_out).index_copy_(0, write_rows, qkv[:, q_out + kv_out :])
             parts = []
-            if D:
-                # one query per row: grouped heads as a small batched matmul (SDPA's CPU
-                # kernels are tiled for long queries and cost several times more here)
-                keys, values = ck[:D, :, :dec_len], cv[:D, :, :dec_len]
-                scores = torch.matmul(q[:D].reshape(D, KV, g, hd), keys.transpose(-1, -2))
-                probs = scores.add_(dec_bias).softmax(dim=-1)
-                parts.append(torch.matmul(probs, values).reshape(D, q_out))
+            if D:  # small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
+                keys, values = ck[:D, :dec_len], cv[:D, :dec_len]  # views: consecutive slots
+                if per_row:
+                    keys, values = keys.reshape(D, dec_len * KV, hd), values.reshape(D, dec_len * KV, hd)
+                    probs = torch.baddbmm(dec_bias, q[:D], keys.transpose(1, 2)).softmax(dim=-1)
+                    parts.append(torch.bmm(probs, values).reshape(D, q_out))
+                else:
+                    scores = torch.matmul(q[:D].reshape(D, KV, H // KV, hd), keys.permute(0, 2, 3, 1))
+                    probs = scores.add_(dec_bias).softmax(dim=-1)
+                    parts.append(torch.matmul(probs, values.transpose(1, 2)).reshape(D, q_out))
             if lens:
                 qp = q[gather].transpose(1, 2)  # [P, H, T, hd]
-                keys, values = ck[pre_slots, :, :pre_len], cv[pre_slots, :, :pre_len]
+                keys = ck[pre_slots, :pre_len].transpose(1, 2)  # [P, KV, pre_len, hd]
+                values = cv[pre_slots, :pre_len].transpose(1, 2)
                 out = F.scaled_dot_product_attention(qp, keys, values, attn_mask=pre_mask, scale=1.0,
                                                      enable_gqa=KV != H)
                 parts.append(out.transpose(1, 2).reshape(P * T, q_out)[keep])

@@ -145,9 +145,12 @@ class Engine:
         self._commands.put(lambda: None)
         self._thread.join(timeout=10)
 
-    def submit(self, req: Request) -> None:
-        """Queue a request. Its ``notify`` is called when it finishes (and per step if streaming)."""
-        self._commands.put(lambda: self._admit_to_queue(req))
+    def submit(self, *reqs: Request) -> None:
+        """Queue requests. Each one's ``notify`` is called when it finishes (and per step if streaming)."""
+        def run() -> None:
+            for req in reqs:
+                self._admit_to_queue(req)
+        self._commands.put(run)
 
     def abort(self, rid: str = "", abort_all: bool = False, message: str = "Aborted") -> None:
         """Finish the matching live requests (rid prefix, SGLang's rule) as aborted."""

@@ -199,15 +199,20 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     else:
         ids = body["input_ids"]
         batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-        prompts = [parse_prompt_ids(p, state.vocab_size) for p in (ids if batch else [ids])]
+        prompts = []
+        for p in ids if batch else [ids]:  # a group's copies of one prompt are checked once
+            prompts.append(prompts[-1] if prompts and p == prompts[-1] else parse_prompt_ids(p, state.vocab_size))
     sps = body.get("sampling_params")
     if isinstance(sps, list):
         if not batch or len(sps) != len(prompts):
             raise BadRequest(f"sampling_params is a list of {len(sps)} but there are {len(prompts)} prompts")
     else:
         sps = [sps] * len(prompts)
-    parsed = [parse_sampling(sp, prompt_len=len(p), context_length=state.engine.context_length)
-              for sp, p in zip(sps, prompts, strict=True)]
+    parsed: list[dict[str, Any]] = []
+    for i, (sp, p) in enumerate(zip(sps, prompts, strict=True)):  # equal neighbours are parsed once
+        same = i and sp == sps[i - 1] and len(p) == len(prompts[i - 1])
+        parsed.append(parsed[-1] if same else parse_sampling(sp, prompt_len=len(p),
+                                                             context_length=state.engine.context_length))
     n = parsed[0]["n"]
     if any(p["n"] != n for p in parsed):
         raise BadRequest("all sampling_params of a batch must have the same n")
@@ -243,7 +248,7 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     kw = {"return_logprob": bool(return_logprob), "text_in_logprobs": bool(body.get("return_text_in_logprobs"))}
     if body.get("stream"):
         return StreamingResponse(_sse(state, reqs, opts, kw, expanded), media_type="text/event-stream")
-    done = await asyncio.gather(*(state.run(r, http) for r in reqs))
+    done = await state.run_all(reqs, http)
     for r in done:
         reason = r.finish_reason or {}
         if reason.get("status_code") and reason["status_code"] >= 400:

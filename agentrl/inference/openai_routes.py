@@ -16,7 +16,6 @@ to be parsed); without tools, content streams token by token.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -63,7 +62,7 @@ async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], 
     base = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex
     reqs = [EngineRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
                           top_logprobs_num=top_n) for i in range(n)]
-    done = await asyncio.gather(*(state.run(r, http) for r in reqs))
+    done = await state.run_all(reqs, http)
     for r in done:
         reason = r.finish_reason or {}
         if reason.get("status_code") and reason["status_code"] >= 400:

@@ -3,7 +3,7 @@
 What it is: ``ServeConfig`` (the CLI flags) and ``ServerState`` — the engine (started and
 stopped by the app's lifespan), the tokenizer and the served model's facts — plus the two
 ways a handler waits on the engine: ``run`` (until a request finishes) and ``stream`` (token
-by token). A client that disconnects aborts its request. What it is not: the routes
+by token). A client that disconnects aborts its requests. What it is not: the routes
 (``native_routes``, ``openai_routes``) or the app (``app``).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from dataclasses import dataclass
 
@@ -94,22 +95,40 @@ class ServerState:
 
     async def run(self, req: EngineRequest, http: Request | None = None) -> EngineRequest:
         """Submit and wait until finished; a disconnected client aborts the request."""
+        return (await self.run_all([req], http))[0]
+
+    async def run_all(self, reqs: list[EngineRequest], http: Request | None = None) -> list[EngineRequest]:
+        """Submit ``reqs`` together and wait until all finished; a disconnected client aborts
+        them. The engine thread wakes the event loop once, when the last one finishes."""
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
-        req.notify = lambda r, fin: loop.call_soon_threadsafe(done.set) if fin else None
-        self.engine.submit(req)
+        left = [len(reqs)]
+        lock = threading.Lock()
+
+        def finished(_: EngineRequest, fin: bool) -> None:  # engine thread
+            if fin:
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    loop.call_soon_threadsafe(done.set)
+        for r in reqs:
+            r.notify = finished
+        self.engine.submit(*reqs)
         try:
             while not done.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await done.wait()
                 if not done.is_set() and http is not None and await http.is_disconnected():
-                    self.engine.abort(req.rid, message="client disconnected")
+                    for r in reqs:
+                        self.engine.abort(r.rid, message="client disconnected")
                     await done.wait()
         except asyncio.CancelledError:
-            self.engine.abort(req.rid, message="client disconnected")
+            for r in reqs:
+                self.engine.abort(r.rid, message="client disconnected")
             raise
-        return req
+        return reqs
 
     async def stream(self, req: EngineRequest):
         """Yield ``(num_tokens, finished)`` as the engine produces tokens; abort if abandoned."""

@@ -170,7 +170,8 @@ class Generate:
         self.sent.append(body)
         batch = isinstance(body["input_ids"][0], list)
         prompts = body["input_ids"] if batch else [body["input_ids"]]
-        sps = body["sampling_params"] if isinstance(body["sampling_params"], list) else [body["sampling_params"]]
+        sps = body["sampling_params"]
+        sps = sps if isinstance(sps, list) else [sps] * len(prompts)  # one object applies to every prompt
         results = []
         for p, sp in zip(prompts, sps, strict=True):
             for _ in range(sp.get("n", 1)):
@@ -197,7 +198,7 @@ async def test_a_group_is_one_request_and_an_aborted_sample_resumes_alone():
     assert [o.tokens for o in outs] == [[5, 6, 7, 9], [8], [8]]
     assert outs[0].versions == [3, 3, 4, 4] and outs[0].finish_reason == "stop"
     first, resume = fake.sent
-    assert first["input_ids"] == [[1, 2]] and first["sampling_params"][0]["n"] == 3
+    assert first["input_ids"] == [1, 2] and first["sampling_params"]["n"] == 3
     assert resume["input_ids"] == [1, 2, 5, 6] and resume["sampling_params"]["max_new_tokens"] == 8
 
 
@@ -217,7 +218,7 @@ async def test_groups_of_one_tick_share_a_request_and_a_refusal_reaches_only_its
                                     return_exceptions=True)
     assert [o.tokens for o in outcomes[0]] == [[10], [10]]
     assert isinstance(outcomes[1], RequestRejected) and "66 is refused" in str(outcomes[1])
-    assert [b["input_ids"] for b in fake.sent[1:]] == [[[10], [66]], [[10]], [[66]]]
+    assert [b["input_ids"] for b in fake.sent[1:]] == [[[10], [66]], [10], [66]]  # then each alone
 
 
 async def test_a_seeded_group_sends_consecutive_seeds_and_a_failed_group_falls_back_to_single_requests():
@@ -237,4 +238,4 @@ async def test_a_seeded_group_sends_consecutive_seeds_and_a_failed_group_falls_b
     engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
     outs = await engine.generate_group([1], SamplingParams(max_new_tokens=1), 2)
     assert [o.tokens for o in outs] == [[4], [4]] and engine.stats["retries"] == 1
-    assert [b["input_ids"] for b in fake.sent] == [[[1]], [1], [1]]
+    assert [b["input_ids"] for b in fake.sent] == [[1], [[1], [1]]]  # the two re-runs left together

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from agentrl.errors import ModelError
+from agentrl.inference import decoder as decoder_module
 from agentrl.inference.decoder import Decoder, Step
 from agentrl.inference.sampling import sample_rows
 
@@ -31,9 +32,13 @@ def make_checkpoint(kind: str, path):
     return model
 
 
+@pytest.mark.parametrize("per_row", [True, False], ids=["matmul-per-row", "matmul-per-key-head"])
 @pytest.mark.parametrize("kind", ["qwen2", "llama", "qwen3"])
-def test_packed_prefill_and_decode_in_any_slots_equal_transformers(kind, tmp_path, untrained_model_dir):
+def test_packed_prefill_and_decode_in_any_slots_equal_transformers(kind, per_row, tmp_path, untrained_model_dir,
+                                                                   monkeypatch):
     torch.set_num_threads(1)
+    if not per_row:  # the decode attention for long keys
+        monkeypatch.setattr(decoder_module, "ROW_ATTENTION_MAX", 0)
     if kind == "qwen2":
         from transformers import AutoModelForCausalLM
 

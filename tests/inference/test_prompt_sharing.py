@@ -200,7 +200,7 @@ async def test_remote_engine_groups_share_the_prompt(server):
         groups = await asyncio.gather(*(engine.generate_group(p, SamplingParams(max_new_tokens=5), 4)
                                         for p in prompts))
         after = await astate(client, server)
-        assert engine._batcher.batches == 1  # the three groups left in one /generate
+        assert engine.stats["posts"] == 1  # the three groups left in one /generate
         seeded = SamplingParams(max_new_tokens=6, temperature=1.0, seed=9, ignore_eos=True)
         a = await engine.generate_group(prompts[0], seeded, 3)
         b = await engine.generate_group(prompts[0], seeded, 3)

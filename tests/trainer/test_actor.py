@@ -137,21 +137,23 @@ def test_kl_penalty_against_the_frozen_reference(group, small_model):
     assert any((ref[i] - now[i]).abs().max() > 1e-4 for i in ref)
 
 
-def test_an_empty_batch_is_skipped_with_a_warning(group, small_model):
+def test_an_empty_batch_changes_no_weight_but_counts_as_a_step(group, small_model):
     actor = Actor(small_model, _config())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         empty = prepare_batch([], version=0, config=actor.config)
+    before = _weights(actor)
     with pytest.warns(RuntimeWarning, match="without loss tokens"):
         stats = actor.train_step(empty)
-    assert stats["empty_batch"] == 1 and actor.version == 0
+    assert stats["empty_batch"] == 1 and actor.version == 1 and actor.optimizer_steps == 0
+    assert all(torch.equal(v, before[k]) for k, v in _weights(actor).items())
 
 
-def test_lr_schedule_warmup_then_cosine():
-    from agentrl.trainer.actor import lr_lambda
-
-    f = lr_lambda(TrainerConfig(warmup_steps=3, total_steps=10, min_lr_ratio=0.1))
-    assert [round(f(s), 4) for s in (0, 1, 2)] == [0.25, 0.5, 0.75]
+def test_lr_schedule_warmup_then_cosine(group, small_model):
+    """The actor's schedule is agentrl.optim.warmup_cosine: total_steps counts the steps after warmup."""
+    actor = Actor(small_model, _config(warmup_steps=3, total_steps=10, min_lr_ratio=0.1))
+    f = actor.scheduler.lr_lambdas[0]
+    assert [round(f(s), 4) for s in (0, 1, 2)] == [0.3333, 0.6667, 1.0]
     assert f(3) == pytest.approx(1.0) and f(8) == pytest.approx(0.55) and f(13) == pytest.approx(0.1)
     assert f(100) == pytest.approx(0.1)
 
