@@ -2,7 +2,7 @@
 
     client.py         RemoteEngine: token-in/token-out client of SGLang-compatible servers
                       (interruption hidden, least-loaded routing, weight-update control calls)
-    batcher.py        GroupBatcher: the sample groups of one event-loop tick as one /generate
+    batcher.py        GroupBatcher: the requests of one event-loop tick as one /generate
     engine.py         the continuous-batching engine thread behind ``agentrl serve``
     decoder.py        weights + slot KV cache + the packed forward pass the engine runs
     prefix_cache.py   the radix tree of cached prompt prefixes (which KV entries hold what)
