@@ -443,9 +443,10 @@ class Engine:
         settings = [(r.sampling.temperature, r.sampling.top_k, r.sampling.top_p) for r in batch]
         if settings.count(settings[0]) == len(settings):  # the usual case: one setting for the batch
             settings = settings[:1]
-        temperature, top_k, top_p = (torch.tensor(col, dtype=dt, device=dev).expand(len(batch)) for col, dt in
-                                     zip(zip(*settings, strict=True), (torch.float32, torch.long, torch.float32),
-                                         strict=True))
+        t, k, p = zip(*settings, strict=True)
+        temperature = torch.tensor(t, dtype=torch.float32, device=dev).expand(len(batch))
+        top_k = torch.tensor(k, dtype=torch.long, device=dev).expand(len(batch))
+        top_p = torch.tensor(p, dtype=torch.float32, device=dev).expand(len(batch))
         uniform = torch.tensor([r.rng.random() for r in batch], dtype=torch.float32, device=dev)
         top_n = max(r.top_logprobs_num for r in batch)
         tokens, logprobs, top = sample_rows(logits, temperature, top_k, top_p, uniform, top_n)
