@@ -23,6 +23,16 @@ How it behaves:
     ``health_check_interval`` seconds, re-synced to the published weights when it comes back,
     and the calls it held are re-run elsewhere from their last returned token. Generation has
     no side effects, so that re-run is safe.
+  * **Batching.** The short requests (``batch_max_new_tokens``, default 32 new tokens) made in
+    one event-loop tick — a rollout starts its episodes together — go to their server as one
+    batched ``/generate`` (``agentrl.inference.batcher``); a lone or long request goes in
+    SGLang's plain form. ``generate_group`` asks for ``n`` samples of one prompt with SGLang's
+    ``sampling_params.n`` (when ``sampling.seed`` is set: ``n`` samples with seeds ``seed,
+    seed + 1, ...``, since ``n`` copies of one seed would be ``n`` equal samples). Each sample
+    that comes back aborted is resumed on its own, as above; if a group's request fails
+    (transport error, 5xx), its samples are re-run one request each.
+  * **Connections.** One ``httpx`` pool of ``max_connections`` (default 256) kept-alive
+    connections; more concurrent requests wait for a free one.
   * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
     fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
     exponential backoff, at most ``max_retries`` times in a row without progress, then
@@ -68,6 +78,9 @@ class RemoteEngineConfig:
     health_check_interval: float = option(2.0, help="seconds before a failed server is probed again", gt=0)
     max_resumes: int = option(1000, help="resumes of one aborted request before returning 'abort'", ge=0)
     max_connections: int = option(256, help="HTTP connections kept open (requests in flight at once)", ge=1)
+    batch_max_new_tokens: int = option(
+        32, help="requests made in the same event-loop tick with at most this many new tokens share one "
+        "/generate (each then waits for the slowest; 0: never share)", ge=0)
 
 
 @dataclass
@@ -93,7 +106,8 @@ class RemoteEngine:
     def __init__(self, addresses: Sequence[str] | str, *, timeout: float = 600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
                  health_check_interval: float = 2.0, max_resumes: int = 1000, max_connections: int = 256,
-                 version: int = 0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 batch_max_new_tokens: int = 32, version: int = 0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:
@@ -107,7 +121,7 @@ class RemoteEngine:
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
-        self._batcher = GroupBatcher(self._post_generate)
+        self._batcher = GroupBatcher(self._post_generate, max_new_tokens=batch_max_new_tokens)
         self._version = version
         self._last_update: tuple[str, int] | None = None
         self._unpaused = asyncio.Event()
@@ -120,7 +134,8 @@ class RemoteEngine:
         return cls(config.addresses, timeout=config.timeout, connect_timeout=config.connect_timeout,
                    control_timeout=config.control_timeout, max_retries=config.max_retries, backoff=config.backoff,
                    health_check_interval=config.health_check_interval, max_resumes=config.max_resumes,
-                   max_connections=config.max_connections, **kwargs)
+                   max_connections=config.max_connections, batch_max_new_tokens=config.batch_max_new_tokens,
+                   **kwargs)
 
     @property
     def version(self) -> int:
