@@ -15,11 +15,14 @@ PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 
 
 async def wait_running(client: httpx.AsyncClient, url: str, min_tokens: int = 20, limit_s: float = 30.0) -> None:
-    """Until the server has a running request that has produced some tokens."""
+    """Until the server has a running request and has produced ``min_tokens`` more tokens than
+    when called (its counter runs over the server's life, which other tests share)."""
     async with asyncio.timeout(limit_s):
+        start = None
         while True:
             info = (await client.get(url + "/server_info")).json()["internal_states"][0]
-            if info["num_running_reqs"] > 0 and info["num_generated_tokens"] >= min_tokens:
+            start = info["num_generated_tokens"] if start is None else start
+            if info["num_running_reqs"] > 0 and info["num_generated_tokens"] - start >= min_tokens:
                 return
             await asyncio.sleep(0.02)
 
@@ -149,9 +152,8 @@ async def test_a_group_interrupted_by_a_weight_update_loses_no_token(
     await reset(proc.url, untrained_model_dir, "0")
     sampling = SamplingParams(max_new_tokens=300, temperature=1.0, ignore_eos=True)
     async with RemoteEngine([proc.url], timeout=120) as engine, httpx.AsyncClient(timeout=60) as client:
-        start = (await client.get(proc.url + "/server_info")).json()["internal_states"][0]["num_generated_tokens"]
         job = asyncio.create_task(engine.generate_group(PROMPT, sampling, 4))
-        await wait_running(client, proc.url, min_tokens=start + 4 * 20)
+        await wait_running(client, proc.url, min_tokens=4 * 20)
         await engine.pause()
         await engine.update_weights(str(second_model_dir), 1)
         await engine.resume()
