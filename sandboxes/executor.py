@@ -50,6 +50,7 @@ Main hook: ``Executor.handle(message) -> reply``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import json
 import os
@@ -773,22 +774,18 @@ class Executor:
 
     # ---- the work dir, with the program's own rights
 
+    @contextlib.contextmanager
     def _as_program(self):
-        """A context in which file access is the program's: its fsuid and fsgid (a no-op
-        in a rootless jail, where the executor has the program's uid already)."""
-        executor = self
-
-        class _Ids:
-            def __enter__(self):
-                self.switch = os.geteuid() != executor.uid
-                if self.switch:
-                    executor.kernel.filesystem_ids(executor.uid)
-
-            def __exit__(self, *exc):
-                if self.switch:
-                    executor.kernel.filesystem_ids(os.geteuid())
-
-        return _Ids()
+        """File access as the program's: its fsuid and fsgid (a no-op in a rootless jail,
+        where the executor has the program's uid already)."""
+        switch = os.geteuid() != self.uid
+        if switch:
+            self.kernel.filesystem_ids(self.uid)
+        try:
+            yield
+        finally:
+            if switch:
+                self.kernel.filesystem_ids(os.geteuid())
 
     def _write_files(self, req: dict) -> None:
         items = [(n, c.encode()) for n, c in req.get("files", {}).items()]
@@ -921,8 +918,9 @@ class Executor:
         stderr = sup["stderr"].text()
         files = self._fetch(req.get("fetch", []))
         self._wipe()
-        if self.reusable:
-            os.unlink(prog)
+        if self.reusable:  # (root's, in sticky /tmp: the wipe, as the program, leaves it)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(prog)
         return {
             "status": classify(
                 exit_code=exit_code, sig=sig, timed_out=sup["timed_out"], over_cap=sup["over_cap"],

@@ -267,9 +267,10 @@ class LocalSandbox:
             return argv, None
 
         def enter() -> None:  # in the child, before exec: join the cgroup, then drop root
-            for path in procs:
-                with open(path, "w") as f:
-                    f.write("0")
+            for path in procs:  # (plain system calls: this runs in a fork of a threaded process)
+                fd = os.open(path, os.O_WRONLY)
+                os.write(fd, b"0")
+                os.close(fd)
             if uid is not None:
                 os.setgroups([])
                 os.setgid(uid)
