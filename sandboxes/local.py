@@ -262,6 +262,10 @@ class LocalSandbox:
         prefix = os.path.realpath(os.path.join(os.path.dirname(self.python), ".."))
         argv = bwrap_argv(bwrap, prefix) + argv
         procs = _cgroup_procs(self.config.cgroup_parent) if self.config.cgroup_parent else []
+        for path in procs:
+            if not os.access(path, os.W_OK):
+                raise SandboxUnavailable(f"cannot join the cgroup {self.config.cgroup_parent!r}: {path} is "
+                                         "missing or not writable by this user; make it (or delegate it) first")
         uid = self.config.rootless_uid if os.geteuid() == 0 else None
         if not procs and uid is None:
             return argv, None
@@ -288,6 +292,10 @@ class LocalSandbox:
                 argv, preexec = self._command(theirs.fileno())
                 proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=log,
                                         env={"PATH": "/usr/bin:/bin"}, preexec_fn=preexec)
+            except (OSError, subprocess.SubprocessError) as e:  # (e.g. the cgroup is not ours to join)
+                mine.close()
+                log.close()
+                raise SandboxUnavailable(f"the jail fork server could not start: {e}") from e
             except BaseException:
                 mine.close()
                 log.close()
