@@ -13,7 +13,8 @@ and the C library then falls back to ``clone``):
   * new namespaces and joining others: ``unshare``, ``setns``, ``clone`` with any
     ``CLONE_NEW*`` flag (a user namespace would give the program every capability in it);
   * mounts: ``mount``, ``umount2``, ``pivot_root``, ``chroot`` and the new mount API;
-  * other processes' memory: ``ptrace``, ``process_vm_readv/writev``, ``pidfd_getfd``;
+  * other processes' memory and limits: ``ptrace``, ``process_vm_readv/writev``,
+    ``pidfd_getfd``, ``prlimit64`` on any pid but its own (0);
   * kernel attack surface unprivileged code does not need: ``bpf``, ``perf_event_open``,
     ``userfaultfd``, ``io_uring_*``, ``keyctl``/``add_key``/``request_key``;
   * the host's machine state: kernel modules, ``kexec``, ``reboot``, swap, ``acct``,
@@ -63,7 +64,7 @@ CLONE_NEW_FLAGS = {
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_ACT_KILL_PROCESS = 0x80000000
 SCMP_FLTATR_ACT_BADARCH = 2
-SCMP_CMP_MASKED_EQ = 7
+SCMP_CMP_NE, SCMP_CMP_MASKED_EQ = 1, 7
 EPERM, ENOSYS = 1, 38
 
 
@@ -138,6 +139,10 @@ def _build(export: str, arch: str = "") -> bytes:
         for flag in CLONE_NEW_FLAGS.values():
             cmp = _ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag)
             _check(lib.seccomp_rule_add_array(ctx, _errno(EPERM), clone, 1, ctypes.byref(cmp)), "filter clone")
+        prlimit = lib.seccomp_syscall_resolve_name(b"prlimit64")
+        if prlimit >= 0:  # another process's limits (its own, pid 0, stay settable: setrlimit uses it)
+            cmp = _ArgCmp(0, SCMP_CMP_NE, 0, 0)
+            _check(lib.seccomp_rule_add_array(ctx, _errno(EPERM), prlimit, 1, ctypes.byref(cmp)), "filter prlimit64")
         clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
         if clone3 >= 0:
             _check(lib.seccomp_rule_add_array(ctx, _errno(ENOSYS), clone3, 0, None), "filter clone3")

@@ -106,7 +106,7 @@ SYSCALL_PROBES = {
     "perf_event_open": "(None, 0, -1, -1, 0)", "keyctl": "(0, 0, 0, 0, 0)", "add_key": "(None, None, None, 0, 0)",
     "userfaultfd": "(0,)", "io_uring_setup": "(0, None)", "init_module": "(None, 0, None)",
     "kexec_load": "(0, 0, None, 0)", "reboot": "(0, 0, 0, None)", "open_by_handle_at": "(-1, None, 0)",
-    "clone": "(0x10000000 | 17, 0, 0, 0, 0)", "clone3": "(None, 0)",
+    "clone": "(0x10000000 | 17, 0, 0, 0, 0)", "clone3": "(None, 0)", "prlimit64": "(1, 7, None, None)",
 }
 SYSCALL_PROGRAM = """
 import ctypes, errno, json, os, shutil, subprocess, sys
