@@ -25,11 +25,10 @@ What it lends the program, and what it does not:
     a time from a descriptor of ``/work`` with ``O_NOFOLLOW`` (``O_DIRECTORY`` for the
     directories), and ``fetch`` returns only regular files of the work dir's own
     filesystem (no FIFO, device, socket, or file reached through a mount or link);
-  * after setup the executor keeps only the capabilities it needs (``Kernel.drop_capabilities``,
-    and the bounding set alike:
-    SETUID, SETGID and KILL as root; none in a rootless jail, where it shares the program's
-    uid), is not dumpable (its ``/proc`` entries and memory are closed to the program), and
-    ignores SIGINT (pid 1 of a namespace receives only the signals it handles);
+  * after setup the executor keeps only the capabilities it needs, effective and bounding
+    (``Kernel``: SETUID, SETGID and KILL as root; none in a rootless jail, where it shares
+    the program's uid), is not dumpable (its ``/proc`` entries and memory are closed to the
+    program), and ignores SIGINT (pid 1 of a namespace receives only the signals it handles);
   * between the calls of a session every process but pid 1 is stopped (SIGSTOP) and
     continued at the next call, so background work burns no CPU while no call runs (a
     thread inside a system call stops when it returns from it; the uploads of the next call

@@ -47,8 +47,9 @@ has no cgroups: memory is bounded by RLIMIT_AS and the tmpfs sizes, not by a cgr
 memory is the program's max RSS; there pid 1 shares the program's uid, so it is kept from
 the program by the pid namespace (init receives only the signals it handles), by being
 non-dumpable and by the filter (no ptrace, no prlimit of another process), not by a uid of
-its own: the program may still lower pid 1's scheduling priority, which slows its own run only. Core dumps are off
-(RLIMIT_CORE 0); a host ``core_pattern`` that pipes to a helper is the host's to configure.
+its own: the program may still lower pid 1's scheduling priority, which slows its own run
+only. Core dumps are off (RLIMIT_CORE 0); a host ``core_pattern`` that pipes to a helper is
+the host's to configure.
 Main hook: ``zygote_main(fd, config)``.
 """
 
