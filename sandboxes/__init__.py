@@ -7,7 +7,7 @@
                                  admission.py: request validation, ceilings, concurrency)
     executor.py   our pid 1 inside every jail and container: runs, caps, kills, reports
     seccomp.py    the seccomp filter every program runs under (compiled with libseccomp)
-    protocol.py   the host side of the executor's protocol (request payload, reply -> ExecResult)
+    wire.py       the host side of the executor's protocol (request payload, reply -> ExecResult)
 
 The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL)``.
 """

@@ -27,7 +27,7 @@ from typing import Any
 
 from agentrl.api import ExecRequest
 from agentrl.config import option
-from sandboxes.protocol import check_names
+from sandboxes.wire import check_names
 
 QUEUE_WAIT_S = 600.0
 """Longest a request waits for a free place before it is refused (503)."""

@@ -71,7 +71,7 @@ from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
 from agentrl.plugins import import_optional
 from sandboxes import seccomp
-from sandboxes.protocol import request_payload, result_from_reply, sandbox_error
+from sandboxes.wire import request_payload, result_from_reply, sandbox_error
 
 LABEL = "agentrl.sandbox"
 CALL_GRACE_S = 10.0

@@ -45,7 +45,7 @@ from agentrl.api import ExecRequest, ExecResult
 from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
 from sandboxes import seccomp
-from sandboxes.protocol import request_payload, result_from_reply, sandbox_error
+from sandboxes.wire import request_payload, result_from_reply, sandbox_error
 
 CGROUP_HEADROOM_MB = 64
 """Memory a jail's cgroup allows beyond the program's limit and its work dir (interpreter, executor)."""
