@@ -194,6 +194,10 @@ class TokenConversation:
             raise RolloutError(f"no completion {call_id!r} in this conversation "
                                f"({len(self.calls)} completions recorded)") from None
 
+    def alias(self, call_id: str, other_id: str) -> None:
+        """Let ``other_id`` (a Responses API id) name the call ``call_id`` too."""
+        self._by_id[other_id] = self.call(call_id)
+
     def set_reward(self, call_id: str, reward: float) -> None:
         self.call(call_id).reward = _finite(reward)
         self._clear_discount()
