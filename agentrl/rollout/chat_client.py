@@ -64,7 +64,8 @@ class ChatClient:
     """An ``openai.AsyncOpenAI`` look-alike over ``engine`` that records one episode; see the module docstring.
 
     ``tokenizer``: a model directory, tokenizer object or ``ChatRenderer``; ``model``: the name
-    answers carry; ``context_length``: prompt + completion limit (None: the server's applies);
+    answers carry; ``context_length``: prompt + completion limit, a completion budget past it
+    is cut to fit (None: the server's limit applies);
     ``default_max_tokens``: the completion budget when a call gives none; ``max_tokens``: the
     episode's token budget over all segments (None: unbounded); ``timeout_s``: per call.
     """
@@ -130,11 +131,12 @@ class ChatClient:
                 "metadata": {"weight_version": str(completion.versions[-1]) if completion.versions else None}}
 
     def _sampling(self, body: dict[str, Any], prompt_len: int, budget: int | None):
-        default = self.default_max_tokens
-        if self.context_length is not None:
-            default = max(0, min(default, self.context_length - prompt_len))
-        parsed = parse_sampling(sampling_fields(body, default), prompt_len=prompt_len,
-                                context_length=self.context_length or _NO_CONTEXT_LIMIT)
+        fields = sampling_fields(body, self.default_max_tokens)
+        room = None if self.context_length is None else self.context_length - prompt_len
+        if room is not None and room > 0 and isinstance(fields["max_new_tokens"], int) \
+                and not isinstance(fields["max_new_tokens"], bool) and fields["max_new_tokens"] > room:
+            fields["max_new_tokens"] = room  # cut to fit the context; a prompt that does not fit is refused
+        parsed = parse_sampling(fields, prompt_len=prompt_len, context_length=self.context_length or _NO_CONTEXT_LIMIT)
         sampling = parsed["sampling"]
         if budget is not None and sampling.max_new_tokens > budget:
             sampling.max_new_tokens = budget
