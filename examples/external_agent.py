@@ -17,7 +17,7 @@ import os
 import sys
 
 import httpx
-from openai import OpenAI, omit
+from openai import NOT_GIVEN, OpenAI
 
 
 def main() -> int:
@@ -28,7 +28,7 @@ def main() -> int:
     with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=300) as http:
         while True:
             response = client.chat.completions.create(
-                model="policy", messages=messages, tools=tools or omit,
+                model="policy", messages=messages, tools=tools or NOT_GIVEN,
                 max_tokens=int(os.environ.get("AGENT_MAX_TOKENS", "64")),
                 temperature=float(os.environ.get("AGENT_TEMPERATURE", "1.0")))
             messages.append(response.choices[0].message.model_dump(exclude_none=True))

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from openai import omit
+from openai import NOT_GIVEN
 
 from agentrl.api import InferenceClient, SamplingParams, Trajectory
 from agentrl.rollout.chat_client import ChatClient
@@ -45,8 +45,8 @@ class ToolAgent:
     def __init__(self, client: Any, sampling: SamplingParams, max_turns: int) -> None:
         self.client, self.max_turns = client, max_turns
         self.settings: dict[str, Any] = {"max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
-                                         "top_p": sampling.top_p, "stop": sampling.stop or omit,
-                                         "seed": sampling.seed if sampling.seed is not None else omit}
+                                         "top_p": sampling.top_p, "stop": sampling.stop or NOT_GIVEN,
+                                         "seed": sampling.seed if sampling.seed is not None else NOT_GIVEN}
         if sampling.top_k != -1:
             self.settings["extra_body"] = {"top_k": sampling.top_k}
 
@@ -55,7 +55,7 @@ class ToolAgent:
         result: dict[str, Any] = {}
         for _ in range(self.max_turns):
             response = await self.client.chat.completions.create(
-                model="policy", messages=messages, tools=tools or omit, **self.settings)
+                model="policy", messages=messages, tools=tools or NOT_GIVEN, **self.settings)
             message = response.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if message.tool_calls:
