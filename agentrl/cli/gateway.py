@@ -20,7 +20,7 @@ READY = "agentrl gateway: ready on "
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("gateway", help="OpenAI-compatible gateway recording agents' episodes as trajectories",
+    p = subparsers.add_parser("gateway", help="OpenAI-compatible gateway: agents' calls become trajectories",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model directory: the tokenizer and chat template")
     p.add_argument("--upstream", action="append", required=True, metavar="URL",
