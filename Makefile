@@ -44,10 +44,12 @@ sandbox-image:
 test: install sandbox-image
 	$(BIN)/python -m pytest -q -ra
 
-# Until `agentrl train` exists: synchronous GRPO on Arith-v0 through every real part
-# (agentrl serve, RemoteEngine, the env, the FSDP2 actor, weight publishing). Outputs in runs/demo/.
+# The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,
+# an `agentrl serve` process and one trainer rank under torchrun. Outputs in runs/demo/ (started
+# afresh each time); the last line printed is the summary as JSON.
 demo: model
-	$(BIN)/python examples/grpo_arith.py model=$(MODEL)
+	rm -rf runs/demo
+	$(BIN)/agentrl train examples/arith_grpo.yaml run_dir=runs/demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""Muon for hidden weight matrices, AdamW for the rest: the tiny model's supervised optimizer.
+"""Muon for hidden weight matrices, AdamW for the rest; and the one warmup + cosine LR schedule.
 
 What it is: ``Muon``, momentum SGD that replaces each 2-D weight's update by its nearest
 semi-orthogonal matrix (a quintic Newton–Schulz iteration, Jordan et al. 2024), scaled so its
@@ -10,6 +10,9 @@ Why our own: ``torch.optim.Muon`` runs the iteration in bfloat16, which on a CPU
 bfloat16 units cost 2.1 s per step of the tiny model (its forward and backward take 0.4 s);
 here it runs in float32 and costs about 50 ms per step (measured). What it is not: the RL trainer's
 optimizer (``agentrl.trainer.actor`` uses AdamW, as the systems we follow do).
+
+``warmup_cosine`` is the learning-rate schedule of both the tiny model's build and the RL
+trainer: linear warmup, then cosine decay to a floor.
 
 Main hooks::
 
@@ -24,6 +27,21 @@ from __future__ import annotations
 import math
 
 import torch
+
+
+def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_ratio: float, peak: float = 1.0) -> float:
+    """The learning rate at (0-based) optimizer step ``step``.
+
+    Linear warmup to ``peak`` over ``warmup_steps`` steps (``peak * (step + 1) / warmup_steps``,
+    so the last warmup step is at the peak), then cosine decay to ``peak * min_ratio`` at step
+    ``total_steps`` (warmup included), flat after. With ``peak=1`` it is a multiplier for
+    ``torch.optim.lr_scheduler.LambdaLR``.
+    """
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    t = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 """The quintic's coefficients from Jordan et al.: chosen for a steep slope at zero, so a few

@@ -2,7 +2,9 @@
 
 The core never imports ``envs``, ``sandboxes`` or ``workflows`` by name: configs and
 command lines name objects by import path (``"package.module:Name"``) or by a short
-alias listed here, and this module resolves them with importlib.
+alias listed here, and this module resolves them with importlib. It also loads the optional
+third-party packages of extras (``import_optional``), so a missing one is one clear line
+naming the extra to install.
 """
 
 from __future__ import annotations
@@ -40,6 +42,19 @@ def load_object(path: str) -> Any:
         names = [n for n in dir(module) if not n.startswith("_")]
         raise ConfigError(
             f"import path {path!r}: {module_name} has no {attr!r} (it has: {', '.join(names[:20])})"
+        ) from e
+
+
+def import_optional(module: str, *, extra: str, purpose: str) -> Any:
+    """Import a package that only an extra installs; if absent, say which extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module.partition(".")[0]:
+            raise
+        raise ConfigError(
+            f"{purpose} needs the {module.partition('.')[0]!r} package, which is not installed; "
+            f"install it with: pip install 'agentrl[{extra}]'"
         ) from e
 
 

@@ -102,3 +102,15 @@ class ArithEnv(TextEnv):
             "exact_format": answer is not None and action.strip() == format_answer(answer),
         }
         return Turn([], done=True, facts=facts)
+
+
+def training_rows(seed: int, n: int = 20_000) -> list[dict[str, Any]]:
+    """Rows for RL on Arith-v0 (``rollout.dataset: envs.arith:training_rows``): held-out
+    ``a+b+c`` problems, in an order drawn from ``seed``."""
+    return [p.to_row() for p in generate_problems(n, seed=1_000_003 + seed)]
+
+
+def eval_rows(seed: int, n: int = 1_000) -> list[dict[str, Any]]:
+    """Rows for evaluation (``eval.dataset: envs.arith:eval_rows``): held-out ``a+b+c``
+    problems, the same for every run whatever its seed."""
+    return [p.to_row() for p in generate_problems(n, seed=0)]

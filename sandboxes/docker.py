@@ -57,6 +57,7 @@ from typing import Any
 from agentrl.api import ExecRequest, ExecResult
 from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
+from agentrl.plugins import import_optional
 from sandboxes.protocol import request_payload, result_from_reply, sandbox_error
 
 LABEL = "agentrl.sandbox"
@@ -193,8 +194,7 @@ class DockerSandbox:
 
     def _connect(self) -> Any:
         if self._client is None:
-            import docker
-
+            docker = import_optional("docker", extra="docker", purpose="the Docker sandbox backend")
             try:
                 if self.config.docker_host:
                     client = docker.DockerClient(base_url=self.config.docker_host, timeout=60)

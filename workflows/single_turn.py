@@ -1,6 +1,6 @@
 """SingleTurnWorkflow: prompt → one completion → the environment's reward.
 
-What it is: the workflow for single-turn tasks (``agentrl/Arith-v0``, ``Math-v0``, ``Code-v0``).
+What it is: the workflow for single-turn tasks (``agentrl/Arith-v0``, ``Math-v1``, ``Code-v0``).
 One episode resets the env on the row, renders its opening messages with the chat template
 (tools included when the env offers them), samples one reply, and steps the env once with
 it. The trajectory is prompt (loss mask 0) + the sampled tokens exactly as sampled, stop

@@ -40,7 +40,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +135,10 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ generation
 
-    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion:
+    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *,
+                       on_progress: Callable[[Completion], None] | None = None) -> Completion:
+        """Generate until a real finish; ``on_progress``, if given, hears the tokens so far each
+        time the request was interrupted (the episode log keeps them across a crash)."""
         prompt = [int(t) for t in input_ids]
         if not prompt:
             raise RequestRejected("input_ids cannot be empty", 400)
@@ -204,6 +207,8 @@ class RemoteEngine:
                         raise ServerError(f"{server.address} failed the request: {reason.get('message')}")
                     resumes += 1
                     self.stats["resumes"] += 1
+                    if on_progress is not None:
+                        on_progress(Completion(list(tokens), list(logprobs), list(versions), "abort"))
                     if resumes > self.max_resumes:
                         return Completion(tokens, logprobs, versions, "abort")
                     continue
@@ -337,13 +342,18 @@ class RemoteEngine:
                         self._mark_down(s, e)
                         return None
                     await asyncio.sleep(self.backoff * 2 ** attempt)
-        for s in self._servers:  # a control call must reach every live server, or versions skew
-            if not s.healthy:
-                await self._probe(s)
-        targets = [s for s in self._servers if s.healthy]
-        if not targets:
-            raise ServerUnavailable(f"no healthy inference server among {self.addresses}")
-        return await asyncio.gather(*(one(s) for s in targets))
+        deadline = time.monotonic() + self.control_timeout
+        while True:
+            for s in self._servers:  # a control call must reach every live server, or versions skew
+                if not s.healthy:
+                    await self._probe(s)
+            targets = [s for s in self._servers if s.healthy]
+            if targets:
+                return await asyncio.gather(*(one(s) for s in targets))
+            if time.monotonic() > deadline:  # none came back (a restarted one is re-synced by _probe)
+                raise ServerUnavailable(f"no healthy inference server among {self.addresses} for "
+                                        f"{self.control_timeout:.0f} s")
+            await asyncio.sleep(self.health_check_interval)
 
     async def pause(self) -> None:
         """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait."""

@@ -122,22 +122,30 @@ class ServiceProcess:
     """
 
     def __init__(self, cmd: Sequence[str], *, ready: str, startup_timeout: float = 180.0,
-                 env: dict[str, str] | None = None, cwd: str | Path | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: str | Path | None = None,
+                 log_path: str | Path | None = None) -> None:
         self.cmd = list(cmd)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=env, cwd=cwd)
         self.lines: list[str] = []
         self.url = ""
         ready_event = threading.Event()
+        log = open(log_path, "a", buffering=1) if log_path is not None else None  # noqa: SIM115 (the reader closes it)
 
         def read() -> None:
             assert self.proc.stdout is not None
             for line in self.proc.stdout:
                 self.lines.append(line)
+                if len(self.lines) > 2000:
+                    del self.lines[:1000]
+                if log is not None:
+                    log.write(line)
                 if line.startswith(ready) and not self.url:
                     self.url = line[len(ready):].strip()
                     ready_event.set()
             ready_event.set()  # the process ended: wake the constructor either way
+            if log is not None:
+                log.close()
 
         threading.Thread(target=read, name=f"{Path(self.cmd[0]).name}-output", daemon=True).start()
         if not ready_event.wait(startup_timeout) or not self.url:
@@ -180,9 +188,9 @@ class ServerProcess(ServiceProcess):
     """One ``agentrl serve`` subprocess on a free port of 127.0.0.1 (``threads`` torch threads)."""
 
     def __init__(self, model_dir: str | Path, *args: str, threads: int = 1, startup_timeout: float = 180.0,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, log_path: str | Path | None = None) -> None:
         cmd = [str(Path(sys.executable).parent / "agentrl"), "serve", "--model", str(model_dir),
                "--port", "0", "--threads", str(threads), *args]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
                **(extra_env or {})}
-        super().__init__(cmd, ready=SERVE_READY, startup_timeout=startup_timeout, env=env)
+        super().__init__(cmd, ready=SERVE_READY, startup_timeout=startup_timeout, env=env, log_path=log_path)

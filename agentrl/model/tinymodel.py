@@ -243,11 +243,10 @@ def lr_at(cfg: TinyModelConfig, step: int) -> float:
     The schedule does not depend on ``sft_steps``: a build that stops at step k has exactly
     the weights that a longer build had at step k.
     """
-    warmup_steps = max(1, round(cfg.warmup * cfg.schedule_steps))
-    if step < warmup_steps:
-        return cfg.lr * (step + 1) / warmup_steps
-    t = min(1.0, (step - warmup_steps) / max(1, cfg.schedule_steps - warmup_steps))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+    from agentrl.optim import warmup_cosine
+
+    return warmup_cosine(step, peak=cfg.lr, warmup_steps=max(1, round(cfg.warmup * cfg.schedule_steps)),
+                         total_steps=cfg.schedule_steps, min_ratio=cfg.min_lr_ratio)
 
 
 def sft_train(cfg: TinyModelConfig, tok, *, progress: bool = True, on_step=None):

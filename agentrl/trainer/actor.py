@@ -26,6 +26,7 @@ not finite is skipped (no optimizer or schedule step) and counted in ``skipped_s
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import warnings
@@ -37,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.errors import ModelError, TrainerError
+from agentrl.optim import warmup_cosine
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.losses import policy_loss
@@ -67,19 +69,6 @@ def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, torch.device]:
     else:
         device = torch.device("cpu")
     return dist.get_rank(), dist.get_world_size(), device
-
-
-def lr_lambda(config: TrainerConfig):
-    """Multiplier of the peak lr at optimizer step s: linear warmup, then cosine to min_lr_ratio."""
-    warm, total, floor = config.warmup_steps, config.total_steps, config.min_lr_ratio
-
-    def f(step: int) -> float:
-        if step < warm:
-            return (step + 1) / (warm + 1)
-        progress = min(1.0, (step - warm) / max(1, total))
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return f
 
 
 class Actor:
@@ -118,7 +107,9 @@ class Actor:
             self.model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.adam_eps,
             weight_decay=config.weight_decay,
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(config))
+        warm = config.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, functools.partial(
+            warmup_cosine, warmup_steps=warm, total_steps=warm + config.total_steps, min_ratio=config.min_lr_ratio))
         self.ref_model = self._load(AutoModelForCausalLM, trainable=False) if config.loss.kl_coef > 0 else None
         self.version = 0  # train steps done: the policy version of the current weights
         self.optimizer_steps = 0

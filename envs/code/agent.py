@@ -11,10 +11,9 @@ model only sees what its own code prints.
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from pathlib import Path
 from typing import Any
 
-from agentrl.api import ExecRequest, ExecStatus, Message, Sandbox, SandboxSession
+from agentrl.api import ExecRequest, ExecStatus, Message, SandboxSession
 from agentrl.env.text_env import Turn
 from agentrl.env.tools import ToolBox
 from agentrl.errors import SandboxError
@@ -65,22 +64,10 @@ class CodeAgentEnv(CodeEnv):
     * v0: initial version.
     """
 
-    def __init__(
-        self,
-        dataset: str | Path | None = None,
-        sandbox: str | Sandbox = "local",
-        reward_mode: str = "all",
-        max_turns: int = 6,
-        time_limit_s: float = 10.0,
-        tool_time_limit_s: float = 10.0,
-        memory_limit_mb: int = 512,
-        format_weight: float = 0.0,
-        max_tokens: int | None = None,
-        max_wall_s: float | None = None,
-        render_mode: str | None = None,
-    ) -> None:
-        super().__init__(dataset, sandbox, reward_mode, time_limit_s, memory_limit_mb, format_weight,
-                         max_tokens, max_wall_s, render_mode, max_turns=max_turns)
+    def __init__(self, *, max_turns: int = 6, tool_time_limit_s: float = 10.0, **code_env_kwargs: Any) -> None:
+        """``max_turns`` and ``tool_time_limit_s`` are this env's own; every other argument is
+        ``CodeEnv``'s (``dataset``, ``sandbox``, ``reward_mode``, ``time_limit_s``, ...)."""
+        super().__init__(max_turns=max_turns, **code_env_kwargs)
         self.tool_time_limit_s = tool_time_limit_s
         self.toolbox = ToolBox([self.python], timeout_s=tool_time_limit_s + JAIL_SETUP_S)
         self._session_cm: AbstractAsyncContextManager[SandboxSession] | None = None

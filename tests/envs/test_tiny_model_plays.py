@@ -47,10 +47,11 @@ def test_arith_prompts_match_training(tiny):
 
 
 def test_tool_use_calculator_episodes(tiny):
-    """Every first reply (a call, a malformed call or an answer) is handled as data. What the
-    build measured (build_info) must show here too: when it called the calculator in the right
-    format, most episodes get a tool result back; when it also copied the expression, most end
-    with the right answer."""
+    """Every first reply (a call, a malformed call or an answer) is handled as data, and the env
+    scores the model as its build measured it (build_info.json): well-formed calls at the
+    build's ``tool_call_rate`` get a tool result back, and the two-turn episodes are solved at
+    the build's ``tool_accuracy`` (the committed model calls the calculator but does not copy
+    the question into the call, so both numbers say so), each within 0.2."""
     import json
 
     from agentrl.model.tinymodel import greedy_complete
@@ -72,21 +73,14 @@ def test_tool_use_calculator_episodes(tiny):
         if not terminated and step_info["tool_errors"] == 0:
             seconds.append(render(tok, env.unwrapped.transcript, tools))
             alive.append(s)
-    if info.get("tool_call_rate", 0.0) < 0.5:
-        pytest.skip(f"this tiny model was not trained to call the calculator (build_info tool_call_rate="
-                    f"{info.get('tool_call_rate')}); {len(alive)}/{EPISODES} well-formed calls")
-    assert len(alive) >= EPISODES // 2, calls[:3]
+    assert abs(len(alive) / EPISODES - info["tool_call_rate"]) <= 0.2, calls[:3]
     answers = greedy_complete(model, tok, seconds, max_new_tokens=16)
     rewards = []
     for s, answer in zip(alive, answers, strict=True):
         env.reset(seed=s)
         env.step(calls[s])
         obs, reward, terminated, truncated, _ = env.step(answer)
-        assert terminated and not truncated and obs == []
+        assert terminated and not truncated and obs == [] and reward in (0.0, 1.0)
         rewards.append(reward)
     env.close()
-    if info.get("tool_accuracy", 0.0) < 0.5:
-        pytest.skip(f"the calls are well-formed ({len(alive)}/{EPISODES}) but this build does not copy the "
-                    f"question into them (build_info tool_accuracy={info.get('tool_accuracy')}); "
-                    f"{sum(rewards):.0f}/{EPISODES} episodes solved")
-    assert sum(rewards) / EPISODES >= 0.3, answers[:5]
+    assert abs(sum(rewards) / EPISODES - info["tool_accuracy"]) <= 0.2, answers[:5]

@@ -147,11 +147,11 @@ def test_an_empty_batch_is_skipped_with_a_warning(group, small_model):
     assert stats["empty_batch"] == 1 and actor.version == 0
 
 
-def test_lr_schedule_warmup_then_cosine():
-    from agentrl.trainer.actor import lr_lambda
-
-    f = lr_lambda(TrainerConfig(warmup_steps=3, total_steps=10, min_lr_ratio=0.1))
-    assert [round(f(s), 4) for s in (0, 1, 2)] == [0.25, 0.5, 0.75]
+def test_lr_schedule_warmup_then_cosine(group, small_model):
+    """The actor's schedule is agentrl.optim.warmup_cosine: total_steps counts the steps after warmup."""
+    actor = Actor(small_model, _config(warmup_steps=3, total_steps=10, min_lr_ratio=0.1))
+    f = actor.scheduler.lr_lambdas[0]
+    assert [round(f(s), 4) for s in (0, 1, 2)] == [0.3333, 0.6667, 1.0]
     assert f(3) == pytest.approx(1.0) and f(8) == pytest.approx(0.55) and f(13) == pytest.approx(0.1)
     assert f(100) == pytest.approx(0.1)
 

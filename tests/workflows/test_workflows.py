@@ -40,8 +40,9 @@ SUM_TASK = {"question": "Read two integers and print their sum.",
 MATH_ROWS = [{"question": "What is 2+3?", "answer": "5"}, {"question": "What is 10-4?", "answer": "6"}]
 ENVS = {  # env id -> (env kwargs, rows)
     "agentrl/Arith-v0": ({}, [p.to_row() for p in generate_problems(3, seed=0)]),
-    "agentrl/Math-v0": ({}, MATH_ROWS),
-    "agentrl/MathRetry-v0": ({"max_attempts": 2}, MATH_ROWS),
+    "agentrl/ArithRetry-v0": ({"max_attempts": 2}, [p.to_row() for p in generate_problems(3, seed=0)]),
+    "agentrl/Math-v1": ({}, MATH_ROWS),
+    "agentrl/MathRetry-v1": ({"max_attempts": 2}, MATH_ROWS),
     "agentrl/Code-v0": ({"sandbox": "local"}, [SUM_TASK]),
     "agentrl/CodeAgent-v0": ({"sandbox": "local", "max_turns": 2}, [SUM_TASK]),
     "agentrl/ToolUse-v0": ({}, [make_task(random.Random(i), k) for i, k in enumerate(("calc", "lookup_calc"))]),
