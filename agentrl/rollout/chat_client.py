@@ -187,11 +187,7 @@ class _Responses:
         self._client = client
 
     async def create(self, **kwargs: Any) -> Response:
-        body = _request_body(kwargs)
-        if body.get("stream"):
-            raise RequestRejected("stream=True is not supported on responses.create by agentrl's chat client; "
-                                  "use chat.completions.create(stream=True)")
-        return Response.model_validate(await self._client.respond(body))
+        return Response.model_validate(await self._client.respond(_request_body(kwargs)))
 
 
 class _ChunkStream:

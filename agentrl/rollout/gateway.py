@@ -136,8 +136,14 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         answer = await gateway.call(session, lambda chat: route(chat, body))
         if body.get("stream") is True and answer.get("object") == "chat.completion":
             include = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = [sse(c) for c in answer_chunks(answer, include_usage=include)] + [sse("[DONE]")]
-            return StreamingResponse(iter(events), media_type="text/event-stream")
+            chunks = answer_chunks(answer, include_usage=include)
+
+            async def events():  # an async iterator: Starlette would move a sync one to a thread
+                for c in chunks:
+                    yield sse(c)
+                yield sse("[DONE]")
+
+            return StreamingResponse(events(), media_type="text/event-stream")
         return JSONResponse(answer)
 
     # ------------------------------------------------------------------ errors

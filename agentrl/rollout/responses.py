@@ -11,8 +11,9 @@ assistant message with ``tool_calls``, which is how the model wrote them, so the
 extends the recorded tokens exactly.
 
 What it is not: the stateful parts (``previous_response_id``, ``conversation``, stored
-prompts), hosted tools (web search, file search...), structured output, reasoning items from
-other models (skipped), streaming events. Each refused one is a 400 that names it.
+prompts), hosted tools (web search, file search...), structured output, streaming events
+(``stream=true``); reasoning items from other models are skipped. Each refused one is a 400
+that names it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def chat_body(request: dict[str, Any]) -> dict[str, Any]:
         if request.get(name) not in (None, ""):
             raise BadRequest(f"{name} is not supported by agentrl's Responses API: it keeps no state between "
                              "calls; send the whole conversation as input")
+    if request.get("stream"):
+        raise BadRequest("stream=true is not supported on the Responses API here; use /v1/chat/completions "
+                         "with stream=true, or stream=false")
     if request.get("top_logprobs"):
         raise BadRequest("top_logprobs is not supported: the engine returns the sampled token's logprob only")
     fmt = (request.get("text") or {}).get("format") if isinstance(request.get("text"), dict) else None

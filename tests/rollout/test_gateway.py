@@ -329,7 +329,9 @@ async def test_backpressure_idle_sessions_and_the_episode_hook(tiny_server, tiny
             assert json.loads(line)["status"] == "timeout" and json.loads(line)["metadata"] == {"row": 7}
 
 
-async def test_a_killed_upstream_is_retried_elsewhere_or_fails_the_session_as_data(tiny_model_dir):
+async def test_interrupted_and_killed_upstreams(tiny_model_dir):
+    """A weight update mid-call (versions change mid-completion, nothing lost); an upstream killed
+    mid-call (re-run on the other); every upstream dead (503, the session fails as data)."""
     first, second = await asyncio.gather(*(asyncio.to_thread(ServerProcess, tiny_model_dir, "--weight-version", "0")
                                            for _ in range(2)))
     try:
@@ -337,10 +339,25 @@ async def test_a_killed_upstream_is_retried_elsewhere_or_fails_the_session_as_da
                                 health_check_interval=0.2) as engine:
             gw = Gateway(engine, tiny_model_dir)
             async with background_server(build_app(gw)) as url, httpx.AsyncClient(base_url=url, timeout=120) as http:
+                # a weight update interrupts a call: its tokens keep the version that sampled each
                 session = (await http.post("/v1/sessions", json={})).json()
                 auth = {"Authorization": f"Bearer {session['api_key']}"}
                 long_call = {"model": "m", "messages": [{"role": "user", "content": "What is 1+2?"}],
-                             "max_tokens": 300, "ignore_eos": True}
+                             "max_tokens": 800, "ignore_eos": True}
+                call = asyncio.create_task(http.post("/v1/chat/completions", headers=auth, json=long_call))
+                await asyncio.sleep(0.3)
+                await engine.pause()
+                await engine.update_weights(str(tiny_model_dir), 1)
+                await engine.resume()
+                assert (await call).status_code == 200
+                [t] = (await http.post(f"/v1/sessions/{session['session_id']}/end",
+                                       json={"return_trajectories": True})).json()["trajectories"]
+                sampled = [v for v, m in zip(t["versions"], t["loss_mask"], strict=True) if m]
+                assert len(sampled) == 800 and sampled == sorted(sampled) and set(sampled) == {0, 1}
+
+                session = (await http.post("/v1/sessions", json={})).json()
+                auth = {"Authorization": f"Bearer {session['api_key']}"}
+                long_call["max_tokens"] = 300
                 call = asyncio.create_task(http.post("/v1/chat/completions", headers=auth, json=long_call))
                 await asyncio.sleep(0.5)
                 first.kill()  # the call is on the first server (least loaded, first in the list)
