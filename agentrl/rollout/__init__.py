@@ -9,9 +9,12 @@
     gateway.py       build_app: the gateway's HTTP routes, auth and limits (``agentrl gateway``)
     env_pool.py      EnvPool: environments built once, leased per episode
     episode.py       what every workflow shares: failures as data, sampling settings, metrics
+    executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped
+    journal.py       the episode log that replays finished generations on --resume
+    evaluate.py      pass@k evaluation of a workflow
 
-Workflows (``workflows/``) are built on these. This package sits between the CLI and the
-components (inference, env, model, trainer): it may import them, they never import it.
+Workflows (``workflows/``) are built on these. This package sits between the run (``agentrl.run``)
+and the components (inference, env, model, trainer): it may import them, they never import it.
 """
 
 from agentrl.rollout.conversation import TokenConversation
