@@ -312,21 +312,19 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         session_for_path(request, session_id)
         return models_list()
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        return await generate(request, session_for_key(request), ChatClient.complete)
+    def by_key(route):
+        async def endpoint(request: Request):
+            return await generate(request, session_for_key(request), route)
+        return endpoint
 
-    @app.post("/sessions/{session_id}/v1/chat/completions")
-    async def session_chat(request: Request, session_id: str):
-        return await generate(request, session_for_path(request, session_id), ChatClient.complete)
+    def by_path(route):
+        async def endpoint(request: Request, session_id: str):
+            return await generate(request, session_for_path(request, session_id), route)
+        return endpoint
 
-    @app.post("/v1/responses")
-    async def responses(request: Request):
-        return await generate(request, session_for_key(request), ChatClient.respond)
-
-    @app.post("/sessions/{session_id}/v1/responses")
-    async def session_responses(request: Request, session_id: str):
-        return await generate(request, session_for_path(request, session_id), ChatClient.respond)
+    for path, route in (("/v1/chat/completions", ChatClient.complete), ("/v1/responses", ChatClient.respond)):
+        app.add_api_route(path, by_key(route), methods=["POST"])  # the session from the bearer key
+        app.add_api_route(f"/sessions/{{session_id}}{path}", by_path(route), methods=["POST"])  # or the path
 
     return app
 

@@ -22,6 +22,7 @@ from agentrl.inference.client import RemoteEngine
 from agentrl.inference.transport import KeepAliveTransport
 from agentrl.launch.services import ServerProcess, ServiceProcess, background_server
 from agentrl.model.arith_data import CALCULATOR_TOOL, calculate
+from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.gateway import build_app
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.sessions import Gateway
@@ -62,17 +63,6 @@ def end_session(url: str, session: dict, **body) -> dict:
                    headers={"Authorization": f"Bearer {session['api_key']}"}, json={"return_trajectories": True, **body})
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def runs(mask: list[int]) -> list[tuple[int, int]]:
-    out, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            out.append((start, i))
-            start = None
-    return out
 
 
 def streamed(stream) -> dict:
@@ -133,7 +123,7 @@ def test_openai_sdk_tool_conversation_is_recorded_exactly(stream, gateway, tiny_
     assert len(per_call) == 3
     with httpx.Client(timeout=60) as http:
         for t, (content, calls, usage, seed) in zip(per_call, received, strict=True):
-            [(start, end)] = runs(t["loss_mask"])
+            [(start, end)] = sampled_spans(t["loss_mask"])
             assert end == len(t["input_ids"]) and end - start == usage
             prompt, sampled = t["input_ids"][:start], t["input_ids"][start:end]
             text = renderer.decode(sampled, skip_special_tokens=True)
@@ -192,7 +182,7 @@ def test_the_openai_agents_sdk_plays_an_episode_through_the_gateway(gateway, ren
     # the exact stream: the template's rendering of the whole episode, the model's tokens as sampled
     assert renderer.decode(t["input_ids"]) == renderer.render(conversation, tools, add_generation_prompt=False)
     assert t["reward"] == 1.0 and t["num_turns"] == 2 and t["metrics"]["segments_per_episode"] == 1.0
-    assert len(runs(t["loss_mask"])) == 2 and t["status"] == "ok"
+    assert len(sampled_spans(t["loss_mask"])) == 2 and t["status"] == "ok"
     lines = [json.loads(x) for x in (gateway.out / "trajectories.jsonl").read_text().splitlines()]
     mine = [x for x in lines if x["session_id"] == session["session_id"]]
     assert len(mine) == 1 and mine[0]["metadata"] == {"agent": "openai-agents"} and mine[0]["input_ids"] == t["input_ids"]
@@ -232,7 +222,7 @@ def test_200_concurrent_sessions_do_not_mix(gateway, renderer):
         text = renderer.decode(t["input_ids"])
         assert text.startswith(f"<|user|>What is {i}+{1000 + i}?<|end|><|assistant|>{answers[0]}")
         assert f"Is {i} odd?" in text and text.count("What is") == 1
-        (s1, e1), (s2, e2) = runs(t["loss_mask"])
+        (s1, e1), (s2, e2) = sampled_spans(t["loss_mask"])
         assert renderer.decode(t["input_ids"][s2:e2], skip_special_tokens=True) == answers[1]
 
 

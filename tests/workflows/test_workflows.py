@@ -26,6 +26,7 @@ from agentrl.inference.client import RemoteEngine
 from agentrl.launch.services import free_port
 from agentrl.model.arith_data import generate_problems
 from agentrl.model.tokenizer import CHAT_TEMPLATE
+from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer, load_tokenizer
 from envs.tool_use import make_task
 from workflows.env import EnvWorkflow
@@ -63,15 +64,7 @@ def renderer(tiny_model_dir):
 
 
 def sampled_runs(t) -> list[tuple[int, int]]:
-    """(start, end) of each run of loss-mask-1 tokens: one per completion."""
-    runs, start = [], None
-    for i, m in enumerate([*t.loss_mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
+    return sampled_spans(t.loss_mask)
 
 
 async def replay(env_id, kwargs, row, t, renderer):
