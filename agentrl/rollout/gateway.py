@@ -209,8 +209,8 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         except RolloutError as e:
             raise HTTPError(429, str(e), "rate_limit_error", {"Retry-After": str(retry_after_s)}) from None
         base = str(request.base_url).rstrip("/")
-        return {"session_id": session.id, "api_key": session.key, "base_url": f"{base}/v1",
-                "session_base_url": f"{base}/sessions/{session.id}/v1"}
+        return JSONResponse({"session_id": session.id, "api_key": session.key, "base_url": f"{base}/v1",
+                             "session_base_url": f"{base}/sessions/{session.id}/v1"})
 
     @app.get("/v1/sessions/{session_id}")
     async def get_session(request: Request, session_id: str):
@@ -243,7 +243,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
                 session.chat.set_reward(cid, r)
             except RolloutError as e:
                 raise HTTPError(404, str(e)) from None
-        return {"session_id": session.id, "completion_id": cid, "reward": float(r)}
+        return JSONResponse({"session_id": session.id, "completion_id": cid, "reward": float(r)})
 
     @app.post("/v1/sessions/{session_id}/end")
     async def end(request: Request, session_id: str):
@@ -261,7 +261,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
                "rewards": [t.reward for t in trajectories]}
         if body.get("return_trajectories"):
             out["trajectories"] = [t.to_dict() for t in trajectories]
-        return out
+        return JSONResponse(out)  # plain JSON already: no need for FastAPI's encoder
 
     @app.post("/v1/sessions/{session_id}/step")
     async def step(request: Request, session_id: str):
