@@ -195,15 +195,15 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     @app.post("/v1/sessions")
     async def open_session(request: Request):
         require_admin(request)
-        if not gateway.admitting:
-            gateway.stats["sessions_refused"] += 1
-            raise HTTPError(429, "the gateway is not admitting new sessions right now (the trainer is catching "
-                                 "up); retry later", "rate_limit_error", {"Retry-After": str(retry_after_s)})
         body = await body_of(request, allow_empty=True)
         _only(body, ("metadata",))
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise HTTPError(400, f"metadata must be an object, got {type(metadata).__name__}")
+        if not gateway.admits(metadata):
+            gateway.stats["sessions_refused"] += 1
+            raise HTTPError(429, "the gateway is not admitting new sessions right now (the trainer is catching "
+                                 "up); retry later", "rate_limit_error", {"Retry-After": str(retry_after_s)})
         try:
             session = gateway.open_session(metadata)
         except RolloutError as e:

@@ -104,6 +104,7 @@ class Gateway:
         self.session_timeout_s = session_timeout_s
         self.max_sessions = max_sessions
         self.admitting = True
+        self.admission: Callable[[Mapping[str, Any]], bool] | None = None  # a training loop's bound
         self.stats = {"sessions_opened": 0, "sessions_ended": 0, "sessions_timed_out": 0, "sessions_failed": 0,
                       "sessions_refused": 0, "completions": 0, "trajectories_written": 0}
         self._by_id: dict[str, Session] = {}
@@ -118,6 +119,12 @@ class Gateway:
     def admit(self, admitting: bool) -> None:
         """Open (True) or close (False) the gateway to new sessions."""
         self.admitting = admitting
+
+    def admits(self, metadata: Mapping[str, Any]) -> bool:
+        """Whether a session with ``metadata`` may open now: the gateway is admitting, and the
+        ``admission`` predicate, when set (a training run's staleness bound), agrees. A True
+        from the predicate reserves the place: call this only to open the session."""
+        return self.admitting and (self.admission is None or self.admission(metadata))
 
     @property
     def open_sessions(self) -> int:

@@ -27,6 +27,7 @@ What it is not: the process launcher (``agentrl.run.launcher``) or the config
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -190,9 +191,11 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
                     trajectories_per_step=cfg.logging.trajectories_per_step,
                     resume_step=actor.version if resume_from else None)
-    # the rows first: a dataset's module may register the environment the workflow makes
-    rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
-    workflow = build_workflow(cfg, cfg.rollout.sampling.params())
+    external = cfg.rollout.source == "gateway"
+    workflow = rows = None
+    if not external:  # the rows first: a dataset's module may register the environment the workflow makes
+        rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
+        workflow = build_workflow(cfg, cfg.rollout.sampling.params())
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
     keep = None
     if state is not None:
@@ -241,7 +244,11 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     elif "eval_before" not in summary:
         summary["eval_before"] = await run_eval(0, "before")
     summary.setdefault("steps", 0)
-    await executor.start()
+    stack = contextlib.AsyncExitStack()
+    if external:
+        await serve_gateway(stack, cfg, run_dir, engine, executor, console)
+    else:
+        await executor.start()
     t_last = time.perf_counter()
     trainer_idle = 0.0
     gen_busy_last = executor.generation_busy_s()
@@ -300,6 +307,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         await save(tr, executor, episode_log, step, summary, trained)
     finally:
         await executor.stop()
+        await stack.aclose()
         if tr.world_size > 1:
             await asyncio.to_thread(tr.command, {"op": "stop"})
         episode_log.close()
@@ -314,6 +322,28 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary
+
+
+async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Path, engine: Any, executor: Any,
+                        console: Any) -> None:
+    """``rollout.source: gateway``: serve the run's gateway (until ``stack`` closes); its sessions
+    are admitted within the staleness bound and their episodes become the executor's groups."""
+    from agentrl.launch.services import background_server
+    from agentrl.rollout.external import GatewayEpisodes
+    from agentrl.rollout.gateway import build_app
+    from agentrl.rollout.sessions import Gateway
+
+    bridge = GatewayEpisodes(executor, cfg.rollout.group_size)
+    gateway = Gateway(engine, cfg.model, out=run_dir / "gateway", on_episode=bridge.on_episode,
+                      session_timeout_s=cfg.gateway.session_timeout_s, max_session_tokens=cfg.gateway.max_session_tokens,
+                      default_max_tokens=cfg.rollout.sampling.max_new_tokens)
+    gateway.admission = bridge.admits
+    stack.push_async_callback(gateway.aclose)
+    api_key = os.environ.get(cfg.gateway.api_key_env) or None
+    url = await stack.enter_async_context(background_server(build_app(gateway, api_key=api_key), cfg.gateway.host,
+                                                            cfg.gateway.port))
+    (run_dir / "gateway.json").write_text(json.dumps({"url": url, "api_key_env": cfg.gateway.api_key_env}))
+    console.print(f"gateway ready on {url} (sessions: POST {url}/v1/sessions)")
 
 
 def _eta(summary: dict[str, Any]) -> float:
