@@ -3,11 +3,11 @@
 What it is: ``export_report(runs, out, max_bytes=...)`` — the page with everything it shows
 embedded (metrics, every sampled step's trajectories, the evaluation with its samples), so
 it opens from ``file://`` with no server and no network. The file is bounded: when the
-data would pass ``max_bytes``, the longest trajectories are cut first — each keeps its first
-and last tokens, marked ``truncated: {head, total}``, and the page says so where it shows
-them — down to ``MIN_TOKENS`` tokens; past that, sampled steps are dropped evenly (the last
-always kept), then metric rows thinned (evaluation rows always kept). Every cut is one line
-in the page's notes banner. What it is not: live (an export is a snapshot) or the reader of
+data would pass ``max_bytes``: metric rows past a quarter of it are thinned evenly (evaluation
+rows always kept); the longest trajectories are cut — each keeps its first and last tokens,
+marked ``truncated: {head, total, ...}``, and the page says so where it shows them — down to
+``MIN_TOKENS`` tokens; past that, sampled steps are dropped evenly (the last always kept).
+Per-token floats are rounded (``ROUNDED``). Every cut is one line in the page's notes banner. What it is not: live (an export is a snapshot) or the reader of
 the files (``agentrl.view.rundata``). Main hook: ``export_report([RunData(path)], out)``.
 """
 
@@ -27,12 +27,25 @@ MIN_TOKENS = 64  # a trajectory is never cut below this many tokens
 TOKEN_FIELDS = ("input_ids", "loss_mask", "logprobs", "versions", "tokens", "trainer_logprobs", "entropy")
 
 
+ROUNDED = {"logprobs": 4, "trainer_logprobs": 4, "entropy": 3}  # decimals kept in the file
+
+
+def compact(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its per-token floats rounded (``ROUNDED``): a smaller file, the same picture."""
+    out = dict(row)
+    for key, digits in ROUNDED.items():
+        if isinstance(row.get(key), list):
+            out[key] = [round(x, digits) if isinstance(x, float) else x for x in row[key]]
+    return out
+
+
 def size_of(obj: Any) -> int:
     return len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def truncate(row: dict[str, Any], keep: int) -> dict[str, Any]:
-    """``row`` with only its first ``keep // 2`` and last ``keep - keep // 2`` tokens (a copy)."""
+    """``row`` with only its first ``keep // 2`` and last ``keep - keep // 2`` tokens (a copy);
+    ``truncated`` says how many there were and how many turns began before the kept tail."""
     total = len(row.get("input_ids") or [])
     if total <= keep:
         return row
@@ -41,7 +54,10 @@ def truncate(row: dict[str, Any], keep: int) -> dict[str, Any]:
     for key in TOKEN_FIELDS:
         if isinstance(row.get(key), list) and len(row[key]) == total:
             out[key] = row[key][:head] + row[key][total - tail:]
-    out["truncated"] = {"head": head, "total": total}
+    mask = row.get("loss_mask") or [0] * total
+    starts = [i for i in range(total) if mask[i] and (i == 0 or not mask[i - 1])]  # where each turn begins
+    out["truncated"] = {"head": head, "total": total, "turns_before_tail": sum(1 for i in starts if i < total - tail),
+                        "tail_continues": bool(mask[total - tail] and mask[total - tail - 1])}
     return out
 
 
@@ -88,7 +104,10 @@ def collect(run: RunData, max_bytes: int, notes: list[str]) -> dict[str, Any]:
     """One run's data, fitted into ``max_bytes``; each cut is appended to ``notes``."""
     metrics = run.metrics()["rows"]
     evaluation = run.evaluation()
-    steps = {step: run.trajectories(step) for step in run.steps()}
+    for p in evaluation:
+        if p.get("samples"):
+            p["samples"] = [compact(x) for x in p["samples"]]
+    steps = {step: [compact(t) for t in run.trajectories(step)] for step in run.steps()}
     budget = max_bytes
     m_bytes = size_of(metrics)
     if m_bytes > budget // 4:  # metrics may take a quarter of the budget; evaluation rows always stay
@@ -145,6 +164,10 @@ def export_report(runs: Sequence[RunData], out: str | Path, *, max_bytes: int = 
         if len(page.encode()) <= max_bytes:
             break
         room = int(room * 0.85)
+    else:
+        notes.append(f"this file is {len(page.encode()) / 2**20:.2f} MiB, over the bound of {max_bytes / 2**20:.2f} "
+                     f"MiB: even its smallest form (one step, {MIN_TOKENS} tokens a trajectory) does not fit")
+        page = render_page(data, title=title)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")

@@ -98,7 +98,9 @@ class RunData:
 
     def info(self) -> dict[str, Any]:
         cfg = self.config()
-        return {"name": self.name, "path": str(self.path), "config": cfg, "summary": self.summary(),
+        path = self.path / "config.yaml"
+        text = path.read_text() if path.is_file() else ""
+        return {"name": self.name, "path": str(self.path), "config": cfg, "config_text": text, "summary": self.summary(),
                 "env": self.env_id(), "steps": self.steps(), "has_eval": self.eval_path() is not None,
                 "trajectories_per_step": (cfg.get("logging") or {}).get("trajectories_per_step")}
 

@@ -172,8 +172,8 @@ function niceTicks(lo, hi, n) {
   if (!(hi > lo)) { const d = Math.abs(lo) * 0.1 || 1; lo -= d; hi += d; }
   const raw = (hi - lo) / n, mag = 10 ** Math.floor(Math.log10(raw));
   const stepSize = [1, 2, 2.5, 5, 10].map(m => m * mag).find(s => s >= raw);
-  const first = Math.floor(lo / stepSize), ticks = [];
-  for (let i = first; i * stepSize <= hi + stepSize * 0.5; i++) ticks.push(i * stepSize);
+  const first = Math.floor(lo / stepSize + 1e-9), last = Math.ceil(hi / stepSize - 1e-9), ticks = [];
+  for (let i = first; i <= last; i++) ticks.push(i * stepSize);  // the data lies within the first and last tick
   ticks.size = stepSize;
   return ticks;
 }
@@ -181,7 +181,9 @@ function niceTicks(lo, hi, n) {
 function tickLabel(t, size) {  // as many decimals as the tick spacing needs
   if (t === 0) return "0";
   if (size < 1e-3 || Math.abs(t) >= 1e6) return t.toExponential(1);
-  return t.toFixed(Math.max(0, Math.min(6, Math.ceil(-Math.log10(size) - 1e-9))));
+  let decimals = Math.max(0, -Math.floor(Math.log10(size) + 1e-9));
+  if (Math.abs(size * 10 ** decimals - Math.round(size * 10 ** decimals)) > 1e-6) decimals += 1;  // 0.25 needs 2
+  return t.toFixed(Math.min(6, decimals));
 }
 
 /* One chart: series = [{label, colour, dash, pts: [[step, y]], band: {step: halfwidth}}]; bars = optional stacked
@@ -562,12 +564,15 @@ function tokenStream(t) {
   let turn = 0, flagged = 0;
   for (let i = 0; i < t.input_ids.length; i++) {
     const role = roles[i];
-    if (t.truncated && i === t.truncated.head) {
+    const cut = t.truncated && i === t.truncated.head;
+    if (cut) {
       box.append(el("span", {class: "cut-note"}, `… ${t.truncated.total - t.input_ids.length} tokens left out of this export (the trajectory has ${t.truncated.total}) …`));
+      turn = t.truncated.turns_before_tail ?? turn;
     }
-    if (i === 0 || role !== roles[i - 1]) {
-      if (role === "sampled") turn += 1;
-      const label = role === "prompt" ? "prompt" : role === "sampled" ? `turn ${turn} · sampled by the policy` : "env / tool output";
+    if (i === 0 || role !== roles[i - 1] || cut) {
+      const continued = cut && role === "sampled" && t.truncated.tail_continues;
+      if (role === "sampled" && !continued) turn += 1;
+      const label = role === "prompt" ? "prompt" : role === "sampled" ? `turn ${turn} · sampled by the policy${continued ? " (continued)" : ""}` : "env / tool output";
       box.append(el("span", {class: "turn", "data-role": role}, label));
     } else if (role === "sampled" && t.versions[i] !== t.versions[i - 1]) {
       box.append(el("span", {class: "vcut", "data-label": `v${t.versions[i - 1]}→v${t.versions[i]}`,
@@ -577,6 +582,7 @@ function tokenStream(t) {
     const gap = trainer && t.loss_mask[i] && i > 0 && Math.abs(t.logprobs[i] - trainer[i]) > state.gapThreshold;
     if (gap) flagged += 1;
     const span = el("span", {class: "tok" + (gap ? " gap" : "") + (text.includes("\n") ? " nl" : ""), "data-i": i,
+      "data-pos": originalPosition(t, i),
       "data-mask": t.loss_mask[i], "data-version": t.versions[i], "data-role": role, style: `background:${colour(i)}`},
       text.includes("\n") ? text.replace(/\n/g, "↵") : text);
     span.addEventListener("mousemove", e => showTip(e, tokenTip(t, i, role)));
@@ -668,7 +674,7 @@ function renderTrajectory(main, t, {title, back, siblings, evaluation}) {
     el("div", {class: "card"}, el("h3", {}, "Reward breakdown (env)"), rewardParts.length ?
       factsTable(rewardParts.map(([k, v]) => [k.slice(7), fmt(v, 4)])) : el("div", {class: "muted"}, "the env reported no reward terms"),
       otherMetrics.length ? [el("h3", {style: "margin-top:10px"}, "Other metrics"), factsTable(otherMetrics.map(([k, v]) => [k, fmt(v, 4)]))] : null),
-    el("div", {class: "card"}, el("h3", {}, "Tokens"), factsTable([
+    el("div", {class: "card"}, el("h3", {}, t.truncated ? "Tokens (in this export)" : "Tokens"), factsTable([
       ["prompt", count("prompt")], ["sampled (loss mask 1)", count("sampled")], ["env / tool output", count("env")],
       ["all", t.truncated ? `${t.truncated.total} (${t.input_ids.length} in this export)` : t.input_ids.length]])),
     el("div", {class: "card"}, el("h3", {}, "Ids"), factsTable([["group", el("span", {class: "mono"}, t.group_id)],
@@ -765,13 +771,17 @@ async function renderEvalSample(main, r, problem, j) {
 
 // ------------------------------------------------------------------ the run (config, summary)
 
+function flatten(obj, prefix = "") {  // {a: {b: 1}} -> [["a.b", "1"]]
+  return Object.entries(obj).flatMap(([k, v]) => v !== null && typeof v === "object" && !Array.isArray(v) ?
+    flatten(v, `${prefix}${k}.`) : [[prefix + k, Array.isArray(v) ? v.join("; ") : fmt(v)]]);
+}
+
 function renderRun(main) {
   for (const run of state.runs) {
     main.append(el("h2", {}, run.name, el("span", {class: "muted mono", style: "font-size:12px;margin-left:10px"}, run.path)));
     main.append(el("div", {class: "traj-grid", style: "margin-bottom:18px"},
-      el("div", {class: "card"}, el("h3", {}, "config.yaml"), el("pre", {class: "config"}, Object.keys(run.config || {}).length ? JSON.stringify(run.config, null, 2) : "(none)")),
-      el("div", {class: "card side"}, el("h3", {}, "summary.json"), factsTable(Object.entries(run.summary || {})
-        .map(([k, v]) => [k, typeof v === "object" && v !== null ? JSON.stringify(v) : fmt(v)])))));
+      el("div", {class: "card"}, el("h3", {}, "config.yaml"), el("pre", {class: "config"}, run.config_text || "(none)")),
+      el("div", {class: "card side"}, el("h3", {}, "summary.json"), factsTable(flatten(run.summary || {})))));
   }
 }
 
@@ -819,8 +829,9 @@ function renderHeader() {
     run.name)));
   const status = document.getElementById("status");
   const done = state.runs.every(run => run.summary && run.summary.minutes !== undefined);
+  const training = state.metrics.some(rows => rows.length) || state.runs.some(run => run.steps.length);
   if (!source.live) status.replaceChildren(`offline copy · exported ${EMBEDDED.exported || ""}`);
-  else status.replaceChildren(el("span", {class: done ? "" : "live"}, done ? "finished" : "● live"),
+  else status.replaceChildren(el("span", {class: done ? "" : "live"}, done ? "finished" : training ? "● live" : "watching"),
     state.updated ? ` · updated ${state.updated.toLocaleTimeString()}` : "");
   const notes = document.getElementById("notes");
   notes.replaceChildren(...((EMBEDDED && EMBEDDED.notes) || []).map(n => el("div", {}, n)));
