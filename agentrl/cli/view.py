@@ -19,7 +19,7 @@ VIEW_READY = "agentrl view: ready on "
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("view", help="look at a run's curves and trajectories, token by token, in a browser",
+    p = subparsers.add_parser("view", help="look at a run in a browser: its curves, its tokens",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (of agentrl train or agentrl eval)")
     p.add_argument("--compare", action="append", default=[], metavar="RUN_DIR",

@@ -90,9 +90,9 @@ class RunData:
             return {}
         return out if isinstance(out, dict) else {}
 
-    def env_id(self) -> str:
+    def env_id(self, cfg: dict[str, Any] | None = None) -> str:
         """The environment the run's workflow plays (``rollout.workflow_args.env_id``), or ''."""
-        rollout = self.config().get("rollout") or {}
+        rollout = (self.config() if cfg is None else cfg).get("rollout") or {}
         args = rollout.get("workflow_args") or {}
         return str(args.get("env_id") or "")
 
@@ -101,7 +101,7 @@ class RunData:
         path = self.path / "config.yaml"
         text = path.read_text() if path.is_file() else ""
         return {"name": self.name, "path": str(self.path), "config": cfg, "config_text": text, "summary": self.summary(),
-                "env": self.env_id(), "steps": self.steps(), "has_eval": self.eval_path() is not None,
+                "env": self.env_id(cfg), "steps": self.steps(), "has_eval": self.eval_path() is not None,
                 "trajectories_per_step": (cfg.get("logging") or {}).get("trajectories_per_step")}
 
     # ------------------------------------------------------------------ metrics

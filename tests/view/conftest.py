@@ -32,15 +32,17 @@ def chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright_driver():
+    """Playwright's sync API runs an event loop in this thread while it is open: it is closed at
+    the end of the module, before any asyncio test runs."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright_driver, chromium):
     """Headless Chromium (the system's), shared; each test opens its own page."""
     b = playwright_driver.chromium.launch(executable_path=chromium, headless=True)

@@ -63,6 +63,19 @@ def test_a_directory_without_a_run_is_refused(tmp_path):
     assert out.returncode == 2 and "holds no run" in out.stderr and "agentrl train" in out.stderr
 
 
+def test_a_port_in_use_is_one_line_saying_what_to_do(tmp_path):
+    import socket
+
+    (tmp_path / "metrics.jsonl").write_text("")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([str(AGENTRL), "view", str(tmp_path), "--port", str(port)], capture_output=True,
+                             text=True, timeout=60)
+    assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out.stderr and "--port" in out.stderr
+
+
 def test_truncation_keeps_both_ends_and_counts_the_turns_left_out():
     mask = [0] * 10 + ([1] * 20 + [0] * 10) * 3  # a prompt, then three turns each followed by env output
     n = len(mask)
