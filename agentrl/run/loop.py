@@ -117,26 +117,31 @@ class Trainer:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def train(self, trajectories: list | None) -> tuple[dict[str, float], list, dict[int, list[float]]]:
+    def train(self, trajectories: list | None) -> tuple[dict[str, float], list, dict[int, dict[str, Any]]]:
         """One train step on every rank; returns the actor's statistics, the trajectories kept for
-        the loss, and the trainer's log-probabilities of the first few (before the update)."""
+        the loss, and per-token facts of the first few for the sample (before the update: the
+        trainer's log-probabilities and entropies; the advantage)."""
         from agentrl.trainer.batch import broadcast_trajectories, prepare_batch
 
         trajectories = broadcast_trajectories(trajectories)
         batch = prepare_batch(trajectories, version=self.actor.version, config=self.cfg.trainer)
-        sample_lp: dict[int, list[float]] = {}
+        sample: dict[int, dict[str, Any]] = {}
         n = min(self.cfg.logging.trajectories_per_step, len(batch))
         if n:
             from agentrl.trainer.batch import TrainBatch
 
             head = TrainBatch(batch.sequences[:n], batch.version)
-            sample_lp = {i: v.tolist() for i, v in self.actor.compute_logprobs(head).items()}
+            for i, (lp, ent) in self.actor.compute_token_stats(head).items():
+                sample[i] = {"trainer_logprobs": lp.tolist(), "entropy": ent.tolist()}
+            for i, seq in enumerate(batch.sequences[:n]):
+                on = seq["loss_mask"] > 0  # the advantage is one number on the loss tokens
+                sample.setdefault(i, {})["advantage"] = float(seq["advantages"][on][0]) if bool(on.any()) else 0.0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             stats = self.actor.train_step(batch)
         for w in caught:
             log.warning("step %d: %s", self.actor.version, w.message)
-        return stats, batch.trajectories, sample_lp
+        return stats, batch.trajectories, sample
 
     def checkpoint(self, step: int) -> Path:
         from agentrl.trainer.checkpoint import save_checkpoint
@@ -266,7 +271,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             if tr.world_size > 1:
                 await asyncio.to_thread(tr.command, {"op": "train"})
             t0 = time.perf_counter()
-            stats, kept, sample_lp = await asyncio.to_thread(tr.train, trajectories)
+            stats, kept, sample = await asyncio.to_thread(tr.train, trajectories)
             t1 = time.perf_counter()
             record = await publish()
             step = actor.version
@@ -290,7 +295,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             })
             gen_busy_last, t_last = gen_busy, now
             runlog.log(step, metrics)
-            runlog.sample(step, kept, decode, sample_lp)
+            runlog.sample(step, kept, decode, sample)
             console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")
