@@ -31,8 +31,9 @@ How it behaves:
     seed + 1, ...``, since ``n`` copies of one seed would be ``n`` equal samples). Each sample
     that comes back aborted is resumed on its own, as above; if a group's request fails
     (transport error, 5xx), its samples are re-run one request each.
-  * **Connections.** One ``httpx`` pool of ``max_connections`` (default 256) kept-alive
-    connections; more concurrent requests wait for a free one.
+  * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
+    polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
+    0.2 ms with ours) unless a ``transport`` is given.
   * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
     fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
     exponential backoff, at most ``max_retries`` times in a row without progress, then
@@ -59,6 +60,7 @@ from agentrl.api import Completion, SamplingParams
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
 from agentrl.inference.batcher import GroupBatcher
+from agentrl.inference.transport import KeepAliveTransport
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,6 @@ class RemoteEngineConfig:
     backoff: float = option(0.25, help="first retry delay in seconds (doubles each retry)", ge=0)
     health_check_interval: float = option(2.0, help="seconds before a failed server is probed again", gt=0)
     max_resumes: int = option(1000, help="resumes of one aborted request before returning 'abort'", ge=0)
-    max_connections: int = option(256, help="HTTP connections kept open (requests in flight at once)", ge=1)
     batch_max_new_tokens: int = option(
         32, help="requests made in the same event-loop tick with at most this many new tokens share one "
         "/generate (each then waits for the slowest; 0: never share)", ge=0)
@@ -105,7 +106,7 @@ class RemoteEngine:
 
     def __init__(self, addresses: Sequence[str] | str, *, timeout: float = 600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
-                 health_check_interval: float = 2.0, max_resumes: int = 1000, max_connections: int = 256,
+                 health_check_interval: float = 2.0, max_resumes: int = 1000,
                  batch_max_new_tokens: int = 32, version: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         if isinstance(addresses, str):
@@ -117,9 +118,9 @@ class RemoteEngine:
         self.max_retries, self.backoff = max_retries, backoff
         self.health_check_interval, self.max_resumes = health_check_interval, max_resumes
         self._http = httpx.AsyncClient(
-            transport=transport,
+            transport=transport or KeepAliveTransport(),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
         self._batcher = GroupBatcher(self._post_generate, max_new_tokens=batch_max_new_tokens)
         self._version = version
@@ -134,7 +135,7 @@ class RemoteEngine:
         return cls(config.addresses, timeout=config.timeout, connect_timeout=config.connect_timeout,
                    control_timeout=config.control_timeout, max_retries=config.max_retries, backoff=config.backoff,
                    health_check_interval=config.health_check_interval, max_resumes=config.max_resumes,
-                   max_connections=config.max_connections, batch_max_new_tokens=config.batch_max_new_tokens,
+                   batch_max_new_tokens=config.batch_max_new_tokens,
                    **kwargs)
 
     @property

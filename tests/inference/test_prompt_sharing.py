@@ -173,7 +173,7 @@ async def test_flush_cache_empties_it_and_waits_for_idleness(server):
 
 def test_eviction_under_memory_pressure_keeps_answers_right(serve_factory, untrained_model_dir, hf_model):
     url = serve_factory(untrained_model_dir, "--prefix-cache-tokens", "64").url
-    prompts = [unique_prompt(30) for _ in range(4)]
+    prompts = [[250 + i, *unique_prompt(29)] for i in range(4)]  # distinct first tokens: nothing shared
     sp = {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}
     firsts = [post(url, {"input_ids": p, "sampling_params": sp}) for p in prompts]
     info = state(url)
