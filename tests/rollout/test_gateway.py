@@ -347,12 +347,16 @@ async def test_interrupted_and_killed_upstreams(tiny_model_dir):
 
                 session = (await http.post("/v1/sessions", json={})).json()
                 auth = {"Authorization": f"Bearer {session['api_key']}"}
-                long_call["max_tokens"] = 300
                 call = asyncio.create_task(http.post("/v1/chat/completions", headers=auth, json=long_call))
-                await asyncio.sleep(0.5)
-                first.kill()  # the call is on the first server (least loaded, first in the list)
+                async with httpx.AsyncClient(base_url=first.url, timeout=10) as upstream, asyncio.timeout(30):
+                    while True:  # the call is on the first server (least loaded, first in the list)
+                        info = (await upstream.get("/server_info")).json()["internal_states"][0]
+                        if info["num_running_reqs"]:
+                            break
+                        await asyncio.sleep(0.01)
+                first.kill()  # mid-call (a fixed sleep let a fast server finish the call first)
                 r = await call
-                assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 300
+                assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 800
                 assert engine.stats["servers_lost"] == 1
                 second.kill()
                 r = await http.post("/v1/chat/completions", headers=auth, json={**long_call, "max_tokens": 5})
