@@ -66,12 +66,15 @@ def run(args) -> int:
             raise ConfigError("give a config file: agentrl train CONFIG [key=value ...] (or --resume RUN_DIR)")
         cfg = load_config(RunConfig, config_path, overrides)
         run_dir = Path(cfg.run_dir)
-        if (run_dir / "metrics.jsonl").exists() or latest_checkpoint(run_dir) is not None:
+        if cfg.node_rank == 0 and ((run_dir / "metrics.jsonl").exists() or latest_checkpoint(run_dir) is not None):
             raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run; continue it with "
                               f"`agentrl train --resume {run_dir}`, or pick another with run_dir=...")
     check_run_config(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    if cfg.node_rank == 0:  # the other nodes' ranks read node 0's (run_dir is shared)
+        save_config(cfg, run_dir / "config.yaml")
+    if cfg.launcher == "ray":
+        from agentrl.run.ray_launcher import launch
     summary = launch(cfg, run_dir)
     print(json.dumps(summary), flush=True)
     return 0

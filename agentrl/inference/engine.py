@@ -150,6 +150,10 @@ class Engine:
         running = sum(1 for r in self._slots if r is not None)
         return {"num_running_reqs": running, "num_waiting_reqs": len(self._live) - running}
 
+    def tokens_in_use(self) -> int:
+        """Prompt + output tokens of the requests in slots (what SGLang's ``/get_load`` calls num_tokens)."""
+        return sum(len(r.input_ids) + len(r.output_ids) for r in self._slots if r is not None)
+
     def is_live(self, rid: str) -> bool:
         return rid in self._live
 

@@ -65,8 +65,8 @@ def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = N
         kwargs["tokenizer"] = cfg.model
     if "sampling" in params and "sampling" not in kwargs:
         kwargs["sampling"] = sampling
-    if cfg.sandbox.backend and "env_kwargs" in params:
-        kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.backend, **(kwargs.get("env_kwargs") or {})}
+    if cfg.sandbox.spec() and "env_kwargs" in params:
+        kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.spec(), **(kwargs.get("env_kwargs") or {})}
     return cls(**kwargs)
 
 
@@ -184,8 +184,9 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     def decode(ids: list[int]) -> str:  # each sampled trajectory's tokens, as text
         return tokenizer.decode(ids, skip_special_tokens=False)
 
-    servers = json.loads((run_dir / "servers.json").read_text())["servers"]
-    engine = RemoteEngine(servers, timeout=cfg.inference.request_timeout_s, version=actor.version)
+    servers = json.loads((run_dir / "servers.json").read_text())
+    engine = RemoteEngine(servers["servers"], router=servers.get("router"), timeout=cfg.inference.request_timeout_s,
+                          version=actor.version)
     tr.engine = engine
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
                     trajectories_per_step=cfg.logging.trajectories_per_step,
