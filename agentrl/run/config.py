@@ -213,6 +213,14 @@ def check_run_config(cfg: RunConfig) -> None:
             close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "; `agentrl envs` lists them"
             raise ConfigError(f"config key 'rollout.workflow_args.env_id': no environment {env_id!r}{hint}")
+        if cfg.sandbox.spec() and not takes_sandbox(env_id):
+            key = "sandbox.services" if cfg.sandbox.services else "sandbox.backend"
+            raise ConfigError(f"config key {key!r}: the environment {env_id!r} takes no sandbox argument; "
+                              "leave the sandbox keys empty for it (they are for code environments)")
+    for url in cfg.sandbox.services:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"config key 'sandbox.services': {url!r} is not a URL of a sandbox service "
+                              "(http://HOST:PORT, as `agentrl sandbox serve` prints it)")
     check_placement(cfg)
     if cfg.launcher == "local" and (cfg.device == "cuda" or cfg.inference.engine == "sglang"):
         import torch
@@ -256,3 +264,20 @@ def check_placement(cfg: RunConfig) -> None:
     if cfg.inference.router == "sglang" and importlib.util.find_spec("sglang_router") is None:
         raise ConfigError("config key 'inference.router': sglang-router is not installed "
                           "(pip install 'agentrl[router]')")
+
+
+def takes_sandbox(env_id: str) -> bool:
+    """Whether the registered environment's constructor takes a ``sandbox`` argument."""
+    import inspect
+
+    import gymnasium
+
+    from agentrl.plugins import load_object
+
+    entry = gymnasium.spec(env_id).entry_point
+    make = load_object(entry) if isinstance(entry, str) else entry
+    try:
+        params = inspect.signature(make).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: assume it does
+        return True
+    return any(p.name == "sandbox" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
