@@ -3,8 +3,9 @@
     local.py     LocalSandbox   namespace jails on this host, via a warm fork server (jail.py)
     docker.py    DockerSandbox  a warm pool of locked-down containers
     remote.py    RemoteSandbox  the client of the sandbox service (service.py, FastAPI)
+    fleet.py     SandboxFleet   several sandbox services, the least busy first
     executor.py  our pid 1 inside every jail and container: runs, caps, kills, reports
     protocol.py  the host side of the executor's protocol (request payload, reply -> ExecResult)
 
-The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL)``.
+The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL|"URL,URL")``.
 """

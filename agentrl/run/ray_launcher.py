@@ -51,6 +51,13 @@ FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_TOKEN", "WANDB_API_KEY", "AGENTRL_
 """Variables of ``agentrl train``'s environment the actors' processes get too (when set)."""
 
 
+class ActorServer(ManagedServer):
+    """A ManagedServer inside a Ray actor: its GPU is the one Ray gave the actor."""
+
+    def gpu_env(self) -> dict[str, str] | None:
+        return None  # Ray has set CUDA_VISIBLE_DEVICES to this actor's GPU
+
+
 class ServerHost:
     """Ray actor: one inference server (``ManagedServer``) on this actor's node."""
 
@@ -59,8 +66,7 @@ class ServerHost:
 
         os.chdir(cwd)
         os.environ.update(env)
-        self.server = ManagedServer(index, cfg, Path(log_dir), host=ray.util.get_node_ip_address())
-        self.server.gpu_env = lambda: None  # Ray has set CUDA_VISIBLE_DEVICES to this actor's GPU
+        self.server = ActorServer(index, cfg, Path(log_dir), host=ray.util.get_node_ip_address())
 
     def start(self) -> str:
         self.server.start()
@@ -132,8 +138,9 @@ class TrainerRank:
 
 def connect(cfg: Any) -> Any:
     """``ray.init`` on the configured cluster, or a ConfigError saying how to start one."""
-    import ray
+    from agentrl.plugins import import_optional
 
+    ray = import_optional("ray", extra="ray", purpose="launcher: ray")
     address = cfg.ray.address  # "auto": RAY_ADDRESS, else the cluster `ray start --head` started here
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
