@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import AgentRLError, ServerUnavailable, TrainerError
-from agentrl.launch.services import ServerProcess, ServiceProcess, free_port
+from agentrl.launch.services import ServerProcess, ServiceProcess, free_port, stop_process
 
 
 class ManagedServer:
@@ -80,12 +80,8 @@ class ManagedServer:
     def stop(self) -> None:
         if isinstance(self.process, ServiceProcess):
             self.process.stop()
-        elif self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        else:
+            stop_process(self.process)
 
     def tail(self) -> str:
         path = self.log_dir / f"server-{self.index}.log"
@@ -180,23 +176,7 @@ class Run:
         """Until the trainer ends: restart dead servers (or fail); returns the trainer's exit code."""
         assert self.trainer is not None
         while self.trainer.poll() is None:
-            if self.router is not None and self.router.poll() is not None:
-                raise ServerUnavailable(f"the SGLang router ({self.router.url}) died; its last output:\n"
-                                        f"{self.router.tail()}")
-            for server in self.servers:
-                code = server.poll()
-                if code is None:
-                    continue
-                if not self.cfg.inference.restart_failed:
-                    raise ServerUnavailable(f"inference server {server.index} ({server.url}) died with exit code "
-                                            f"{code}; its last output:\n{server.tail()}")
-                self.say(f"inference server {server.index} ({server.url}) died with exit code {code}; restarting it")
-                server.restarts += 1
-                try:
-                    server.start()
-                except AgentRLError as e:
-                    raise ServerUnavailable(f"inference server {server.index} could not be restarted: {e}") from e
-                self.say(f"inference server {server.index} is back at {server.url}")
+            watch_servers(self.servers, self.router, self.cfg.inference.restart_failed, self.say)
             time.sleep(poll_s)
         self._pump.join(timeout=10)
         return self.trainer.returncode
@@ -213,6 +193,29 @@ class Run:
             self.router.stop()
         for server in self.servers:
             server.stop()
+
+
+def watch_servers(servers: list[Any], router: Any, restart_failed: bool, say: Callable[[str], None]) -> None:
+    """One look at a run's servers: a dead router stops the run; a dead server is restarted on its
+    port when ``restart_failed`` (else it stops the run). A server has ``index``, ``url``,
+    ``restarts``, ``poll()``, ``start()`` and ``tail()`` (``ManagedServer``, or the Ray launcher's
+    handle on one)."""
+    if router is not None and router.poll() is not None:
+        raise ServerUnavailable(f"the SGLang router ({router.url}) died; its last output:\n{router.tail()}")
+    for server in servers:
+        code = server.poll()
+        if code is None:
+            continue
+        if not restart_failed:
+            raise ServerUnavailable(f"inference server {server.index} ({server.url}) died with exit code "
+                                    f"{code}; its last output:\n{server.tail()}")
+        say(f"inference server {server.index} ({server.url}) died with exit code {code}; restarting it")
+        server.restarts += 1
+        try:
+            server.start()
+        except AgentRLError as e:
+            raise ServerUnavailable(f"inference server {server.index} could not be restarted: {e}") from e
+        say(f"inference server {server.index} is back at {server.url}")
 
 
 def torchrun_command(cfg: Any, run_dir: Path) -> list[str]:

@@ -44,8 +44,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import AgentRLError, ConfigError, ServerUnavailable, TrainerError
-from agentrl.run.launcher import ManagedServer, write_servers
+from agentrl.errors import ConfigError, ServerUnavailable, TrainerError
+from agentrl.launch.services import stop_process
+from agentrl.run.launcher import ManagedServer, watch_servers, write_servers
 
 FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_TOKEN", "WANDB_API_KEY", "AGENTRL_DATA_DIR", "AGENTRL_SANDBOX_API_KEY")
 """Variables of ``agentrl train``'s environment the actors' processes get too (when set)."""
@@ -80,6 +81,23 @@ class ServerHost:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+class HostedServer:
+    """The driver's handle on a ServerHost actor, with ManagedServer's face (for ``watch_servers``)."""
+
+    def __init__(self, index: int, actor: Any, ray: Any) -> None:
+        self.index, self.actor, self.ray = index, actor, ray
+        self.url, self.restarts = "", 0
+
+    def start(self) -> None:
+        self.url = self.ray.get(self.actor.start.remote())
+
+    def poll(self) -> int | None:
+        return self.ray.get(self.actor.poll.remote())
+
+    def tail(self) -> str:
+        return self.ray.get(self.actor.tail.remote())
 
 
 class TrainerRank:
@@ -127,13 +145,7 @@ class TrainerRank:
         return "".join(self.lines[-n:])
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, grace_s=30)  # as torchrun's SIGTERM: the loop stops its executor
 
 
 def connect(cfg: Any) -> Any:
@@ -160,12 +172,11 @@ class RayRun:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.cwd = os.getcwd()
         self.env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-        self.hosts: list[Any] = []
+        self.servers: list[HostedServer] = []
         self.ranks: list[Any] = []
         self.group: Any = None
         self.router: Any = None
         self.events: list[str] = []
-        self.restarts = 0
 
     def say(self, message: str) -> None:
         self.events.append(message)
@@ -177,10 +188,12 @@ class RayRun:
             return list(inf.servers)
         gpus = 1 if inf.engine == "sglang" or self.cfg.device == "cuda" else 0
         actor = ray.remote(ServerHost).options(num_cpus=inf.threads, num_gpus=gpus, max_concurrency=4)
-        self.hosts = [actor.remote(i, self.cfg, str(self.log_dir), self.cwd, self.env) for i in range(inf.num_servers)]
-        urls = ray.get([h.start.remote() for h in self.hosts])
-        for i, url in enumerate(urls):
-            self.say(f"inference server {i} ready at {url} ({inf.engine}, a Ray actor)")
+        self.servers = [HostedServer(i, actor.remote(i, self.cfg, str(self.log_dir), self.cwd, self.env), ray)
+                        for i in range(inf.num_servers)]
+        urls = ray.get([s.actor.start.remote() for s in self.servers])
+        for server, url in zip(self.servers, urls, strict=True):
+            server.url = url
+            self.say(f"inference server {server.index} ready at {url} ({inf.engine}, a Ray actor)")
         return urls
 
     def start_router(self, urls: list[str], ray: Any) -> str | None:
@@ -243,27 +256,11 @@ class RayRun:
                         raise TrainerError(f"trainer rank {r} failed (exit code {code}); the last of "
                                            f"{self.log_dir / f'trainer-rank-{r}.log'}:\n"
                                            f"{ray.get(actor.tail.remote())}")
-            if self.router is not None and self.router.poll() is not None:
-                raise ServerUnavailable(f"the SGLang router ({self.router.url}) died; its last output:\n"
-                                        f"{self.router.tail()}")
-            for i, host in enumerate(self.hosts):
-                code = ray.get(host.poll.remote())
-                if code is None:
-                    continue
-                if not self.cfg.inference.restart_failed:
-                    raise ServerUnavailable(f"inference server {i} died with exit code {code}; its last output:\n"
-                                            f"{ray.get(host.tail.remote())}")
-                self.say(f"inference server {i} died with exit code {code}; restarting it")
-                self.restarts += 1
-                try:
-                    url = ray.get(host.start.remote())
-                except AgentRLError as e:
-                    raise ServerUnavailable(f"inference server {i} could not be restarted: {e}") from e
-                self.say(f"inference server {i} is back at {url}")
+            watch_servers(self.servers, self.router, self.cfg.inference.restart_failed, self.say)
             time.sleep(poll_s)
 
     def stop(self, ray: Any) -> None:
-        for actor in [*self.ranks, *self.hosts]:
+        for actor in [*self.ranks, *(s.actor for s in self.servers)]:
             try:
                 ray.get(actor.stop.remote(), timeout=60)
             except Exception:  # noqa: BLE001 (a dead actor has nothing left to stop)
@@ -296,5 +293,5 @@ def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None
     summary_path = run.run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["events"] = run.events
-    summary["server_restarts"] = run.restarts
+    summary["server_restarts"] = sum(s.restarts for s in run.servers)
     return summary

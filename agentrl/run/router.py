@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ServerUnavailable
-from agentrl.launch.services import free_port
+from agentrl.launch.services import free_port, stop_process
 
 
 class SGLangRouter:
@@ -81,13 +81,7 @@ class SGLangRouter:
         return None if self.process is None else self.process.poll()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
 
     def tail(self) -> str:
         if not self.log_path.exists():
