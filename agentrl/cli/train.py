@@ -3,10 +3,13 @@
     agentrl train CONFIG [key=value ...]          start a run (its run_dir must be new)
     agentrl train --resume RUN_DIR [key=value ...]  continue a run from its last checkpoint
     agentrl train --help-config                   every config key, its default and help
+    agentrl train CONFIG nnodes=N node_rank=R master_addr=A master_port=P   once per node
+    agentrl train CONFIG launcher=ray [ray.address=HOST:PORT]             on a running Ray cluster
 
 Starts the inference servers the config asks for (or uses given URLs), then the trainer
 ranks under torchrun (rank 0 runs the rollout executor), and stops all of them on exit,
-Ctrl-C or the failure of any one, saying which failed and why. Everything the run writes is
+Ctrl-C or the failure of any one, saying which failed and why (docs/scaling.md: several
+nodes, Ray, SGLang's router, Docker Compose). Everything the run writes is
 under its run_dir: config.yaml, metrics.jsonl, tensorboard/, trajectories/, checkpoints/,
 curves.png, summary.json, logs/. The last line printed is the run's summary as one JSON
 object (eval_before, eval_after, steps, minutes, run_dir, ...). Overrides on --resume allow
