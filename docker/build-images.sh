@@ -63,12 +63,18 @@ if [ -n "$CA" ] && [ -s "$CA" ]; then
 fi
 
 build() {  # image dockerfile
+    local old
+    old=$(docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true)
     echo "build-images: building $1 on $BASE (log: $LOG)" >&2
     if ! docker build --network host --force-rm -q --build-arg "BASE=$BASE" --build-arg "TORCH_SPEC=$TORCH_SPEC" "${CERT_ARGS[@]}" \
             --label "agentrl.inputs=$HASH" -t "$1" -f "$2" "$CONTEXT" >>"$LOG" 2>&1; then
         echo "build-images: building $1 failed; the end of $LOG:" >&2
         tail -n 30 "$LOG" >&2
         exit 1
+    fi
+    # the image this one replaces, unless a container still uses it (its layers stay shared)
+    if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$1")" ]; then
+        docker rmi "$old" >/dev/null 2>&1 || true
     fi
 }
 build "$SERVICE" docker/sandbox-service.Dockerfile
