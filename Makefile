@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image images compose
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,9 +57,25 @@ compose:
 	elif [ -n "$$CI" ]; then echo "compose: CI is set and docker-compose is missing" >&2; exit 1; \
 	else echo "compose: docker-compose is missing (apt-get install docker-compose); tests/deploy will fail" >&2; fi
 
+# The local sandbox's tools: bubblewrap (rootless jails) and libseccomp (every program's
+# seccomp filter), installed with apt when missing and we are root; fails when they cannot be
+# had and CI is set (the rootless tests would have nothing to run), warns otherwise.
+sandbox-tools:
+	@if ! docker/ensure-sandbox-tools.sh; then \
+	if [ -n "$$CI" ]; then echo "sandbox-tools: CI is set and bubblewrap/libseccomp are not usable" >&2; exit 1; \
+	else echo "sandbox-tools: the rootless sandbox tests will skip" >&2; fi; fi
+
+# Headless Chromium for the viewer's browser tests (tests/view/): Debian's chromium, installed by
+# apt as root when absent (log in /var/log/agentrl-apt.log); playwright drives it by its path and
+# never downloads a browser. Only without CI set may a machine with none go on; those tests skip.
+browser:
+	@if tests/ensure-chromium.sh; then :; \
+	elif [ -n "$$CI" ]; then echo "browser: CI is set and no chromium could be installed" >&2; exit 1; \
+	else echo "browser: no chromium could be installed; the viewer's browser tests will skip" >&2; fi
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers.
-test: install sandbox-image compose
+test: install sandbox-image sandbox-tools browser compose
 	$(BIN)/python -m pytest -q -ra
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,

@@ -212,17 +212,27 @@ class InferenceClient(Protocol):
 
 @runtime_checkable
 class ChatClient(Protocol):
-    """The inference engine behind the ``openai`` SDK's interface.
+    """The inference engine behind the ``openai`` SDK's interface, recording one episode.
 
-    ``chat.completions.create(messages=..., tools=..., ...)`` answers like the SDK, while
-    every call's exact token ids, logprobs and versions are recorded, so the episode can be
-    exported as trajectories once its reward is known.
+    ``chat.completions.create(messages=..., tools=..., ...)`` (and ``responses.create``)
+    answer with the SDK's own types, while every call's exact token ids, logprobs and versions
+    are recorded: each call renders only the messages new since an earlier call onto the
+    tokens already sampled, and starts a new segment where the conversation does not extend.
+    Rewards name calls by the answer's ``id``; ``apply_reward_discount(γ)`` sets
+    R_i = r_i + γ·R_{i+1} backwards over the calls. ``export_trajectories("concat")`` gives one
+    trajectory per segment (tokens between calls masked out), ``"individual"`` one per call.
     """
 
     @property
     def chat(self) -> Any: ...
 
-    def export_trajectories(self, reward: float) -> list[Trajectory]: ...
+    def set_reward(self, completion_id: str, reward: float) -> None: ...
+
+    def set_last_reward(self, reward: float) -> None: ...
+
+    def apply_reward_discount(self, gamma: float) -> None: ...
+
+    def export_trajectories(self, style: Literal["concat", "individual"] = "concat") -> list[Trajectory]: ...
 
 
 @runtime_checkable

@@ -4,9 +4,10 @@
 
 Uses the run config's model, inference servers (started like ``agentrl train`` does, or
 ``inference.servers``), workflow and ``eval`` section (dataset, sampling, limit). Results per
-problem go to ``DIR/eval.jsonl`` as they finish: the same command again resumes where it
-stopped. ``--curate`` writes the dataset without the problems solved in all K samples. The
-last line printed is the report as one JSON object.
+problem go to ``DIR/eval.jsonl`` as they finish (with the tokens of ``--samples`` episodes
+each, for ``agentrl view DIR``): the same command again resumes where it stopped.
+``--curate`` writes the dataset without the problems solved in all K samples. The last line
+printed is the report as one JSON object.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--k", type=int, default=None, help="samples per problem (default: eval.k)")
     p.add_argument("--out", default=None, help="directory for eval.jsonl (default: RUN_DIR/eval)")
     p.add_argument("--curate", default=None, metavar="OUT.jsonl", help="write the rows not always solved")
+    p.add_argument("--samples", type=int, default=1, metavar="N",
+                   help="episodes per problem whose tokens are kept in eval.jsonl for `agentrl view` (default 1)")
     p.set_defaults(func=run)
 
 
@@ -36,7 +39,7 @@ def run(args) -> int:
     from agentrl.rollout.evaluate import curate, evaluate
     from agentrl.run.config import RunConfig, check_run_config
     from agentrl.run.launcher import Run
-    from agentrl.run.loop import build_workflow, load_rows
+    from agentrl.run.loop import build_workflow, load_rows, tr_decode
 
     config_path, overrides = split_items(args.items)
     if config_path is None:
@@ -47,6 +50,8 @@ def run(args) -> int:
     k = args.k or cfg.eval.k
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")
+    if args.samples < 0:
+        raise ConfigError(f"--samples must be >= 0, got {args.samples}")
     check_run_config(cfg)
     out = Path(args.out) if args.out else Path(cfg.run_dir) / "eval"
     out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +65,7 @@ def run(args) -> int:
             workflow = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
             try:
                 report = await evaluate(workflow, engine, rows, k=k, concurrency=cfg.rollout.max_concurrent,
-                                        out=out / "eval.jsonl")
+                                        out=out / "eval.jsonl", samples=args.samples, decode=tr_decode(cfg.model))
             finally:
                 if hasattr(workflow, "aclose"):
                     await workflow.aclose()

@@ -7,6 +7,8 @@
     sampling.py       temperature/top-k/top-p sampling with exact logprobs
     state.py          what the routes share: ServeConfig, ServerState (engine, tokenizer)
     wire.py           SGLang's ``/generate`` wire format: request validation, result shapes
+    chat_format.py    the OpenAI chat format (request checks, message/tool_calls/logprobs shapes),
+                      shared with the rollout gateway
     native_routes.py  SGLang's native routes (/generate, pause/continue, weight updates, info)
     openai_routes.py  the OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models)
     app.py            build_app: the two route sets in one FastAPI app

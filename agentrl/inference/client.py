@@ -24,6 +24,9 @@ How it behaves:
   * **Behind a router.** With ``router=URL`` (SGLang's router in front of the same servers)
     every generation call goes to the router, which picks the worker; the weight-update
     calls still go to every server directly (the router does not forward them).
+  * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
+    polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
+    0.2 ms with ours) unless a ``transport`` is given.
   * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
     fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
     exponential backoff, at most ``max_retries`` times in a row without progress, then
@@ -49,6 +52,7 @@ import httpx
 from agentrl.api import Completion, SamplingParams
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
+from agentrl.inference.transport import KeepAliveTransport
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +104,7 @@ class RemoteEngine:
         self.max_retries, self.backoff = max_retries, backoff
         self.health_check_interval, self.max_resumes = health_check_interval, max_resumes
         self._http = httpx.AsyncClient(
-            transport=transport,
+            transport=transport or KeepAliveTransport(),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )

@@ -194,6 +194,10 @@ class TokenConversation:
             raise RolloutError(f"no completion {call_id!r} in this conversation "
                                f"({len(self.calls)} completions recorded)") from None
 
+    def alias(self, call_id: str, other_id: str) -> None:
+        """Let ``other_id`` (a Responses API id) name the call ``call_id`` too."""
+        self._by_id[other_id] = self.call(call_id)
+
     def set_reward(self, call_id: str, reward: float) -> None:
         self.call(call_id).reward = _finite(reward)
         self._clear_discount()
@@ -234,6 +238,18 @@ class TokenConversation:
                                       reward=c.return_, num_turns=1, metrics=dict(metrics)))
             return out
         raise RolloutError(f"export style must be 'concat' or 'individual', got {style!r}")
+
+
+def sampled_spans(loss_mask: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of loss-mask-1 tokens: in a concat trajectory, one per call."""
+    spans, start = [], None
+    for i, m in enumerate([*loss_mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
 
 
 def _finite(reward: float) -> float:

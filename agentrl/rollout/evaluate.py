@@ -77,9 +77,12 @@ class EvalReport:
 
 async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[Mapping[str, Any]], *, k: int = 1,
                    concurrency: int = 256, out: str | Path | None = None,
-                   on_problem: Any = None) -> EvalReport:
+                   on_problem: Any = None, samples: int = 0, decode: Any = None) -> EvalReport:
     """Play ``k`` episodes of each row; see the module docstring. ``on_problem(index, c)`` is
-    called as each problem finishes (progress)."""
+    called as each problem finishes (progress). With ``out``, the trajectories of the first
+    ``samples`` episodes of each problem go into its line (``samples``: ``Trajectory.to_dict()``
+    plus ``sample``, the episode's number, and ``tokens``, each token's text by ``decode(ids)``
+    when given), for ``agentrl view``."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     report = EvalReport(k)
@@ -107,8 +110,10 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
         report.successes[index] = c
         report.failed_episodes += failed
         if sink is not None:
-            sink.write(json.dumps({"index": index, "k": k, "successes": c, "failed": failed,
-                                   "row": dict(row)}) + "\n")
+            record = {"index": index, "k": k, "successes": c, "failed": failed, "row": dict(row)}
+            if samples:
+                record["samples"] = [sample_row(t, j, decode) for j, r in enumerate(results[:samples]) for t in r or []]
+            sink.write(json.dumps(record) + "\n")
         if on_problem is not None:
             on_problem(index, c)
 
@@ -118,6 +123,14 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
         if sink is not None:
             sink.close()
     return report
+
+
+def sample_row(t: Trajectory, sample: int, decode: Any = None) -> dict[str, Any]:
+    """One evaluation sample's trajectory as a JSON object (see ``evaluate``'s ``samples``)."""
+    row = t.to_dict() | {"sample": sample}
+    if decode is not None:
+        row["tokens"] = [decode([tok]) for tok in t.input_ids]
+    return row
 
 
 def curate(rows: Sequence[Mapping[str, Any]], report: EvalReport, out: str | Path) -> int:

@@ -110,11 +110,12 @@ class RolloutExecutor:
     """Runs groups of episodes ahead of the trainer within the staleness bound; see the module doc.
 
     ``workflow`` is a ``Workflow`` (or any ``arun_episode``-shaped coroutine function); ``engine``
-    the ``InferenceClient`` its episodes generate with; ``rows`` the data, visited from
-    ``start_index``. ``max_concurrent`` bounds *episodes* in flight (rounded down to whole groups).
+    the ``InferenceClient`` its episodes generate with; ``rows`` the data, visited in order.
+    ``max_concurrent`` bounds *episodes* in flight (rounded down to whole groups). With no
+    workflow and rows, groups come only from ``accept_group`` (the gateway's agents).
     """
 
-    def __init__(self, workflow: Workflow | EpisodeFn, engine: InferenceClient, rows: RowSource, *,
+    def __init__(self, workflow: Workflow | EpisodeFn | None, engine: InferenceClient, rows: RowSource | None, *,
                  group_size: int, batch_size: int, max_staleness: int, max_concurrent: int,
                  filter_equal_rewards: bool = False, episode_timeout_s: float | None = None,
                  episode_log: EpisodeLog | None = None, run_id: str = "run") -> None:
@@ -149,6 +150,8 @@ class RolloutExecutor:
     # ------------------------------------------------------------------ control
 
     async def start(self) -> None:
+        if self.rows is None or self.run_episode is None:
+            raise ConfigError("this executor has no workflow and rows to play; groups reach it by accept_group")
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._admit_loop(), name="rollout-admission")
 
@@ -186,9 +189,17 @@ class RolloutExecutor:
     def ready(self) -> int:
         return len(self._ready)
 
-    def capacity(self) -> int:
+    def capacity(self, running: int | None = None) -> int:
+        """Groups that may start now (``running``: groups in flight, default this executor's own)."""
         return rollout_capacity(batch_size=self.batch_size, version=self.version, max_staleness=self.max_staleness,
-                                max_concurrent=self.max_groups, accepted=self.accepted, running=self.running)
+                                max_concurrent=self.max_groups, accepted=self.accepted,
+                                running=self.running if running is None else running)
+
+    def accept_group(self, group: Group) -> None:
+        """A group played elsewhere (the gateway's agents) joins the queue like one of ours."""
+        group.index = self._next_index()
+        self._finish_group(group)
+        self._changed.set()
 
     # ------------------------------------------------------------------ the trainer's side
 

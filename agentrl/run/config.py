@@ -65,6 +65,9 @@ class InferenceConfig:
 class RolloutConfig:
     """What is played, and how far generation may run ahead of training."""
 
+    source: str = option("workflow", choices=("workflow", "gateway"),
+                         help="workflow: the executor plays rows of the dataset with the workflow; gateway: "
+                              "agents play on their own through the run's OpenAI-compatible gateway")
     workflow: str = option("workflows.env:EnvWorkflow", help="import path of the Workflow class")
     workflow_args: dict[str, Any] = option({}, help="keyword arguments of the workflow (env_id, env kwargs, ...)")
     dataset: str = option("", help="rows to play: a .jsonl file, or the import path of a function (seed) -> "
@@ -129,6 +132,18 @@ class RayConfig:
 
 
 @dataclass
+class GatewayConfig:
+    """The run's OpenAI-compatible gateway (``rollout.source: gateway``)."""
+
+    host: str = option("127.0.0.1", help="address to listen on (not loopback: an API key is required)")
+    port: int = option(0, ge=0, le=65535, help="port; 0 picks a free one (RUN_DIR/gateway.json says which)")
+    api_key_env: str = option("AGENTRL_GATEWAY_API_KEY", help="environment variable holding the admin key "
+                                                               "that opens sessions (unset: no key)")
+    session_timeout_s: float = option(600.0, gt=0, help="a session idle this long ends as failed data")
+    max_session_tokens: int = option(65536, ge=1, help="tokens one session may use")
+
+
+@dataclass
 class RunConfig:
     """A training run: ``agentrl train CONFIG [key=value ...]``."""
 
@@ -159,6 +174,7 @@ class RunConfig:
     logging: LoggingConfig = option(LoggingConfig, help="metrics and samples")
     sandbox: SandboxConfig = option(SandboxConfig, help="sandboxes")
     ray: RayConfig = option(RayConfig, help="launcher: ray")
+    gateway: GatewayConfig = option(GatewayConfig, help="the gateway (rollout.source: gateway)")
 
 
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
@@ -184,7 +200,16 @@ def check_run_config(cfg: RunConfig) -> None:
     if not (model / "config.json").is_file():
         raise ConfigError(f"config key 'model': {cfg.model!r} is not a model directory (no config.json); "
                           "build the demo one with `agentrl model tiny --out DIR`")
-    if not cfg.rollout.dataset:
+    if cfg.rollout.source == "gateway":
+        import ipaddress
+        import os
+
+        host = cfg.gateway.host
+        loopback = host == "localhost" or (host.replace(".", "").isdigit() and ipaddress.ip_address(host).is_loopback)
+        if not loopback and not os.environ.get(cfg.gateway.api_key_env):
+            raise ConfigError(f"config key 'gateway.host': {host!r} is not a loopback address and "
+                              f"${cfg.gateway.api_key_env} holds no API key; set one, or serve on 127.0.0.1")
+    elif not cfg.rollout.dataset:
         raise ConfigError("config key 'rollout.dataset' is required: a .jsonl file or 'module:function' "
                           "giving the rows to play (e.g. envs.arith:training_rows)")
     try:
@@ -193,7 +218,7 @@ def check_run_config(cfg: RunConfig) -> None:
         raise ConfigError(f"config key 'rollout.workflow': {e}") from e
     # the datasets first: a module that provides rows may also register its environment
     for key, spec in (("rollout.dataset", cfg.rollout.dataset), ("eval.dataset", cfg.eval.dataset)):
-        if spec is None:
+        if not spec:
             continue
         try:
             if dataset_file(spec) is None:

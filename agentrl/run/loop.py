@@ -27,6 +27,7 @@ What it is not: the process launcher (``agentrl.run.launcher``) or the config
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -116,26 +117,31 @@ class Trainer:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def train(self, trajectories: list | None) -> tuple[dict[str, float], list, dict[int, list[float]]]:
+    def train(self, trajectories: list | None) -> tuple[dict[str, float], list, dict[int, dict[str, Any]]]:
         """One train step on every rank; returns the actor's statistics, the trajectories kept for
-        the loss, and the trainer's log-probabilities of the first few (before the update)."""
+        the loss, and per-token facts of the first few for the sample (before the update: the
+        trainer's log-probabilities and entropies; the advantage)."""
         from agentrl.trainer.batch import broadcast_trajectories, prepare_batch
 
         trajectories = broadcast_trajectories(trajectories)
         batch = prepare_batch(trajectories, version=self.actor.version, config=self.cfg.trainer)
-        sample_lp: dict[int, list[float]] = {}
+        sample: dict[int, dict[str, Any]] = {}
         n = min(self.cfg.logging.trajectories_per_step, len(batch))
         if n:
             from agentrl.trainer.batch import TrainBatch
 
             head = TrainBatch(batch.sequences[:n], batch.version)
-            sample_lp = {i: v.tolist() for i, v in self.actor.compute_logprobs(head).items()}
+            for i, (lp, ent) in self.actor.compute_token_stats(head).items():
+                sample[i] = {"trainer_logprobs": lp.tolist(), "entropy": ent.tolist()}
+            for i, seq in enumerate(batch.sequences[:n]):
+                on = seq["loss_mask"] > 0  # the advantage is one number on the loss tokens
+                sample.setdefault(i, {})["advantage"] = float(seq["advantages"][on][0]) if bool(on.any()) else 0.0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             stats = self.actor.train_step(batch)
         for w in caught:
             log.warning("step %d: %s", self.actor.version, w.message)
-        return stats, batch.trajectories, sample_lp
+        return stats, batch.trajectories, sample
 
     def checkpoint(self, step: int) -> Path:
         from agentrl.trainer.checkpoint import save_checkpoint
@@ -191,9 +197,11 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
                     trajectories_per_step=cfg.logging.trajectories_per_step,
                     resume_step=actor.version if resume_from else None)
-    # the rows first: a dataset's module may register the environment the workflow makes
-    rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
-    workflow = build_workflow(cfg, cfg.rollout.sampling.params())
+    external = cfg.rollout.source == "gateway"
+    workflow = rows = None
+    if not external:  # the rows first: a dataset's module may register the environment the workflow makes
+        rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
+        workflow = build_workflow(cfg, cfg.rollout.sampling.params())
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
     keep = None
     if state is not None:
@@ -242,7 +250,11 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     elif "eval_before" not in summary:
         summary["eval_before"] = await run_eval(0, "before")
     summary.setdefault("steps", 0)
-    await executor.start()
+    stack = contextlib.AsyncExitStack()
+    if external:
+        await serve_gateway(stack, cfg, run_dir, engine, executor, console)
+    else:
+        await executor.start()
     t_last = time.perf_counter()
     trainer_idle = 0.0
     gen_busy_last = executor.generation_busy_s()
@@ -260,7 +272,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             if tr.world_size > 1:
                 await asyncio.to_thread(tr.command, {"op": "train"})
             t0 = time.perf_counter()
-            stats, kept, sample_lp = await asyncio.to_thread(tr.train, trajectories)
+            stats, kept, sample = await asyncio.to_thread(tr.train, trajectories)
             t1 = time.perf_counter()
             record = await publish()
             step = actor.version
@@ -284,7 +296,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             })
             gen_busy_last, t_last = gen_busy, now
             runlog.log(step, metrics)
-            runlog.sample(step, kept, decode, sample_lp)
+            runlog.sample(step, kept, decode, sample)
             console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")
@@ -301,6 +313,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         await save(tr, executor, episode_log, step, summary, trained)
     finally:
         await executor.stop()
+        await stack.aclose()
         if tr.world_size > 1:
             await asyncio.to_thread(tr.command, {"op": "stop"})
         episode_log.close()
@@ -315,6 +328,28 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary
+
+
+async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Path, engine: Any, executor: Any,
+                        console: Any) -> None:
+    """``rollout.source: gateway``: serve the run's gateway (until ``stack`` closes); its sessions
+    are admitted within the staleness bound and their episodes become the executor's groups."""
+    from agentrl.launch.services import background_server
+    from agentrl.rollout.external import GatewayEpisodes
+    from agentrl.rollout.gateway import build_app
+    from agentrl.rollout.sessions import Gateway
+
+    bridge = GatewayEpisodes(executor, cfg.rollout.group_size)
+    gateway = Gateway(engine, cfg.model, out=run_dir / "gateway", on_episode=bridge.on_episode,
+                      session_timeout_s=cfg.gateway.session_timeout_s, max_session_tokens=cfg.gateway.max_session_tokens,
+                      default_max_tokens=cfg.rollout.sampling.max_new_tokens)
+    gateway.admission = bridge.admits
+    stack.push_async_callback(gateway.aclose)
+    api_key = os.environ.get(cfg.gateway.api_key_env) or None
+    url = await stack.enter_async_context(background_server(build_app(gateway, api_key=api_key), cfg.gateway.host,
+                                                            cfg.gateway.port))
+    (run_dir / "gateway.json").write_text(json.dumps({"url": url, "api_key_env": cfg.gateway.api_key_env}))
+    console.print(f"gateway ready on {url} (sessions: POST {url}/v1/sessions)")
 
 
 def _eta(summary: dict[str, Any]) -> float:

@@ -4,7 +4,8 @@ What it is: ``RunLog`` — every step's metrics appended to ``RUN_DIR/metrics.js
 object a line, ``step`` first), the same scalars as TensorBoard event files in
 ``RUN_DIR/tensorboard`` (and Weights & Biases when a project is configured), a bounded sample
 of each step's trajectories in ``RUN_DIR/trajectories/step_NNNNNN.jsonl`` (tokens, their text,
-loss mask, behaviour and trainer log-probabilities, versions, reward and its parts), and
+loss mask, behaviour and trainer log-probabilities, the trainer's entropies, versions, reward
+and its parts, advantage), and
 ``RUN_DIR/curves.png`` redrawn from ``metrics.jsonl`` (``plot_curves``). ``batch_metrics``
 turns one step's trajectories into the rollout-side scalars (reward, success, lengths,
 staleness histogram). What it is not: the progress line (``agentrl.run.loop``) or the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -112,21 +114,25 @@ class RunLog:
             self._wandb.log(dict(metrics), step=step)
 
     def sample(self, step: int, trajectories: Sequence[Trajectory], decode: Any,
-               trainer_logprobs: Mapping[int, Sequence[float]] | None = None) -> Path | None:
+               extra: Mapping[int, Mapping[str, Any]] | None = None) -> Path | None:
         """Keep the first ``trajectories_per_step`` of a step for inspection; ``decode(ids) -> str``
-        gives each token's text; ``trainer_logprobs[i]`` the trainer's log-probabilities of
-        ``trajectories[i]`` (0.0 on the first token, which nothing predicts)."""
+        gives each token's text; ``extra[i]`` adds fields to ``trajectories[i]``'s row: the
+        trainer's ``trainer_logprobs`` and ``entropy`` (token-aligned, 0.0 on the first token,
+        which nothing predicts) and its ``advantage``. The file appears whole (written aside,
+        then renamed), so a viewer never reads half a step."""
         if self.trajectories_per_step == 0:
             return None
         self.samples_dir.mkdir(exist_ok=True)
         path = self.samples_dir / f"step_{step:06d}.jsonl"
-        with path.open("w") as f:
+        tmp = path.with_suffix(".jsonl.tmp")
+        with tmp.open("w") as f:
             for i, t in enumerate(trajectories[: self.trajectories_per_step]):
                 row = t.to_dict()
                 row["tokens"] = [decode([tok]) for tok in t.input_ids]
-                if trainer_logprobs is not None and i in trainer_logprobs:
-                    row["trainer_logprobs"] = [float(x) for x in trainer_logprobs[i]]
+                for key, value in (extra or {}).get(i, {}).items():
+                    row[key] = [float(x) for x in value] if isinstance(value, list) else value
                 f.write(json.dumps(row) + "\n")
+        os.replace(tmp, path)
         return path
 
     def close(self) -> None:

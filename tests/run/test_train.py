@@ -12,8 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTRL = Path(sys.executable).parent / "agentrl"
-SMALL = ["steps=3", "eval.limit=40", "rollout.batch_size=4", "rollout.group_size=4", "checkpoint.every_steps=2",
-         "max_minutes=null", "logging.trajectories_per_step=4"]
 
 
 def train(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -21,11 +19,10 @@ def train(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("train") / "run"
-    out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", *SMALL)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return run_dir, out
+def run(trained_run):
+    """The shared short run (tests/conftest.py: 3 steps, batches of 4 groups of 4, a checkpoint
+    every 2 steps, 4 sampled trajectories a step)."""
+    return trained_run
 
 
 def test_the_last_line_is_the_summary(run):
@@ -62,12 +59,21 @@ def test_sampled_trajectories_agree_with_the_trainer(run):
     assert len(rows) == 4
     checked = 0
     for r in rows:
-        assert len(r["tokens"]) == len(r["input_ids"]) == len(r["trainer_logprobs"])
+        assert len(r["tokens"]) == len(r["input_ids"]) == len(r["trainer_logprobs"]) == len(r["entropy"])
+        assert isinstance(r["advantage"], float) and all(e >= 0 for e in r["entropy"])
         for m, v, lp, tlp in zip(r["loss_mask"], r["versions"], r["logprobs"], r["trainer_logprobs"], strict=True):
             if m == 1 and v == 0:
                 assert tlp == pytest.approx(lp, abs=2e-3)
                 checked += 1
     assert checked > 10
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["group_id"], []).append(r)
+    for members in groups.values():  # GRPO: above the group's mean reward, a positive advantage
+        mean = sum(r["reward"] for r in members) / len(members)
+        if len(members) == 4:  # the whole group is in the sample
+            assert all((r["advantage"] > 0) == (r["reward"] > mean) and (r["advantage"] == 0) == (r["reward"] == mean)
+                       for r in members), [(r["reward"], r["advantage"]) for r in members]
 
 
 def test_resume_continues_from_the_checkpoint(run, tmp_path):

@@ -1,5 +1,5 @@
-"""SingleTurnWorkflow and EnvWorkflow on every shipped env, against a real ``agentrl serve``
-on the trained tiny model.
+"""The four workflows on every shipped env, against a real ``agentrl serve`` on the trained
+tiny model (ExternalAgentWorkflow's agent is a real subprocess speaking HTTP to a real gateway).
 
 The bug story: multi-turn trainers re-tokenize what was sampled and train on tokens the
 model never produced. Here every trajectory is replayed against a fresh env: each prompt the
@@ -14,6 +14,8 @@ import asyncio
 import copy
 import os
 import random
+import sys
+from pathlib import Path
 
 import gymnasium
 import pytest
@@ -24,11 +26,15 @@ from agentrl.inference.client import RemoteEngine
 from agentrl.launch.services import free_port
 from agentrl.model.arith_data import generate_problems
 from agentrl.model.tokenizer import CHAT_TEMPLATE
+from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer, load_tokenizer
 from envs.tool_use import make_task
 from workflows.env import EnvWorkflow
+from workflows.external_agent import ExternalAgentWorkflow
 from workflows.single_turn import SingleTurnWorkflow
+from workflows.tool_agent import ToolAgentWorkflow
 
+AGENT = [sys.executable, str(Path(__file__).resolve().parents[2] / "examples" / "external_agent.py")]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the Code envs' local sandbox builds its jail as root")
 SUM_TASK = {"question": "Read two integers and print their sum.",
             "inputs": ["1 2\n", "10 -3\n"], "outputs": ["3\n", "7\n"]}
@@ -58,15 +64,7 @@ def renderer(tiny_model_dir):
 
 
 def sampled_runs(t) -> list[tuple[int, int]]:
-    """(start, end) of each run of loss-mask-1 tokens: one per completion."""
-    runs, start = [], None
-    for i, m in enumerate([*t.loss_mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
+    return sampled_spans(t.loss_mask)
 
 
 async def replay(env_id, kwargs, row, t, renderer):
@@ -126,6 +124,71 @@ async def test_env_workflow_on_every_env_is_one_exact_token_stream(env_id, engin
             assert ended or t.metrics["truncated_by/context"] == 1.0
     finally:
         await wf.aclose()
+
+
+def agent_workflow(kind, env_id, kwargs, model_dir):
+    if kind == "tool_agent":
+        return ToolAgentWorkflow(env_id, model_dir, SAMPLING, kwargs, context_length=1024)
+    return ExternalAgentWorkflow(AGENT, model_dir, env_id, kwargs, context_length=1024,
+                                 extra_env={"AGENT_MAX_TOKENS": str(SAMPLING.max_new_tokens)})
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("kind", ["tool_agent", "external_agent"])
+async def test_agent_workflows_on_every_env(kind, env_id, engine, renderer, tiny_model_dir):
+    """OpenAI-style agent code (in-process, and a subprocess through the gateway) trains on exact
+    tokens: where its re-sent history renders as sampled (one segment), a replay of the replies
+    against a fresh env gives every prompt and the reward; where it does not, each segment's
+    prompt is a fresh rendering and each sampled token is trained once."""
+    kwargs, rows = ENVS[env_id]
+    rows = rows if kind == "tool_agent" else rows[:1]  # one agent process per env keeps the suite short
+    wf = agent_workflow(kind, env_id, kwargs, tiny_model_dir)
+    try:
+        results = await asyncio.gather(*(wf.arun_episode(engine, row) for row in rows))
+        for row, trajectories in zip(rows, results, strict=True):
+            for t in trajectories:
+                check_tokens(t)
+                assert t.metrics["segments_per_episode"] == len(trajectories)
+                for start, _ in sampled_runs(t):
+                    assert renderer.decode(t.input_ids[:start]).endswith("<|assistant|>")
+            assert sum(len(sampled_runs(t)) for t in trajectories) == trajectories[0].metrics["calls"]
+            if len(trajectories) == 1:  # the history rendered as sampled, so a replay holds exactly
+                [t] = trajectories
+                env_return, _ = await replay(env_id, kwargs, row, t, renderer)
+                assert t.reward == pytest.approx(env_return)
+    finally:
+        await wf.aclose()
+
+
+async def test_the_tool_agent_runs_the_envs_tools_between_calls(engine, renderer, tiny_model_dir):
+    """Greedy on calculator tasks: the trained model calls the tool, the agent runs it and sends
+    the result back as a tool message, the model answers; one exact stream per episode."""
+    wf = ToolAgentWorkflow("agentrl/ToolUse-v0", tiny_model_dir, {"max_new_tokens": 100, "temperature": 0.0},
+                           {"kinds": ["calc"]})
+    rows = [make_task(random.Random(100 + i), "calc") for i in range(6)]
+    results = await asyncio.gather(*(wf.arun_episode(engine, row) for row in rows))
+    called = [(row, t) for row, [t] in zip(rows, results, strict=True) if t.metrics["tool_calls"] >= 1]
+    assert called, [renderer.decode(t.input_ids) for [t] in results]
+    for row, t in called:
+        assert t.num_turns >= 2 and t.metrics["segments_per_episode"] == 1.0
+        env_return, ended = await replay("agentrl/ToolUse-v0", {"kinds": ["calc"]}, row, t, renderer)
+        assert ended and t.reward == env_return
+    await wf.aclose()
+
+
+async def test_an_external_agent_that_crashes_or_hangs_is_failed_data(engine, tiny_model_dir, tmp_path):
+    crash = tmp_path / "crash.py"
+    crash.write_text("import sys\nprint('bad things', file=sys.stderr)\nsys.exit(3)\n")
+    wf = ExternalAgentWorkflow([sys.executable, str(crash)], tiny_model_dir, "agentrl/Arith-v0")
+    [t] = await wf.arun_episode(engine, generate_problems(1, seed=5)[0].to_row())
+    assert t.status is TrajectoryStatus.ENV_ERROR and "code 3" in t.error and "bad things" in t.error
+    await wf.aclose()
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(60)\n")
+    wf = ExternalAgentWorkflow([sys.executable, str(hang)], tiny_model_dir, timeout_s=1.0)
+    [t] = await wf.arun_episode(engine, {"question": "anything"})
+    assert t.status is TrajectoryStatus.TIMEOUT and "budget" in t.error
+    await wf.aclose()
 
 
 async def test_a_multi_turn_episode_takes_tool_results_between_replies(engine, renderer, tiny_model_dir):
