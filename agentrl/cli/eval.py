@@ -39,7 +39,7 @@ def run(args) -> int:
     from agentrl.rollout.evaluate import curate, evaluate
     from agentrl.run.config import RunConfig, check_run_config
     from agentrl.run.launcher import Run
-    from agentrl.run.loop import build_workflow, load_rows, tr_decode
+    from agentrl.run.loop import build_workflow, load_rows, token_decoder
 
     config_path, overrides = split_items(args.items)
     if config_path is None:
@@ -65,7 +65,7 @@ def run(args) -> int:
             workflow = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
             try:
                 report = await evaluate(workflow, engine, rows, k=k, concurrency=cfg.rollout.max_concurrent,
-                                        out=out / "eval.jsonl", samples=args.samples, decode=tr_decode(cfg.model))
+                                        out=out / "eval.jsonl", samples=args.samples, decode=token_decoder(cfg.model))
             finally:
                 if hasattr(workflow, "aclose"):
                     await workflow.aclose()

@@ -179,16 +179,12 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.executor import RolloutExecutor, RowSource
     from agentrl.rollout.journal import EpisodeLog
-    from agentrl.rollout.renderer import load_tokenizer
     from agentrl.run.metrics import RunLog, batch_metrics, plot_curves
     from agentrl.trainer.publish import WeightPublisher
 
     cfg, run_dir, actor = tr.cfg, tr.run_dir, tr.actor
     console = Console(stderr=True, soft_wrap=True)
-    tokenizer = load_tokenizer(cfg.model)
-
-    def decode(ids: list[int]) -> str:  # each sampled trajectory's tokens, as text
-        return tokenizer.decode(ids, skip_special_tokens=False)
+    decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
 
     servers = json.loads((run_dir / "servers.json").read_text())
     engine = RemoteEngine(servers["servers"], router=servers.get("router"), timeout=cfg.inference.request_timeout_s,
@@ -328,6 +324,14 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary
+
+
+def token_decoder(model: str) -> Any:
+    """``decode(ids) -> text`` with the model's tokenizer, special tokens kept (for samples)."""
+    from agentrl.rollout.renderer import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 
 
 async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Path, engine: Any, executor: Any,

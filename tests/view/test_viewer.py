@@ -89,7 +89,7 @@ def test_the_page_shows_the_curves_and_the_trained_tokens(trained_run, serve_vie
         assert external not in html.lower(), external  # nothing outside the page itself
 
     page.goto(url + "/#curves")
-    page.wait_for_selector('.chart[data-keys~="rollout/reward_mean"] svg polyline')
+    page.wait_for_selector('.chart[data-keys~="rollout/reward_mean"] svg polyline', state="attached")
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     trained = [m for m in metrics if "rollout/reward_mean" in m]
     reward = page.locator('.chart[data-keys~="rollout/reward_mean"] svg circle')
@@ -170,7 +170,7 @@ def test_two_runs_compared_on_the_same_axes(trained_run, serve_view, page, tmp_p
     shutil.copytree(src, other, ignore=shutil.ignore_patterns("checkpoints", "weights", "tensorboard"))
     url = serve_view(src, "--compare", other)
     page.goto(url + "/#curves")
-    page.wait_for_selector('.chart[data-keys~="train/loss"] svg polyline')
+    page.wait_for_selector('.chart[data-keys~="train/loss"] svg polyline', state="attached")
     assert page.locator("#runs-legend .run").all_inner_texts() == [src.name, "eta0"]
     lines = page.locator('.chart[data-keys~="train/loss"] svg polyline')
     dashes = [lines.nth(i).get_attribute("stroke-dasharray") for i in range(lines.count())]
@@ -249,7 +249,7 @@ def test_the_export_opens_offline_and_asks_for_nothing(trained_run, playwright_d
         page.on("request", lambda r: requests.append(r.url))
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto((tmp_path / "report.html").as_uri() + "#curves")
-        page.wait_for_selector('.chart[data-keys~="rollout/reward_mean"] svg polyline')
+        page.wait_for_selector('.chart[data-keys~="rollout/reward_mean"] svg polyline', state="attached")
         assert "offline copy" in page.inner_text("#status")
         rows = read_step(run_dir, 2)
         page.goto((tmp_path / "report.html").as_uri() + "#t/0/2/0")
