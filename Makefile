@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,23 @@ sandbox-image:
 	elif [ -n "$$CI" ]; then echo "sandbox-image: CI is set and no Docker engine could be started" >&2; exit 1; \
 	else echo "sandbox-image: no Docker engine could be started; the Docker tests will skip" >&2; fi
 
+# The deployment images of docker-compose.yml — agentrl-trainer:cpu and agentrl-sandbox-service —
+# built on the sandbox image's debootstrap base when no registry answers (docker/build-images.sh).
+# Cached: nothing is rebuilt while the project's files are unchanged. docs/scaling.md uses them.
+images: sandbox-image
+	@if docker/ensure-engine.sh; then docker/build-images.sh; \
+	else echo "images: no Docker engine could be started" >&2; exit 1; fi
+
+# docker-compose (v1, Debian's) for tests/deploy, installed as root when missing.
+compose:
+	@if command -v docker-compose >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "compose: installing docker-compose (apt)" >&2; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			docker-compose; } >/dev/null; \
+	elif [ -n "$$CI" ]; then echo "compose: CI is set and docker-compose is missing" >&2; exit 1; \
+	else echo "compose: docker-compose is missing (apt-get install docker-compose); tests/deploy will fail" >&2; fi
+
 # The local sandbox's tools: bubblewrap (rootless jails) and libseccomp (every program's
 # seccomp filter), installed with apt when missing and we are root; fails when they cannot be
 # had and CI is set (the rootless tests would have nothing to run), warns otherwise.
@@ -56,8 +73,9 @@ browser:
 	elif [ -n "$$CI" ]; then echo "browser: CI is set and no chromium could be installed" >&2; exit 1; \
 	else echo "browser: no chromium could be installed; the viewer's browser tests will skip" >&2; fi
 
-# ruff and the import contracts run inside the suite (tests/test_quality.py).
-test: install sandbox-image sandbox-tools browser
+# ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
+# the images itself (cached) when a Docker engine answers.
+test: install sandbox-image sandbox-tools browser compose
 	$(BIN)/python -m pytest -q -ra
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,
