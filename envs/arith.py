@@ -23,8 +23,9 @@ class ArithEnv(TextEnv):
 
     ## Description
     ``What is 17+72+97?``: the reply's last ``\\boxed{N}`` must hold the integer answer.
-    Problems come from ``agentrl.model.arith_data.generate_problems`` (held-out split by default, so
-    RL and evaluation never see the supervised data).
+    Problems come from ``agentrl.model.arith_data.generate_problems``: by default from its RL
+    pool (``split="rl"``), which the supervised data and the evaluation pool never share; an
+    evaluation passes ``split="eval"``.
 
     ## Action Space
     ``Text``: the assistant's reply, any Unicode string.
@@ -49,7 +50,7 @@ class ArithEnv(TextEnv):
 
     ## Arguments
     ``num_terms`` (default (3,)), ``max_operand`` (99), ``ops`` (("+",)), ``split``
-    ("heldout"): passed to ``generate_problems``; ``format_weight``; ``max_tokens``;
+    ("rl"; "eval" to evaluate): passed to ``generate_problems``; ``format_weight``; ``max_tokens``;
     ``max_wall_s``; ``render_mode``: "ansi" or None.
 
     ## Version History
@@ -61,7 +62,7 @@ class ArithEnv(TextEnv):
         num_terms: Sequence[int] = (3,),
         max_operand: int = 99,
         ops: Sequence[str] = ("+",),
-        split: str = "heldout",
+        split: str = "rl",
         format_weight: float = 0.0,
         max_tokens: int | None = None,
         max_wall_s: float | None = None,
