@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,14 +40,32 @@ sandbox-image:
 	elif [ -n "$$CI" ]; then echo "sandbox-image: CI is set and no Docker engine could be started" >&2; exit 1; \
 	else echo "sandbox-image: no Docker engine could be started; the Docker tests will skip" >&2; fi
 
+# The local sandbox's tools: bubblewrap (rootless jails) and libseccomp (every program's
+# seccomp filter), installed with apt when missing and we are root; fails when they cannot be
+# had and CI is set (the rootless tests would have nothing to run), warns otherwise.
+sandbox-tools:
+	@if ! docker/ensure-sandbox-tools.sh; then \
+	if [ -n "$$CI" ]; then echo "sandbox-tools: CI is set and bubblewrap/libseccomp are not usable" >&2; exit 1; \
+	else echo "sandbox-tools: the rootless sandbox tests will skip" >&2; fi; fi
+
+# Headless Chromium for the viewer's browser tests (tests/view/): Debian's chromium, installed by
+# apt as root when absent (log in /var/log/agentrl-apt.log); playwright drives it by its path and
+# never downloads a browser. Only without CI set may a machine with none go on; those tests skip.
+browser:
+	@if tests/ensure-chromium.sh; then :; \
+	elif [ -n "$$CI" ]; then echo "browser: CI is set and no chromium could be installed" >&2; exit 1; \
+	else echo "browser: no chromium could be installed; the viewer's browser tests will skip" >&2; fi
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py).
-test: install sandbox-image
+test: install sandbox-image sandbox-tools browser
 	$(BIN)/python -m pytest -q -ra
 
-# Until `agentrl train` exists: synchronous GRPO on Arith-v0 through every real part
-# (agentrl serve, RemoteEngine, the env, the FSDP2 actor, weight publishing). Outputs in runs/demo/.
+# The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,
+# an `agentrl serve` process and one trainer rank under torchrun. Outputs in runs/demo/ (started
+# afresh each time); the last line printed is the summary as JSON.
 demo: model
-	$(BIN)/python examples/grpo_arith.py model=$(MODEL)
+	rm -rf runs/demo
+	$(BIN)/agentrl train examples/arith_grpo.yaml run_dir=runs/demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info

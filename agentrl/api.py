@@ -17,7 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from itertools import compress
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from agentrl.errors import TrajectoryError
 
@@ -43,11 +44,15 @@ class TrajectoryStatus(enum.StrEnum):
 class Trajectory:
     """One training sequence: the whole token stream of one episode (or one segment of it).
 
-    Invariants, checked on construction:
-      * ``input_ids``, ``loss_mask``, ``logprobs`` and ``versions`` have equal length;
-      * ``loss_mask`` holds only 0/1 and ``versions`` is ``NOT_SAMPLED`` exactly where
-        ``loss_mask`` is 0 (and a version >= 0 where it is 1);
-      * ``logprobs`` are finite and <= 0 on sampled tokens and 0.0 elsewhere.
+    Invariants, checked on construction (a ``TrajectoryError`` names the field and index):
+      * ``input_ids``, ``loss_mask``, ``logprobs`` and ``versions`` are plain lists of equal
+        length, of Python ints (floats for ``logprobs``) — a bool, a float version or a
+        string token id is refused, not coerced;
+      * token ids are >= 0; ``loss_mask`` holds only 0/1 and ``versions`` is ``NOT_SAMPLED``
+        exactly where ``loss_mask`` is 0 (and a version >= 0 where it is 1);
+      * ``logprobs`` are finite and <= 0 on sampled tokens and 0.0 elsewhere;
+      * ``reward`` is a finite number, ``num_turns`` an int >= 0, ids and ``error`` strings,
+        ``metrics`` a dict of str to numbers.
 
     A trajectory with a failure ``status`` keeps whatever tokens it has (possibly none)
     and is counted, never trained on.
@@ -66,39 +71,17 @@ class Trajectory:
     error: str = ""  # what went wrong, when status is not OK
 
     def __post_init__(self) -> None:
-        self.status = TrajectoryStatus(self.status)
-        n = len(self.input_ids)
-        lengths = {
-            "loss_mask": len(self.loss_mask),
-            "logprobs": len(self.logprobs),
-            "versions": len(self.versions),
-        }
-        bad = {k: v for k, v in lengths.items() if v != n}
-        if bad:
+        try:
+            self.status = TrajectoryStatus(self.status)
+        except ValueError:
             raise TrajectoryError(
-                f"Trajectory fields must all have len(input_ids)={n}, got {bad}"
-            )
-        for i, (m, v, lp) in enumerate(zip(self.loss_mask, self.versions, self.logprobs, strict=True)):
-            if m not in (0, 1):
-                raise TrajectoryError(f"loss_mask[{i}] must be 0 or 1, got {m!r}")
-            if m == 0 and v != NOT_SAMPLED:
-                raise TrajectoryError(
-                    f"versions[{i}]={v} but loss_mask[{i}]=0: tokens the policy did not "
-                    f"sample carry version {NOT_SAMPLED}"
-                )
-            if m == 1 and v < 0:
-                raise TrajectoryError(
-                    f"versions[{i}]={v} but loss_mask[{i}]=1: sampled tokens carry the "
-                    "policy version (>= 0) that produced them"
-                )
-            if m == 1 and not (math.isfinite(lp) and lp <= 1e-6):
-                raise TrajectoryError(f"logprobs[{i}]={lp!r}: a log-probability is finite and <= 0")
-            if m == 0 and lp != 0.0:
-                raise TrajectoryError(
-                    f"logprobs[{i}]={lp!r} on a token with loss_mask 0; use 0.0 there"
-                )
-        if not math.isfinite(self.reward):
-            raise TrajectoryError(f"reward must be finite, got {self.reward!r}")
+                f"Trajectory.status must be one of {[s.value for s in TrajectoryStatus]}, got {self.status!r}"
+            ) from None
+        _check_scalars(self)
+        _check_lists("Trajectory", ("input_ids", "loss_mask", "logprobs", "versions"),
+                     (self.input_ids, self.loss_mask, self.logprobs, self.versions))
+        if not _trajectory_tokens_ok(self.input_ids, self.loss_mask, self.logprobs, self.versions):
+            _explain_trajectory(self.input_ids, self.loss_mask, self.logprobs, self.versions)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -190,7 +173,9 @@ class Completion:
 
     ``tokens`` include the stop token when the model stopped on one. ``versions[i]`` is
     the policy version that sampled ``tokens[i]``; it can change mid-completion when a
-    weight update interrupted the request.
+    weight update interrupted the request. Checked on construction like a Trajectory: plain
+    lists of equal length, token ids and versions ints >= 0, log-probabilities finite and
+    <= 0, ``finish_reason`` one of ``FinishReason``.
     """
 
     tokens: list[int]
@@ -200,11 +185,18 @@ class Completion:
     matched_stop: int | str | None = None
 
     def __post_init__(self) -> None:
-        if not (len(self.tokens) == len(self.logprobs) == len(self.versions)):
+        if self.finish_reason not in _FINISH_REASONS:
             raise TrajectoryError(
-                f"Completion fields must have equal length: tokens={len(self.tokens)}, "
-                f"logprobs={len(self.logprobs)}, versions={len(self.versions)}"
+                f"Completion.finish_reason must be one of {list(_FINISH_REASONS)}, got {self.finish_reason!r}"
             )
+        if not (self.matched_stop is None or type(self.matched_stop) in (int, str)):
+            raise TrajectoryError(
+                f"Completion.matched_stop must be a token id (int), a stop string or None, "
+                f"got {_shown(self.matched_stop)}"
+            )
+        _check_lists("Completion", ("tokens", "logprobs", "versions"), (self.tokens, self.logprobs, self.versions))
+        if not _completion_tokens_ok(self.tokens, self.logprobs, self.versions):
+            _explain_completion(self.tokens, self.logprobs, self.versions)
 
 
 @runtime_checkable
@@ -220,17 +212,27 @@ class InferenceClient(Protocol):
 
 @runtime_checkable
 class ChatClient(Protocol):
-    """The inference engine behind the ``openai`` SDK's interface.
+    """The inference engine behind the ``openai`` SDK's interface, recording one episode.
 
-    ``chat.completions.create(messages=..., tools=..., ...)`` answers like the SDK, while
-    every call's exact token ids, logprobs and versions are recorded, so the episode can be
-    exported as trajectories once its reward is known.
+    ``chat.completions.create(messages=..., tools=..., ...)`` (and ``responses.create``)
+    answer with the SDK's own types, while every call's exact token ids, logprobs and versions
+    are recorded: each call renders only the messages new since an earlier call onto the
+    tokens already sampled, and starts a new segment where the conversation does not extend.
+    Rewards name calls by the answer's ``id``; ``apply_reward_discount(γ)`` sets
+    R_i = r_i + γ·R_{i+1} backwards over the calls. ``export_trajectories("concat")`` gives one
+    trajectory per segment (tokens between calls masked out), ``"individual"`` one per call.
     """
 
     @property
     def chat(self) -> Any: ...
 
-    def export_trajectories(self, reward: float) -> list[Trajectory]: ...
+    def set_reward(self, completion_id: str, reward: float) -> None: ...
+
+    def set_last_reward(self, reward: float) -> None: ...
+
+    def apply_reward_discount(self, gamma: float) -> None: ...
+
+    def export_trajectories(self, style: Literal["concat", "individual"] = "concat") -> list[Trajectory]: ...
 
 
 @runtime_checkable
@@ -342,6 +344,112 @@ class Sandbox(Protocol):
     async def run(self, request: ExecRequest) -> ExecResult: ...
 
     def session(self) -> AbstractAsyncContextManager[SandboxSession]: ...
+
+
+# --------------------------------------------------------------------------- checks
+# Trajectories are built by the thousand per training step, so the common case is decided by
+# whole-list operations that run in C (type sets, counts, min/max/sum, compress); only when one
+# of them fails does a per-token scan run, to name the first offending field and index.
+
+_LOGPROB_SLACK = 1e-6
+"""How far above 0 a sampled log-probability may be (rounding in a float32 log-softmax)."""
+_FINISH_REASONS = get_args(FinishReason)
+
+
+def _shown(x: Any) -> str:
+    """``x`` and its type, with a hint for numpy and torch scalars (``.tolist()`` gives Python ones)."""
+    hint = "" if type(x).__module__ == "builtins" else "; convert with .tolist() or int()/float()"
+    return f"{x!r} ({type(x).__name__}){hint}"
+
+
+def _check_lists(owner: str, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    for name, v in zip(names, values, strict=True):
+        if type(v) is not list:
+            raise TrajectoryError(f"{owner}.{name} must be a list, got {type(v).__name__}; pass a plain list "
+                                  "of Python numbers (a tensor or an array: call .tolist())")
+    n = len(values[0])
+    bad = {name: len(v) for name, v in zip(names[1:], values[1:], strict=True) if len(v) != n}
+    if bad:
+        raise TrajectoryError(f"{owner} fields must all have len({names[0]})={n}, got {bad}")
+
+
+def _check_scalars(t: Trajectory) -> None:
+    if not (isinstance(t.reward, int | float) and not isinstance(t.reward, bool) and math.isfinite(t.reward)):
+        raise TrajectoryError(f"Trajectory.reward must be a finite float, got {_shown(t.reward)}")
+    for name in ("group_id", "episode_id", "error"):
+        if not isinstance(getattr(t, name), str):
+            raise TrajectoryError(f"Trajectory.{name} must be a str, got {_shown(getattr(t, name))}")
+    if type(t.num_turns) is not int or t.num_turns < 0:
+        raise TrajectoryError(f"Trajectory.num_turns must be an int >= 0, got {_shown(t.num_turns)}")
+    if not isinstance(t.metrics, dict):
+        raise TrajectoryError(f"Trajectory.metrics must be a dict of str to float, got {_shown(t.metrics)}")
+    for k, v in t.metrics.items():
+        if not (isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)):
+            raise TrajectoryError(f"Trajectory.metrics[{k!r}] must be a float under a str key, got {_shown(v)}")
+
+
+def _all_of(values: list[Any], *kinds: type) -> bool:
+    """Whether every value's type is exactly one of ``kinds`` (so no bool passes for an int)."""
+    types = list(map(type, values))  # counted in C, faster than a set of types
+    return sum(types.count(k) for k in kinds) == len(values)
+
+
+def _logprobs_ok(values: list[Any]) -> bool:
+    """Finite (else the sum is NaN or infinite) and <= 0 give or take the slack; types checked apart."""
+    return not values or (math.isfinite(sum(values)) and max(values) <= _LOGPROB_SLACK)
+
+
+def _first_bad(field: str, values: list[Any], ok: Any, expected: str) -> None:
+    for i, x in enumerate(values):
+        if not ok(x):
+            raise TrajectoryError(f"{field}[{i}] must be {expected}, got {_shown(x)}")
+
+
+def _is_logprob(x: Any) -> bool:
+    return type(x) in (float, int) and math.isfinite(x) and x <= _LOGPROB_SLACK
+
+
+def _trajectory_tokens_ok(ids: list[Any], mask: list[Any], lps: list[Any], vers: list[Any]) -> bool:
+    n = len(ids)
+    sampled = mask.count(1)
+    if not (sampled + mask.count(0) == n and vers.count(NOT_SAMPLED) == n - sampled
+            and _all_of(mask, int) and _all_of(vers, int) and _all_of(ids, int) and _all_of(lps, float, int)
+            and min(ids, default=0) >= 0 and min(compress(vers, mask), default=0) >= 0):
+        return False
+    # No sampled token has version -1, so the n - sampled -1s are exactly the unsampled tokens;
+    # likewise the 0.0 log-probabilities outside the sampled ones must cover every unsampled token.
+    sampled_lps = list(compress(lps, mask))
+    return _logprobs_ok(sampled_lps) and lps.count(0.0) - sampled_lps.count(0.0) == n - sampled
+
+
+def _completion_tokens_ok(toks: list[Any], lps: list[Any], vers: list[Any]) -> bool:
+    return (_all_of(toks, int) and _all_of(vers, int) and _all_of(lps, float, int)
+            and min(toks, default=0) >= 0 and min(vers, default=0) >= 0 and _logprobs_ok(lps))
+
+
+def _explain_trajectory(ids: list[Any], mask: list[Any], lps: list[Any], vers: list[Any]) -> None:
+    _first_bad("Trajectory.input_ids", ids, lambda x: type(x) is int and x >= 0, "a token id (an int >= 0)")
+    _first_bad("Trajectory.loss_mask", mask, lambda x: type(x) is int and x in (0, 1), "0 or 1 (an int)")
+    _first_bad("Trajectory.versions", vers, lambda x: type(x) is int, "a policy version (an int)")
+    _first_bad("Trajectory.logprobs", lps, lambda x: type(x) in (float, int), "a log-probability (a float)")
+    for i, (m, v, lp) in enumerate(zip(mask, vers, lps, strict=True)):
+        if m == 0 and v != NOT_SAMPLED:
+            raise TrajectoryError(f"Trajectory.versions[{i}]={v} but loss_mask[{i}]=0: tokens the policy "
+                                  f"did not sample carry version {NOT_SAMPLED}")
+        if m == 1 and v < 0:
+            raise TrajectoryError(f"Trajectory.versions[{i}]={v} but loss_mask[{i}]=1: sampled tokens carry "
+                                  "the policy version (>= 0) that produced them")
+        if m == 1 and not _is_logprob(lp):
+            raise TrajectoryError(f"Trajectory.logprobs[{i}]={lp!r}: a log-probability is finite and <= 0")
+        if m == 0 and lp != 0.0:
+            raise TrajectoryError(f"Trajectory.logprobs[{i}]={lp!r} on a token with loss_mask 0; use 0.0 there")
+
+
+def _explain_completion(toks: list[Any], lps: list[Any], vers: list[Any]) -> None:
+    _first_bad("Completion.tokens", toks, lambda x: type(x) is int and x >= 0, "a token id (an int >= 0)")
+    _first_bad("Completion.versions", vers, lambda x: type(x) is int and x >= 0,
+               "the policy version that sampled the token (an int >= 0)")
+    _first_bad("Completion.logprobs", lps, _is_logprob, "a finite log-probability <= 0 (a float)")
 
 
 Message = dict[str, Any]

@@ -72,10 +72,15 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Iterabl
                 f"config file {str(path)!r} must hold a mapping of keys, got {type(loaded).__name__}"
             )
         data = loaded
+    return from_dict(cls, apply_overrides(data, overrides))
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides to a plain config mapping (in place; returned for chaining)."""
     for item in overrides:
         key, value = parse_override(item)
         _set_dotted(data, key, value)
-    return from_dict(cls, data)
+    return data
 
 
 def parse_override(item: str) -> tuple[str, Any]:

@@ -17,6 +17,8 @@ the rollout side catches these and records them as the trajectory's status.
     ├── EnvError                 an environment raised or returned something invalid
     │   └── ToolError            a tool could not be declared or run
     ├── VerifierError            a verifier crashed or timed out (not a wrong answer)
+    ├── RolloutError             a conversation, chat client or gateway session cannot go on
+    │                            (over its token budget, an unknown completion id)
     └── TrainerError             the trainer cannot continue
         └── CheckpointError      a checkpoint cannot be written or restored
 
@@ -80,6 +82,10 @@ class ToolError(EnvError):
 
 class VerifierError(AgentRLError):
     """A verifier crashed or ran past its hard timeout (a wrong answer is not an error)."""
+
+
+class RolloutError(AgentRLError):
+    """A recorded conversation cannot take this call (token budget spent, unknown completion id)."""
 
 
 class TrainerError(AgentRLError):

@@ -1,15 +1,19 @@
-"""Sandbox throughput and latency: LocalSandbox jails and the warm DockerSandbox pool against
-one ``docker run --rm`` per execution, all in the same run.
+"""Sandbox throughput and latency: LocalSandbox jails (root and rootless mode) and the warm
+DockerSandbox pool against one ``docker run --rm`` per execution, all in the same run.
 
     .venv/bin/python benchmarks/sandbox.py [--n 80] [--baseline-n 16] [--skip-docker]
+                                           [--rootless-python /usr/bin/python3]
 
 A trivial Python program (``print(1)``) is run at concurrency 1 and 8 on each backend;
 executions per second and p50/p99 latency are reported, and for LocalSandbox the CPU time
 per execution of the whole process tree (cgroup v1 cpuacct, as root) with the throughput that
-cost allows on idle cores. The last line is one JSON object;
+cost allows on idle cores. The rootless mode runs its fork server (in bubblewrap) as
+``nobody`` when started by root, under ``--rootless-python`` (an interpreter that user can
+read; the root mode runs the one running this script). The last line is one JSON object;
 ``"ratio"`` is Docker pool throughput / ``docker run`` throughput, both at concurrency 8.
-Targets (2 CPU cores): LocalSandbox >= 80 executions/s; Docker pool p50 <= 40 ms and
->= 5x the ``docker run`` baseline. Needs root (jails) and, for Docker, `make sandbox-image`.
+Targets (2 CPU cores): LocalSandbox (root mode) >= 80 executions/s; Docker pool p50 <= 40 ms
+and >= 5x the ``docker run`` baseline. Needs root (root-mode jails), bubblewrap (rootless)
+and, for Docker, `make sandbox-image`.
 """
 
 from __future__ import annotations
@@ -124,28 +128,33 @@ async def main() -> None:
     ap.add_argument("--n", type=int, default=80, help="executions per measurement (default 80)")
     ap.add_argument("--baseline-n", type=int, default=16, help="`docker run` executions per measurement (default 16)")
     ap.add_argument("--skip-docker", action="store_true", help="measure LocalSandbox only")
+    ap.add_argument("--rootless-python", default="/usr/bin/python3",
+                    help="interpreter of the rootless jails, readable by their unprivileged user (default /usr/bin/python3)")
     args = ap.parse_args()
     out: dict[str, float | int | str | None] = {
         "cpus": os.cpu_count(), "program": PROGRAM, "load_avg_1m_at_start": round(os.getloadavg()[0], 2)}
 
-    meter = CpuMeter()  # before the fork server starts, so the jails are counted too
-    local = make_sandbox("local", max_concurrency=8)
-    await measure(sandbox_runner(local), 8, 8)  # warm the fork server
-    for c in (1, 8):
-        before = meter.read()
-        m = await measure(sandbox_runner(local), args.n, c)
-        after = meter.read()
-        if before is not None and after is not None:
-            m["cpu_ms_per_exec"] = round((after - before) / args.n * 1000, 2)
-        print(f"local      c={c}: {m}", flush=True)
-        for k, v in m.items():
-            out[f"local_c{c}_{k}"] = v
-    await local.aclose()
+    meter = CpuMeter()  # before the fork servers start, so the jails are counted too
+    for name, options in (("local", {"mode": "root"}),
+                          ("local_rootless", {"mode": "rootless", "python": args.rootless_python})):
+        local = make_sandbox("local", max_concurrency=8, **options)
+        await measure(sandbox_runner(local), 8, 8)  # warm the fork server
+        for c in (1, 8):
+            before = meter.read()
+            m = await measure(sandbox_runner(local), args.n, c)
+            after = meter.read()
+            if before is not None and after is not None:
+                m["cpu_ms_per_exec"] = round((after - before) / args.n * 1000, 2)
+            print(f"{name:<14} c={c}: {m}", flush=True)
+            for k, v in m.items():
+                out[f"{name}_c{c}_{k}"] = v
+        await local.aclose()
+        out[f"{name}_execs_per_s"] = out[f"{name}_c8_execs_per_s"]
+        cpu_ms = out.get(f"{name}_c8_cpu_ms_per_exec")
+        # what the measured CPU cost allows when every core is ours (the machine may be shared)
+        out[f"{name}_cpu_bound_execs_per_s"] = round(1000 * (os.cpu_count() or 1) / cpu_ms, 1) if cpu_ms else None
     meter.close()
-    out["local_execs_per_s"] = out["local_c8_execs_per_s"]
-    cpu_ms = out.get("local_c8_cpu_ms_per_exec")
-    # what the measured CPU cost allows when every core is ours (the machine may be shared)
-    out["local_cpu_bound_execs_per_s"] = round(1000 * (os.cpu_count() or 1) / cpu_ms, 1) if cpu_ms else None
+    out["load_avg_1m_after_local"] = round(os.getloadavg()[0], 2)
 
     if not args.skip_docker:
         docker = make_sandbox("docker", pool_size=8, memory_mb=256)

@@ -2,11 +2,12 @@
 
 Measures, in one run:
   * ``math_verifs_per_s``: GSM8K gold answers written in varied forms (boxed, a final-answer
-    line, ``18.0``, ``\\frac{36}{2}``, ``$18``, thousands separators; half of them deliberately
-    wrong), verified through ``VerifierPool.averify`` with ``--workers`` processes; the
+    line, ``18.0``, ``\\frac{36}{2}``, ``$18``, thousands separators, ``17 + 1``; wrong ones:
+    off by one, ``\\sqrt{325}``, a hedge across two boxes), verified through
+    ``VerifierPool.averify`` with ``--workers`` processes; the
     baseline is the same responses checked serially in this process with plain math-verify
     (``verify(parse(gold), parse(response))``, no pool), and ``ratio`` is pool / baseline.
-    Plain-integer pairs are decided in-process without a worker (``compare_integers``), so
+    Number literals are decided in-process without a worker (``compare_numbers``), so
     ``math_verifs_per_s_symbolic_only`` also reports the items that need math-verify;
   * ``gold_agreement``: every GSM8K, AIME 2024 and AMC 2023 gold answer fed back as a
     response (``\\boxed{gold}``) must score 1.0 (target: 1.0);
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl.env.datasets import data_path, load_rows  # noqa: E402
 from envs.math.pool import VerifierConfig, VerifierPool  # noqa: E402
-from envs.math.verifier import compare_integers, extract_final_answer, normalize_gold  # noqa: E402
+from envs.math.verifier import compare_numbers, extract_answers, normalize_gold  # noqa: E402
 
 
 def varied_forms(gold: str) -> list[tuple[str, bool]]:
@@ -48,6 +49,9 @@ def varied_forms(gold: str) -> list[tuple[str, bool]]:
         (f"\\boxed{{{n + 1}}}", False),
         (f"The answer is {n - 1}.", False),
         (f"\\boxed{{\\frac{{{n}}}{{3}}}}" if n % 3 else f"\\boxed{{{n}.5}}", False),
+        (f"\\boxed{{{n - 1} + 1}}", True),  # an expression: math-verify reads it, then compared by value
+        (f"\\boxed{{\\sqrt{{{n * n + 1}}}}}", False),  # irrational, near the gold (n + 1/2n)
+        (f"First \\boxed{{{n}}}, or maybe \\boxed{{{n + 1}}}", False),  # a hedge across boxes
     ]
 
 
@@ -69,9 +73,8 @@ def serial_rate(items: list[tuple[str, str, bool]]) -> float:
 
 
 def is_symbolic(response: str, gold: str) -> bool:
-    """Whether the pool must run math-verify (not the in-process plain-integer comparison)."""
-    answer = extract_final_answer(response)
-    return answer is not None and compare_integers(answer, normalize_gold(gold)) is None
+    """Whether the pool must run math-verify (not the in-process comparison of number literals)."""
+    return any(compare_numbers(a, normalize_gold(gold)) is None for a in extract_answers(response))
 
 
 def break_returns(source: str, entry_point: str) -> str:
@@ -118,7 +121,7 @@ async def main() -> None:
 
     with VerifierPool(VerifierConfig(workers=args.workers)) as pool:
         # start every worker (and its math-verify import) before timing
-        await asyncio.gather(*(pool.averify(f"\\boxed{{{i}.5}}", f"{i}.5") for i in range(32 * args.workers)))
+        await asyncio.gather(*(pool.averify(f"\\boxed{{{i} + 0.5}}", f"{i}.5") for i in range(32 * args.workers)))
         pool.stats.update(verified=0)
         rate, wrong = await pool_rate(pool, items)
         print(f"pool ({args.workers} workers): {rate:.0f} verifications/s over {len(items)}; "

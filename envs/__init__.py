@@ -1,6 +1,7 @@
 """Gymnasium environments shipped with agentrl, registered as ``agentrl/Name-vN`` on import.
 
-One module (or package) per task family: ``arith``, ``math``, ``code``, ``tool_use``.
+One module (or package) per task family: ``arith`` (and ``arith_retry``), ``math``, ``code``,
+``tool_use``.
 Entry points are import-path strings, so importing this package is cheap: an env's
 module is imported only when ``gymnasium.make`` builds it. Bump the version of an id when
 its observations or rewards change.
@@ -10,8 +11,9 @@ import gymnasium
 
 ENVS = {
     "agentrl/Arith-v0": "envs.arith:ArithEnv",
-    "agentrl/Math-v0": "envs.math.env:MathEnv",
-    "agentrl/MathRetry-v0": "envs.math.env:MathRetryEnv",
+    "agentrl/ArithRetry-v0": "envs.arith_retry:ArithRetryEnv",
+    "agentrl/Math-v1": "envs.math.env:MathEnv",
+    "agentrl/MathRetry-v1": "envs.math.env:MathRetryEnv",
     "agentrl/Code-v0": "envs.code.env:CodeEnv",
     "agentrl/CodeAgent-v0": "envs.code.agent:CodeAgentEnv",
     "agentrl/ToolUse-v0": "envs.tool_use:ToolUseEnv",

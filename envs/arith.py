@@ -103,3 +103,16 @@ class ArithEnv(TextEnv):
             "exact_format": answer is not None and action.strip() == format_answer(answer),
         }
         return Turn([], done=True, facts=facts)
+
+
+def training_rows(seed: int, n: int = 20_000) -> list[dict[str, Any]]:
+    """Rows for RL on Arith-v0 (``rollout.dataset: envs.arith:training_rows``): ``a+b+c``
+    problems of the RL pool, in an order drawn from ``seed``; never an ``eval_rows`` problem."""
+    return [p.to_row() for p in generate_problems(n, seed=1_000_003 + seed, split="rl")]
+
+
+def eval_rows(seed: int, n: int = 1_000) -> list[dict[str, Any]]:
+    """Rows for evaluation (``eval.dataset: envs.arith:eval_rows``): ``a+b+c`` problems of the
+    evaluation pool (the ones ``build_info.json`` is measured on), the same for every run
+    whatever its seed."""
+    return [p.to_row() for p in generate_problems(n, seed=0, split="eval")]

@@ -1,13 +1,13 @@
-"""GRPO on arithmetic with every real part of agentrl, synchronously: the demo until `agentrl train`.
+"""GRPO on arithmetic with every real part of agentrl, synchronously: `make demo`'s algorithm, for reading.
 
-    python examples/grpo_arith.py [--config FILE.yaml] [key=value ...]     # `make demo` runs this
+    python examples/grpo_arith.py [--config FILE.yaml] [key=value ...]
 
 What it runs, top to bottom:
   1. an ``agentrl serve`` process on the tiny demo model (the inference server, SGLang's API);
   2. a one-rank FSDP2 ``Actor`` on the same weights (the trainer);
   3. a greedy evaluation on the evaluation pool (``arith_data``'s ``split="eval"``): each
-     episode is ``agentrl/Arith-v0`` played through ``RemoteEngine`` (chat template → tokens
-     → ``/generate`` → reply → env reward);
+     episode is ``agentrl/Arith-v0`` played by ``workflows.env:EnvWorkflow`` through
+     ``RemoteEngine`` (chat template → tokens → ``/generate`` → reply → env reward);
   4. ``steps`` rounds of: ``prompts × samples`` episodes on problems of the RL pool (never
      the evaluation pool) at temperature 1 (every token keeps the server's logprob and policy
      version) → ``prepare_batch`` (group-relative advantages) → ``Actor.train_step`` (the
@@ -17,14 +17,15 @@ What it runs, top to bottom:
      resolved config to ``OUT/config.yaml``, and a JSON summary as the last line.
 
 What it is not: the asynchronous loop (generation here waits for training, i.e. staleness
-η = 0; `agentrl train` overlaps them).
+η = 0; `agentrl train examples/arith_grpo.yaml`, which `make demo` runs, overlaps them).
 
 The recipe: 16 prompts × 16 samples, at most 12 new tokens, temperature 1, reward 1 for the
 right boxed answer, (r − mean)/std advantages, PPO clip 0.2, no KL, AdamW lr 2e-5 with
 betas (0.9, 0.99) decayed along a cosine to 2e-6 over the 40 steps, gradient clip 1.0. On
 the committed model it took greedy accuracy on 1,000 evaluation problems from 15.1% to
 44.3% and 43.5% (seeds 0 and 1; 34.7% and 41.4% after 10 steps), ~8.7 minutes each on 2
-cores shared with other work (rollout 7.7 s, train 2.0 s, publish 0.2 s a step).
+cores shared with other work (one torch thread a side; rollout 7.7 s, train 2.0 s, publish
+0.2 s a step).
 
 Why these numbers (measured on 1,000 problems): almost every wrong answer of the tiny model
 is off in the units digit only, and the mean error of that digit is one stiff direction of
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -77,44 +79,23 @@ class DemoConfig:
     eval_every: int = option(10, ge=0, help="also evaluate every this many steps (0: only before and after)")
     eval_seed: int = option(0, help="seed of the evaluation problems (the same set whatever `seed` is)")
     seed: int = option(0, help="seed of the RL problems and of the trainer")
-    threads: int = option(1, ge=1, help="torch threads for the server and for the trainer, each")
+    threads: int = option(2, ge=1, help="torch threads for the server and for the trainer, each (they take "
+                          "turns in this synchronous loop, so each may use both cores of a 2-core machine)")
 
 
-async def play(engine, tokenizer, env, row, sampling, group_id: str):
-    """One Arith-v0 episode through the inference server; returns (trajectory, reward)."""
-    from agentrl.api import NOT_SAMPLED, Trajectory
+async def run_episodes(engine, workflow, rows, repeats: int, tag: str):
+    """``repeats`` episodes of each row, all at once; group ids ``{tag}-{row index}``."""
+    from agentrl.api import Trajectory, TrajectoryStatus
 
-    obs, _ = await env.areset(options={"task": row})
-    prompt = tokenizer.apply_chat_template(obs, add_generation_prompt=True, tokenize=True)["input_ids"]
-    out = await engine.generate(prompt, sampling)
-    reply = tokenizer.decode(out.tokens, skip_special_tokens=True)
-    _, reward, _, _, _ = await env.astep(reply)
-    traj = Trajectory(
-        input_ids=prompt + out.tokens,
-        loss_mask=[0] * len(prompt) + [1] * len(out.tokens),
-        logprobs=[0.0] * len(prompt) + out.logprobs,
-        versions=[NOT_SAMPLED] * len(prompt) + out.versions,
-        reward=float(reward),
-        group_id=group_id,
-        episode_id=uuid.uuid4().hex,
-    )
-    return traj, float(reward)
+    async def one(i: int, row: dict) -> list[Trajectory]:
+        trajectories = await workflow.arun_episode(engine, row) or [Trajectory.failed(TrajectoryStatus.ENV_ERROR)]
+        episode_id = uuid.uuid4().hex
+        for t in trajectories:
+            t.group_id, t.episode_id = f"{tag}-{i}", episode_id
+        return trajectories
 
-
-async def run_episodes(engine, tokenizer, rows, sampling, repeats: int, tag: str):
-    import gymnasium
-
-    from agentrl.plugins import register_envs
-
-    register_envs()
-    envs = [gymnasium.make("agentrl/Arith-v0").unwrapped for _ in range(len(rows) * repeats)]
-    try:
-        jobs = [play(engine, tokenizer, envs[i * repeats + k], row, sampling, f"{tag}-{i}")
-                for i, row in enumerate(rows) for k in range(repeats)]
-        return await asyncio.gather(*jobs)
-    finally:
-        for env in envs:
-            await env.aclose()
+    episodes = await asyncio.gather(*(one(i, row) for i, row in enumerate(rows) for _ in range(repeats)))
+    return [t for trajectories in episodes for t in trajectories]
 
 
 def append_jsonl(path: Path, row: dict) -> None:
@@ -162,13 +143,13 @@ async def main_async(cfg: DemoConfig) -> dict:
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     from agentrl.api import SamplingParams
     from agentrl.inference.client import RemoteEngine
     from agentrl.launch.services import ServerProcess, free_port
     from agentrl.model.arith_data import generate_problems
+    from agentrl.plugins import load_object
     from agentrl.trainer.actor import Actor
     from agentrl.trainer.batch import prepare_batch
     from agentrl.trainer.config import LossConfig, TrainerConfig
@@ -181,10 +162,11 @@ async def main_async(cfg: DemoConfig) -> dict:
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(free_port()))
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     eval_rows = [p.to_row() for p in generate_problems(cfg.eval_problems, seed=cfg.eval_seed, split="eval")]
-    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0)
-    sample = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    workflow = load_object("workflows.env:EnvWorkflow")
+    greedy = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
+    sample = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens,
+                                                                     temperature=cfg.temperature, top_p=cfg.top_p))
 
     console.print(f"[bold]agentrl demo[/]: GRPO on agentrl/Arith-v0 with {cfg.model}")
     with ServerProcess(cfg.model, "--weight-version", "0", "--max-running-requests",
@@ -195,13 +177,14 @@ async def main_async(cfg: DemoConfig) -> dict:
                                     grad_clip=1.0, dtype="float32", seed=cfg.seed,
                                     loss=LossConfig(eps_low=cfg.clip, eps_high=cfg.clip, kl_coef=cfg.kl_coef))
         actor = Actor(cfg.model, trainer_cfg)
+        gc.freeze()  # torch, transformers and the models live to the end: keep them out of full GC passes
         async with RemoteEngine(server.url, version=0) as engine:
             publisher = WeightPublisher(DiskTransport(out / "weights", source_dir=cfg.model, keep_last=1), engine)
 
             async def evaluate(label: str) -> float:
-                results = await run_episodes(engine, tokenizer, eval_rows, greedy, 1, f"eval-{label}")
-                acc = sum(r for _, r in results) / len(results)
-                console.print(f"greedy accuracy {label}: [bold]{acc:.3f}[/] on {len(results)} held-out problems")
+                results = await run_episodes(engine, greedy, eval_rows, 1, f"eval-{label}")
+                acc = sum(t.reward for t in results) / len(results)
+                console.print(f"greedy accuracy {label}: [bold]{acc:.3f}[/] on {len(results)} evaluation problems")
                 return acc
 
             before = await evaluate("before")
@@ -216,16 +199,14 @@ async def main_async(cfg: DemoConfig) -> dict:
                     t0 = time.perf_counter()
                     rows = [p.to_row() for p in generate_problems(cfg.prompts, seed=cfg.seed + 1000 + step,
                                                                   split="rl")]
-                    results = await run_episodes(engine, tokenizer, rows, sample, cfg.samples, f"s{step}")
+                    results = await run_episodes(engine, sample, rows, cfg.samples, f"s{step}")
                     t1 = time.perf_counter()
-                    trajectories = [t for t, _ in results]
-                    if cfg.filter_groups:
-                        trajectories = informative_groups(trajectories)
-                    batch = prepare_batch(trajectories, version=actor.version, config=trainer_cfg)
+                    batch = prepare_batch(informative_groups(results) if cfg.filter_groups else results,
+                                          version=actor.version, config=trainer_cfg)
                     stats = await asyncio.to_thread(actor.train_step, batch)
                     t2 = time.perf_counter()
                     record = await publisher.apublish(actor.model, actor.version)
-                    reward = sum(r for _, r in results) / len(results)
+                    reward = sum(t.reward for t in results) / len(results)
                     row = {"step": step + 1, "version": actor.version, "reward_mean": reward, "rollout_s": t1 - t0,
                            "train_s": t2 - t1, "publish_s": record.stage_s + record.paused_s,
                            "client_version": engine.version, "groups_trained": batch.stats.get("adv/num_groups", 0.0),
@@ -240,6 +221,8 @@ async def main_async(cfg: DemoConfig) -> dict:
                     progress.update(bar, advance=1, status=f"reward {reward:.3f}  v{engine.version}")
             after = await evaluate("after")
             evals.append((cfg.steps, after))
+    await greedy.aclose()
+    await sample.aclose()
     plot(metrics, evals, out / "demo.png")
     summary = {"accuracy_before": before, "accuracy_after": after, "delta": after - before,
                "eval_problems": len(eval_rows), "steps": cfg.steps,

@@ -1,10 +1,13 @@
 """Code-execution backends behind the ``agentrl.api.Sandbox`` interface.
 
-    local.py     LocalSandbox   namespace jails on this host, via a warm fork server (jail.py)
-    docker.py    DockerSandbox  a warm pool of locked-down containers
-    remote.py    RemoteSandbox  the client of the sandbox service (service.py, FastAPI)
-    executor.py  our pid 1 inside every jail and container: runs, caps, kills, reports
-    protocol.py  the host side of the executor's protocol (request payload, reply -> ExecResult)
+    local.py      LocalSandbox   namespace jails on this host, via a warm fork server (jail.py);
+                                 as root, or rootless inside bubblewrap
+    docker.py     DockerSandbox  a warm pool of locked-down containers
+    remote.py     RemoteSandbox  the client of the sandbox service (service.py, FastAPI;
+                                 admission.py: request validation, ceilings, concurrency)
+    executor.py   our pid 1 inside every jail and container: runs, caps, kills, reports
+    seccomp.py    the seccomp filter every program runs under (compiled with libseccomp)
+    wire.py       the host side of the executor's protocol (request payload, reply -> ExecResult)
 
 The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL)``.
 """

@@ -3,33 +3,44 @@
 What it is: the Docker backend of the Sandbox interface. ``pool_size`` containers are
 created once with every limit set — no network (``network_mode=none``), memory and swap,
 pids, CPU quota, read-only root, size-bounded tmpfs ``/work`` and ``/tmp``, all
-capabilities dropped but the few the executor needs, ``no-new-privileges``, labels naming
+capabilities dropped but SETUID, SETGID and KILL, ``no-new-privileges``, labels naming
 the owner process so a crashed owner's leftovers are removed by the next pool. Each
 container's main process (pid 1) is ``sandboxes/executor.py``, passed on the command line
 (the image needs only python3), reached through the container's attached stdin/stdout: one
 execution is one JSON line each way, milliseconds, not a container start. A container that
-fails a call, times out or stops answering is destroyed and replaced.
+fails a call, times out, stops answering or whose caller went away is destroyed (at once)
+and replaced.
 
 Trust boundary — what is covered:
   * the container is the isolation boundary: its own pid, net (none: only ``lo``), mount,
-    ipc and uts namespaces, cgroup limits on memory, pids and CPU, read-only root;
+    ipc and uts namespaces, cgroup limits on memory, pids and CPU, read-only root, Docker's
+    default seccomp profile;
   * inside it the executor runs each program as an unprivileged uid of that container (no
     capabilities, no new privileges) under rlimits (CPU time, address space, file size,
-    processes, fds) — a Python program in a fork of a pristine interpreter made at container
-    start, before any request, so it holds no other run's code or output — drains output with caps, enforces the deadline, then SIGKILLs every process of that uid and
-    wipes ``/work``, ``/tmp`` and ``/dev/shm`` before the next request.
+    processes, fds, core size) and, on top of Docker's, the seccomp filter of
+    ``sandboxes/seccomp.py`` (compiled on this host, passed in the environment) — a Python
+    program in a fork of a pristine interpreter made at container start, before any
+    request, so it holds no other run's code or output — drains output with caps, enforces
+    the deadline, then SIGKILLs every process of that uid and wipes ``/work``, ``/tmp`` and
+    ``/dev/shm`` before the next request;
+  * the executor's own file I/O for the program (``files``, ``fetch``, the wipe) runs with
+    the program's filesystem uid and never follows a link (see ``sandboxes/executor.py``);
+    it keeps only SETUID, SETGID and KILL and is not dumpable;
+  * a session's processes are stopped between its calls.
 What is not covered, and why:
   * no per-execution namespaces inside the container: Docker's default seccomp profile
     refuses ``unshare``, and allowing it needs ``CAP_SYS_ADMIN`` plus an unconfined seccomp
     profile, which would weaken the container far more than it gains. So consecutive
     executions in one container share its (empty) network namespace and pid namespace — the
-    kill-by-uid sweep and the wipe are what separate them, and ``/proc`` shows the executor;
-  * the executor itself runs as root in the container (with capabilities cut down to
-    SETUID, SETGID, KILL, CHOWN, DAC_OVERRIDE, FOWNER) so that it can drop to the program's
-    uid and kill what the program leaves behind; the program can neither signal nor trace it;
+    kill-by-uid sweep and the wipe are what separate them; ``/proc`` is Docker's (read-write
+    for the program's own entries, ``/proc/sys`` read-only), and lists the executor, whose
+    entries the program cannot open (another uid, not dumpable);
+  * the executor itself runs as root in the container (with the three capabilities above)
+    so that it can drop to the program's uid and kill what the program leaves behind;
   * memory is reported as MEMORY from the program's MemoryError under RLIMIT_AS, or from an
     OOM kill of the container (which is then replaced); peak memory is the program's max RSS;
-  * kernel exploits, the engine's own security, CPU contention between containers.
+  * kernel exploits through calls both filters allow, the engine's own security, CPU
+    contention between containers.
 
 Main hooks: ``await DockerSandbox().run(ExecRequest(...))``; ``session()`` borrows one
 container for a whole episode. Uses the ``docker`` SDK against ``DOCKER_HOST`` (podman's
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import base64
 import collections
 import concurrent.futures
 import contextlib
@@ -58,7 +70,8 @@ from agentrl.api import ExecRequest, ExecResult
 from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
 from agentrl.plugins import import_optional
-from sandboxes.protocol import request_payload, result_from_reply, sandbox_error
+from sandboxes import seccomp
+from sandboxes.wire import request_payload, result_from_reply, sandbox_error
 
 LABEL = "agentrl.sandbox"
 CALL_GRACE_S = 10.0
@@ -148,6 +161,7 @@ class DockerSession:
         self._box = box
         self.broken = False
         self.in_call = False  # a call is on the container's stream right now
+        self.cpu_s = 0.0  # CPU its interpreter has used so far (threads and waited-for children included)
 
     async def run(self, request: ExecRequest) -> ExecResult:
         if request.language != "python":
@@ -164,9 +178,11 @@ class DockerSession:
         except (TimeoutError, SandboxError, OSError, ValueError) as e:
             self.broken = True
             return sandbox_error(f"session container failed: {e!r}")
-        except BaseException:  # cancelled mid-call: the container's stream is out of step now
+        except BaseException:  # cancelled mid-call: kill the program now (the container goes)
             self.broken = True
+            await asyncio.shield(self._sandbox._in_thread(self._box.destroy))
             raise
+        self.cpu_s = float(reply.get("session_cpu_s", self.cpu_s))
         return result_from_reply(reply)
 
 
@@ -242,12 +258,13 @@ class DockerSandbox:
             read_only=True,
             tmpfs={"/work": f"size={cfg.work_mb}m,mode=1777", "/tmp": f"size={max(cfg.work_mb // 4, 1)}m,mode=1777"},
             cap_drop=["ALL"],
-            cap_add=["SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"],
+            cap_add=["SETUID", "SETGID", "KILL"],
             security_opt=["no-new-privileges:true"],
             ipc_mode="private",
             shm_size=f"{max(cfg.work_mb // 4, 1)}m",
             environment={"SANDBOX_UID": str(next(self._uids)),
-                         "SANDBOX_FORK_INTERPRETER": "1" if cfg.fork_interpreter else "0"},
+                         "SANDBOX_FORK_INTERPRETER": "1" if cfg.fork_interpreter else "0",
+                         "SANDBOX_SECCOMP": base64.b64encode(seccomp.program_filter()).decode()},
             labels={LABEL: "1", f"{LABEL}.owner": self.owner},
             hostname="sandbox",
         )
@@ -326,18 +343,21 @@ class DockerSandbox:
     # ---- the Sandbox protocol
 
     async def run(self, request: ExecRequest) -> ExecResult:
+        """Run one program in a pooled container; cancelling the call kills the program at
+        once (its container is destroyed first, then replaced)."""
         cfg = self.config
         payload = request_payload(request, cfg.work_mb, cfg.max_processes)
         box = await self._acquire()
-        broken = True
         try:
             reply = await self._call(box, {"op": "run", "request": payload}, request.time_limit_s + CALL_GRACE_S)
-            broken = reply.get("status") == "sandbox_error"
-            return result_from_reply(reply)
         except (TimeoutError, SandboxError, OSError, ValueError) as e:
+            await self._release(box, True)
             return sandbox_error(f"container failed (it is replaced): {e!r}")
-        finally:
-            await self._release(box, broken)
+        except BaseException:  # cancelled: the program dies with its container now
+            await asyncio.shield(self._release(box, True))
+            raise
+        await self._release(box, reply.get("status") == "sandbox_error")
+        return result_from_reply(reply)
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[DockerSession]:
@@ -362,7 +382,7 @@ class DockerSandbox:
                     session.broken = not reply.get("ok")
                 except (TimeoutError, SandboxError, OSError, ValueError):
                     session.broken = True
-            await self._release(box, session.broken)
+            await asyncio.shield(self._release(box, session.broken))
 
     async def aclose(self) -> None:
         """Remove every container of this pool."""

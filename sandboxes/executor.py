@@ -2,21 +2,40 @@
 
 What it is: a standard-library-only script that serves a line protocol (one JSON object per
 line in, one per line out) and, for each request, starts the program as an unprivileged uid
-under rlimits, drains its output with caps while it runs, enforces the wall-clock deadline,
-reports the real exit status or signal, kills every process of that uid afterwards and wipes
-the work dir. It is pid 1 wherever it runs, so it reaps orphans and sees the true status.
+under rlimits, no-new-privileges and a seccomp filter, drains its output with caps while it
+runs, enforces the wall-clock deadline, reports the real exit status or signal, and kills
+every process the program left. It is pid 1 wherever it runs, so it reaps orphans and sees
+the true status.
 
 It runs in two places:
   * inside a LocalSandbox jail (``sandboxes/jail.py`` clones it as pid 1 of fresh
     namespaces); a Python program runs in a fork of this (fresh, one-request) interpreter;
+    the jail is used once, so nothing is wiped;
   * inside a DockerSandbox container (``python3 -c <this file> container``), as the
     container's main process, reached through the container's stdin/stdout; a Python
-    program runs in a fork of the ``Template`` interpreter made before any request.
+    program runs in a fork of the ``Template`` interpreter made before any request, and the
+    work dirs are wiped after each request.
 Either way ``run_inline`` resets the fork to a fresh ``python -I -S`` state first; bash
 programs (and sessions' interpreters) are exec'd.
 
-What it is not: the isolation boundary by itself. It drops privileges and sets rlimits; the
-namespaces (LocalSandbox) or the container (DockerSandbox) around it are the boundary.
+What it lends the program, and what it does not:
+  * file I/O on the program's behalf (writing ``files``, reading ``fetch``, wiping) runs
+    with the program's filesystem uid and gid (``setfsuid``), so it can touch nothing the
+    program could not; and it never crosses a link: every name is walked one component at
+    a time from a descriptor of ``/work`` with ``O_NOFOLLOW`` (``O_DIRECTORY`` for the
+    directories), and ``fetch`` returns only regular files of the work dir's own
+    filesystem (no FIFO, device, socket, or file reached through a mount or link);
+  * after setup the executor keeps only the capabilities it needs, effective and bounding
+    (``Kernel``: SETUID, SETGID and KILL as root; none in a rootless jail, where it shares
+    the program's uid), is not dumpable (its ``/proc`` entries and memory are closed to the
+    program), and ignores SIGINT (pid 1 of a namespace receives only the signals it handles);
+  * between the calls of a session every process but pid 1 is stopped (SIGSTOP) and
+    continued at the next call, so background work burns no CPU while no call runs (a
+    thread inside a system call stops when it returns from it; the uploads of the next call
+    do not rely on the stop: the link-free walk above is what makes them safe).
+
+What it is not: the isolation boundary by itself. The namespaces (LocalSandbox) or the
+container (DockerSandbox) around it are the boundary.
 
 It is one self-contained file (longer than our usual module) because it travels as one
 script: DockerSandbox passes its source to ``python3 -c`` in each container.
@@ -30,12 +49,14 @@ Main hook: ``Executor.handle(message) -> reply``.
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import json
 import os
 import resource
 import selectors
-import shutil
 import signal
+import stat
 import sys
 import time
 import types
@@ -50,7 +71,7 @@ SANDBOX_ENV = {
 }
 """The whole environment a program sees: nothing of the host's is passed on."""
 
-PR_SET_NO_NEW_PRIVS = 38
+WORK = "/work"
 MAX_FETCH_BYTES = 8 << 20
 GRACE_S = 0.2  # how long output pipes may stay open after the program exited
 
@@ -85,8 +106,11 @@ for line in requests:
     sys.stdout.flush()
     sys.stderr.flush()
     after = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    reply.write(json.dumps({"exit_code": code, "cpu_s": cpu, "maxrss_kb": after.ru_maxrss}) + "\n")
+    total = after.ru_utime + after.ru_stime + kids.ru_utime + kids.ru_stime
+    reply.write(json.dumps({"exit_code": code, "cpu_s": cpu, "total_cpu_s": total,
+                            "maxrss_kb": after.ru_maxrss}) + "\n")
     reply.flush()
 """
 
@@ -94,14 +118,90 @@ for line in requests:
 # --------------------------------------------------------------------------- launching
 
 
-def _no_new_privs() -> None:
-    try:
+class Kernel:
+    """The kernel calls the standard library lacks, through ctypes (part of the standard
+    library; the sandbox image has it): no-new-privileges, dumpability, capabilities,
+    filesystem ids, and installing the seccomp filter (BPF bytes compiled on the host by
+    ``sandboxes/seccomp.py``; the executor never needs libseccomp itself)."""
+
+    PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 22, 24
+    PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+    SECCOMP_MODE_FILTER = 2
+    CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 5, 6, 7, 8
+    CAPABILITY_VERSION_3 = 0x20080522
+
+    def __init__(self, seccomp_bpf: bytes = b"") -> None:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    except Exception:  # no ctypes in a minimal image: the container's no-new-privileges holds
-        pass
+        self.c = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.filter = None
+        if seccomp_bpf:
+            if len(seccomp_bpf) % 8:
+                raise ValueError(f"a seccomp filter is 8 bytes per instruction, got {len(seccomp_bpf)} bytes")
+
+            class Fprog(ctypes.Structure):  # struct sock_fprog
+                _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+            self._bpf = ctypes.create_string_buffer(seccomp_bpf, len(seccomp_bpf))
+            self.filter = Fprog(len(seccomp_bpf) // 8, ctypes.cast(self._bpf, ctypes.c_void_p))
+
+    def _prctl(self, option: int, arg2, what: str) -> None:
+        c = self.c
+        arg = arg2 if not isinstance(arg2, int) else c.c_ulong(arg2)
+        if self.libc.prctl(c.c_int(option), arg, c.c_ulong(0), c.c_ulong(0), c.c_ulong(0)) != 0:
+            err = c.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    def set_dumpable(self, dumpable: bool) -> None:
+        self._prctl(self.PR_SET_DUMPABLE, int(dumpable), "PR_SET_DUMPABLE")
+
+    def restrict_program(self) -> None:
+        """In a program's process, after the uid switch, before exec: no new privileges,
+        dumpable like any exec'd program (a fork of the executor inherits "not dumpable"),
+        then the seccomp filter, which every process and thread it makes inherits."""
+        self._prctl(self.PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
+        self.set_dumpable(True)
+        if self.filter is not None:
+            c = self.c
+            if self.libc.prctl(c.c_int(self.PR_SET_SECCOMP), c.c_ulong(self.SECCOMP_MODE_FILTER),
+                               c.byref(self.filter), c.c_ulong(0), c.c_ulong(0)) != 0:
+                err = c.get_errno()
+                raise OSError(err, f"installing the seccomp filter: {os.strerror(err)}")
+
+    def drop_bounding_set(self, keep=()) -> None:
+        """Drop every capability but ``keep`` from the bounding set: no exec can gain it back
+        (needs CAP_SETPCAP; a process that lacks it has a bounding set fixed by its starter)."""
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+        for cap in range(last + 1):
+            if cap not in keep:
+                self._prctl(self.PR_CAPBSET_DROP, cap, f"dropping capability {cap} from the bounding set")
+
+    def drop_capabilities(self, keep=()) -> None:
+        """Keep only the capabilities ``keep`` (numbers), effective and permitted, none
+        inheritable or ambient."""
+        try:
+            self._prctl(self.PR_CAP_AMBIENT, self.PR_CAP_AMBIENT_CLEAR_ALL, "clearing ambient capabilities")
+        except OSError:  # a kernel without ambient capabilities (before 4.3) has none to clear
+            pass
+        mask = 0
+        for cap in keep:
+            mask |= 1 << cap
+        c = self.c
+        header = (c.c_uint32 * 2)(self.CAPABILITY_VERSION_3, 0)
+        data = (c.c_uint32 * 6)(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0, mask >> 32, mask >> 32, 0)
+        if self.libc.capset(header, data) != 0:
+            err = c.get_errno()
+            raise OSError(err, f"capset: {os.strerror(err)}")
+
+    def filesystem_ids(self, uid: int) -> None:
+        """From now on this thread's file access is checked as ``uid`` (gid ``uid``), with
+        no capability that bypasses file permissions; ``filesystem_ids(0)`` switches back."""
+        self.libc.setfsgid(uid)
+        self.libc.setfsuid(uid)
+        if self.libc.setfsuid(-1) != uid:  # an invalid id changes nothing and returns the current one
+            raise OSError(f"setfsuid({uid}) did not take effect")
 
 
 def set_limits(limits: dict) -> None:
@@ -175,10 +275,12 @@ def run_inline(path: str) -> None:
     os._exit(status & 0xFF)
 
 
-def launch(argv: list[str], uid: int, limits: dict, fds: dict[int, int], join_fds=(), inline: str = "") -> int:
+def launch(argv: list[str], uid: int, limits: dict, fds: dict[int, int], kernel: Kernel, join_fds=(),
+           inline: str = "") -> int:
     """Fork the program: own session, ``fds`` mapped onto 0/1/2(/3), joined to the given
-    cgroup.procs files, rlimits set, groups dropped, uid switched, no new privileges; then
-    exec ``argv``, or, with ``inline`` (a Python file), run it in the forked interpreter."""
+    cgroup.procs files, rlimits set, groups dropped and uid switched (unless it is ours
+    already: a rootless jail), no new privileges, the seccomp filter; then exec ``argv``,
+    or, with ``inline`` (a Python file), run it in the forked interpreter."""
     pid = os.fork()
     if pid:
         return pid
@@ -192,11 +294,12 @@ def launch(argv: list[str], uid: int, limits: dict, fds: dict[int, int], join_fd
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         set_limits(limits)
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-        _no_new_privs()
-        os.chdir("/work")
+        if os.getresuid() != (uid, uid, uid):
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        kernel.restrict_program()
+        os.chdir(WORK)
         os.umask(0o022)
         if inline:
             run_inline(inline)
@@ -260,6 +363,28 @@ def kill_uid(uid: int, rounds: int = 400) -> bool:
         reap()
         time.sleep(0.002)
     return not uid_pids(uid)
+
+
+def kill_all(rounds: int = 400) -> bool:
+    """As pid 1: SIGKILL every other process of this pid namespace, until none is left
+    (``kill(-1)`` reaches all of them at once, forks in flight included)."""
+    for _ in range(rounds):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            reap()
+            return True
+        reap()
+        time.sleep(0.0005)
+    return False
+
+
+def signal_all(sig: int) -> None:
+    """As pid 1: send ``sig`` to every other process of this pid namespace."""
+    try:
+        os.kill(-1, sig)
+    except ProcessLookupError:
+        pass
 
 
 # --------------------------------------------------------------------------- supervising
@@ -341,10 +466,11 @@ class Template:
     of an interpreter that never held another request's code or output, and the ~10 ms of a
     fresh interpreter start are saved. It reports each program's wait status back."""
 
-    def __init__(self) -> None:
+    def __init__(self, kernel: Kernel) -> None:
         import socket
 
         self._socket = socket
+        self.kernel = kernel
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.pid = os.fork()
         if self.pid == 0:
@@ -364,7 +490,7 @@ class Template:
                     os._exit(0)
                 order = json.loads(msg)
                 fd_map = dict(zip(order["targets"], fds, strict=True))
-                pid = launch(order["argv"], order["uid"], order["limits"], fd_map, (), order["inline"])
+                pid = launch(order["argv"], order["uid"], order["limits"], fd_map, self.kernel, (), order["inline"])
                 for fd in fds:
                     os.close(fd)
                 sock.send(json.dumps({"pid": pid}).encode())
@@ -515,16 +641,57 @@ def _safe_name(name: str) -> str:
     return norm
 
 
-def _wipe(path: str) -> None:
-    for entry in os.listdir(path):
-        full = os.path.join(path, entry)
-        if os.path.isdir(full) and not os.path.islink(full):
-            shutil.rmtree(full, ignore_errors=True)
-        else:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_parent(name: str, make: bool) -> tuple[int, str]:
+    """(descriptor of the directory that holds ``name`` in the work dir, last component).
+
+    Walked one component at a time from a descriptor of /work, each opened with
+    ``O_NOFOLLOW | O_DIRECTORY`` relative to the one before: a link (or a file) at any depth
+    stops the walk with ValueError, whatever the program swaps in meanwhile. ``make``
+    creates missing directories on the way."""
+    parts = _safe_name(name).split(os.sep)
+    fd = os.open(WORK, _DIR_FLAGS)
+    try:
+        for i, part in enumerate(parts[:-1]):
+            if make:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
             try:
-                os.unlink(full)
-            except OSError:
-                pass
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    where = os.path.join(WORK, *parts[: i + 1])
+                    raise ValueError(f"{name!r}: {where} is not a directory of the work dir (a link or a file)") from e
+                raise
+            os.close(fd)
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def wipe(dir_fd: int) -> None:
+    """Remove everything in the directory open at ``dir_fd`` (best effort; the program's
+    processes are dead by now, so nothing is swapped under the walk)."""
+    for entry in list(os.scandir(dir_fd)):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.name, 0o700, dir_fd=dir_fd)  # the program may have closed it to itself
+                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    wipe(sub)
+                finally:
+                    os.close(sub)
+                os.rmdir(entry.name, dir_fd=dir_fd)
+            else:
+                os.unlink(entry.name, dir_fd=dir_fd)
+        except OSError:
+            pass
 
 
 class ContainerMemory:
@@ -559,29 +726,28 @@ class ContainerMemory:
         return 0.0
 
 
-def _wipe_all() -> None:
-    for d in ("/work", "/tmp", "/dev/shm"):
-        if os.path.isdir(d) and not os.path.islink(d):
-            _wipe(d)
-
-
 class Executor:
     """Serves the protocol for one sandbox slot (one uid, one work dir, one session at most).
 
-    ``python`` is the interpreter programs run under; ``cgroups`` (optional) is an object
-    with ``join_fds()``, ``oom()`` and ``peak_mb()`` (LocalSandbox's jail provides it).
+    ``python`` is the interpreter programs run under; ``kernel`` installs their seccomp
+    filter; ``cgroups`` (optional) is an object with ``join_fds()``, ``oom()`` and
+    ``peak_mb()`` (LocalSandbox's jail provides it); ``reusable``: the work dirs are wiped
+    after each request (a container serves many; a jail serves one and is discarded).
     """
 
-    def __init__(self, uid: int, python: str, cgroups=None, inline_python: bool = False,
-                 template: Template | None = None) -> None:
-        if os.getpid() != 1:  # it wipes /work and kills by uid: only ever inside a jail/container
+    def __init__(self, uid: int, python: str, kernel: Kernel, cgroups=None, inline_python: bool = False,
+                 template: Template | None = None, reusable: bool = False) -> None:
+        if os.getpid() != 1:  # it kills every other process it sees: only ever inside a jail/container
             raise RuntimeError("the executor runs only as pid 1 of a jail or container")
         self.uid = uid
         self.python = python
+        self.kernel = kernel
         self.cgroups = cgroups
         self.inline_python = inline_python  # run Python programs in a fork of this interpreter
         self.template = template  # or in a fork of that pristine one (containers)
-        self.session = None  # (pid, stdin_w, out_r, err_r, reply_r, limits)
+        self.reusable = reusable
+        self.session = None  # (pid, stdin_w, out_r, err_r, reply_r)
+        self.session_limits: dict = {}
 
     def handle(self, msg: dict) -> dict:
         op = msg.get("op")
@@ -592,6 +758,7 @@ class Executor:
                 self.session_end()
                 self.session_limits = msg["limits"]
                 self._start_driver()
+                signal_all(signal.SIGSTOP)
                 return {"ok": True}
             if op == "session_call":
                 return self.session_call(msg["request"])
@@ -604,6 +771,88 @@ class Executor:
         except Exception as e:  # the backend failed: say so, keep serving
             return {"status": "sandbox_error", "error": f"{type(e).__name__}: {e}"}
 
+    # ---- the work dir, with the program's own rights
+
+    @contextlib.contextmanager
+    def _as_program(self):
+        """File access as the program's: its fsuid and fsgid (a no-op in a rootless jail,
+        where the executor has the program's uid already)."""
+        switch = os.geteuid() != self.uid
+        if switch:
+            self.kernel.filesystem_ids(self.uid)
+        try:
+            yield
+        finally:
+            if switch:
+                self.kernel.filesystem_ids(os.geteuid())
+
+    def _write_files(self, req: dict) -> None:
+        items = [(n, c.encode()) for n, c in req.get("files", {}).items()]
+        items += [(n, base64.b64decode(c)) for n, c in req.get("files_b64", {}).items()]
+        if not items:
+            return
+        with self._as_program():
+            for name, data in items:
+                dir_fd, last = open_parent(name, make=True)
+                try:
+                    fd = os.open(last, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+                                 | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                        raise ValueError(f"{name!r} is in the work dir already and is not a regular file") from e
+                    raise
+                finally:
+                    os.close(dir_fd)
+                with os.fdopen(fd, "wb") as f:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO someone reads
+                        raise ValueError(f"{name!r} is in the work dir already and is not a regular file")
+                    f.write(data)
+
+    def _fetch(self, names: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if not names:
+            return out
+        with self._as_program():
+            work_dev = os.stat(WORK).st_dev
+            for name in names:
+                try:
+                    dir_fd, last = open_parent(name, make=False)
+                except (ValueError, OSError):
+                    continue
+                try:
+                    fd = os.open(last, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                                 dir_fd=dir_fd)
+                except OSError:
+                    continue
+                finally:
+                    os.close(dir_fd)
+                with os.fdopen(fd, "rb") as f:
+                    st = os.fstat(fd)
+                    if stat.S_ISREG(st.st_mode) and st.st_dev == work_dev:
+                        out[name] = f.read(MAX_FETCH_BYTES).decode("utf-8", errors="replace")
+        return out
+
+    def _wipe(self) -> None:
+        if not self.reusable:
+            return
+        with self._as_program():
+            for d in (WORK, "/tmp", "/dev/shm"):
+                try:
+                    fd = os.open(d, _DIR_FLAGS)
+                except OSError:
+                    continue
+                try:
+                    wipe(fd)
+                finally:
+                    os.close(fd)
+
+    def _kill_programs(self) -> None:
+        if self.template is None:  # everything but pid 1 in this namespace is the program's
+            kill_all()
+        else:  # the template interpreter shares the namespace: kill by the program's uid
+            kill_uid(self.uid)
+        reap()
+
     # ---- one program
 
     def _limits(self, req: dict) -> dict:
@@ -614,47 +863,13 @@ class Executor:
             "nproc": int(req.get("max_processes", 64)),
         }
 
-    def _write_files(self, req: dict) -> None:
-        items = [(n, c.encode()) for n, c in req.get("files", {}).items()]
-        items += [(n, base64.b64decode(c)) for n, c in req.get("files_b64", {}).items()]
-        for name, data in items:
-            parts = _safe_name(name).split(os.sep)
-            parent = "/work"
-            for part in parts[:-1]:  # make the directories, owned by the program, never via a link
-                parent = os.path.join(parent, part)
-                try:
-                    os.mkdir(parent, 0o755)
-                    os.chown(parent, self.uid, self.uid)
-                except FileExistsError:
-                    pass
-                if os.path.islink(parent) or not os.path.isdir(parent):
-                    raise ValueError(f"{name!r}: {parent} is not a directory of the work dir")
-            path = os.path.join(parent, parts[-1])
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chown(path, self.uid, self.uid)
-
-    def _fetch(self, names: list[str]) -> dict[str, str]:
-        out = {}
-        for name in names:
-            path = os.path.join("/work", _safe_name(name))
-            try:  # never follow a link the program left: it could point anywhere
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as f:
-                if not os.path.isfile(path) or os.path.islink(path):
-                    continue
-                out[name] = f.read(MAX_FETCH_BYTES).decode("utf-8", errors="replace")
-        return out
-
     def run(self, req: dict) -> dict:
         start = time.monotonic()
         limits = self._limits(req)
         try:
             self._write_files(req)
         except (ValueError, OSError) as e:
+            self._wipe()
             return {"status": "sandbox_error", "error": f"cannot write files: {e}"}
         ext = ".py" if req["language"] == "python" else ".sh"
         prog = "/tmp/.main" + ext
@@ -662,7 +877,7 @@ class Executor:
             os.unlink(prog)
         except FileNotFoundError:
             pass
-        fd = os.open(prog, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        fd = os.open(prog, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(req["code"])
         argv = [self.python, "-I", "-S", prog] if ext == ".py" else ["/bin/bash", prog]
@@ -681,18 +896,17 @@ class Executor:
                 self.template = None  # it died: from now on every program gets a fresh interpreter
         if child is None:
             inline = prog if ext == ".py" and self.inline_python else ""
-            child = Child(launch(argv, self.uid, limits, fds, join, inline))
+            child = Child(launch(argv, self.uid, limits, fds, self.kernel, join, inline))
         for fd in (stdin_fd, out_w, err_w):
             os.close(fd)
         deadline = time.monotonic() + float(req["time_limit_s"])
         sup = supervise(child, out_r, err_r, int(req["output_limit_bytes"]), deadline)
         status, usage = sup["status"], sup["usage"]
         if status is None:
-            kill_uid(self.uid)
+            self._kill_programs()
             status, usage = child.wait()
         wall = time.monotonic() - start
-        kill_uid(self.uid)
-        reap()
+        self._kill_programs()
         for fd in (out_r, err_r):
             os.close(fd)
         cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
@@ -702,7 +916,10 @@ class Executor:
         peak = (self.cgroups.peak_mb() if self.cgroups else 0.0) or (usage.ru_maxrss / 1024 if usage else 0.0)
         stderr = sup["stderr"].text()
         files = self._fetch(req.get("fetch", []))
-        _wipe_all()
+        self._wipe()
+        if self.reusable:  # (root's, in sticky /tmp: the wipe, as the program, leaves it)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(prog)
         return {
             "status": classify(
                 exit_code=exit_code, sig=sig, timed_out=sup["timed_out"], over_cap=sup["over_cap"],
@@ -730,7 +947,7 @@ class Executor:
         rep_r, rep_w = os.pipe()
         join = self.cgroups.join_fds() if self.cgroups else ()
         argv = [self.python, "-I", "-S", "-c", SESSION_DRIVER]
-        pid = launch(argv, self.uid, limits, {0: in_r, 1: out_w, 2: err_w, 3: rep_w}, join)
+        pid = launch(argv, self.uid, limits, {0: in_r, 1: out_w, 2: err_w, 3: rep_w}, self.kernel, join)
         for fd in (in_r, out_w, err_w, rep_w):
             os.close(fd)
         self.session = (pid, in_w, out_r, err_r, rep_r)
@@ -738,27 +955,29 @@ class Executor:
     def session_end(self) -> None:
         if self.session is None:
             return
-        kill_uid(self.uid)
-        reap()
+        signal_all(signal.SIGCONT)  # (a template interpreter was stopped with the rest)
+        self._kill_programs()
         for fd in self.session[1:]:
             os.close(fd)
         self.session = None
-        _wipe_all()
+        self._wipe()
 
     def session_call(self, req: dict) -> dict:
         if self.session is None:
             return {"status": "sandbox_error", "error": "no session: send session_start first"}
         start = time.monotonic()
         pid, in_w, out_r, err_r, rep_r = self.session
-        try:
+        try:  # while every process of the session is still stopped: nothing races these writes
             self._write_files(req)
         except (ValueError, OSError) as e:
             return {"status": "sandbox_error", "error": f"cannot write files: {e}"}
+        signal_all(signal.SIGCONT)
         try:
             os.write(in_w, (json.dumps({"code": req["code"]}) + "\n").encode())
         except OSError:  # the interpreter is gone: restart it and say so
             self.session_end()
             self._start_driver()
+            signal_all(signal.SIGSTOP)
             return {"status": "sandbox_error", "error": "the session interpreter had died; restarted"}
         deadline = start + float(req["time_limit_s"])
         sup = supervise(Child(pid), out_r, err_r, int(req["output_limit_bytes"]), deadline, rep_r, False)
@@ -772,9 +991,11 @@ class Executor:
         if st is not None:
             exit_code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else None
             sig = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
+        files = self._fetch(req.get("fetch", []))
         if restarted:
             self.session_end()
             self._start_driver()
+        signal_all(signal.SIGSTOP)  # background threads and processes wait for the next call
         stderr = sup["stderr"].text()
         return {
             "status": classify(
@@ -790,7 +1011,8 @@ class Executor:
             "wall_s": round(wall, 6),
             "cpu_s": round(info.get("cpu_s", 0.0), 6),
             "peak_memory_mb": round(info.get("maxrss_kb", 0) / 1024, 3),
-            "files": self._fetch(req.get("fetch", [])),
+            "files": files,
+            "session_cpu_s": round(info.get("total_cpu_s", 0.0), 6),
             "error": "interpreter restarted; its variables are gone" if restarted else "",
         }
 
@@ -812,13 +1034,18 @@ def serve(executor: Executor, rfile, wfile) -> None:
 
 
 def container_main() -> None:
-    """Entry point inside a DockerSandbox container (pid 1, root with few capabilities)."""
+    """Entry point inside a DockerSandbox container (pid 1, root with SETUID, SETGID and KILL)."""
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     uid = int(os.environ.get("SANDBOX_UID", "10000"))
-    os.chmod("/work", 0o1777)
-    template = Template() if os.environ.get("SANDBOX_FORK_INTERPRETER", "1") == "1" else None
-    executor = Executor(uid, python=os.environ.get("SANDBOX_PYTHON", "/usr/bin/python3"), cgroups=ContainerMemory(),
-                        template=template)
+    os.chmod(WORK, 0o1777)
+    kernel = Kernel(base64.b64decode(os.environ.get("SANDBOX_SECCOMP", "")))
+    # (the bounding set is the container's: Docker's cap_add, these three)
+    kernel.drop_capabilities(keep=(Kernel.CAP_KILL, Kernel.CAP_SETGID, Kernel.CAP_SETUID))
+    kernel.set_dumpable(False)
+    template = Template(kernel) if os.environ.get("SANDBOX_FORK_INTERPRETER", "1") == "1" else None
+    executor = Executor(uid, python=os.environ.get("SANDBOX_PYTHON", "/usr/bin/python3"), kernel=kernel,
+                        cgroups=ContainerMemory(), template=template, reusable=True)
     serve(executor, sys.stdin.buffer, sys.stdout.buffer)
 
 

@@ -1,42 +1,61 @@
-"""The local jail: fresh Linux namespaces, a read-only root, cgroups, and our executor as pid 1.
+"""The local jail: fresh Linux namespaces, a read-only root, and our executor as pid 1.
 
-What it is: a warm fork server (the *zygote*, ``zygote_main``) that LocalSandbox starts once.
-At start it builds, in a mount namespace of its own, the read-only template of every jail's
-root. For each jail it is sent a small JSON message and one end of a socket pair; it picks a
-free *slot* (a uid and a reusable pair of cgroups) and clones pid 1 of new pid/net/ipc/uts
-namespaces (``clone_jail``), which unshares the mount namespace (a copy of the template),
-mounts its own ``/work``, ``/tmp`` and ``/proc``, pivots into it and serves the executor
-protocol (``sandboxes/executor.py``) on the socket.
-When the socket closes, pid 1 exits and the kernel kills everything left in the namespace;
-the slot is reused only once its cgroup is empty.
+What it is: a warm fork server (the *zygote*, ``zygote_main``) that LocalSandbox starts once,
+as root on the host (*root mode*) or, without root, inside one bubblewrap sandbox of its own
+(*rootless mode*, ``sandboxes/local.py`` builds the ``bwrap`` command). At start it builds,
+in a mount namespace of its own, the read-only template of every jail's root. For each jail
+it is sent a small JSON message and one end of a socket pair; it picks a free *slot* (a uid
+and, in root mode, a reusable pair of cgroups) and clones pid 1 of new pid/net/ipc/uts
+namespaces (``clone_jail``; rootless, a user namespace too), which unshares the mount
+namespace (a copy of the template), mounts its own ``/work``, ``/tmp`` and a read-only
+``/proc``, pivots into it, drops its capabilities and serves the executor protocol
+(``sandboxes/executor.py``) on the socket. When the socket closes, pid 1 exits and the
+kernel kills everything left in the namespace; the slot is reused once its cgroup is empty.
 
-What is covered (root on the host):
+What is covered (both modes unless said):
   * pid namespace: the program sees only its jail; it cannot signal host processes; every
     process it leaves behind dies with pid 1;
   * empty net namespace (not even ``lo`` is up): no socket reaches anything, 127.0.0.1 included;
   * mount namespace with pivot_root into a tmpfs root that holds read-only, nosuid, nodev
-    binds of ``/usr`` and the interpreter's prefix, a minimal ``/etc`` and ``/dev``, a fresh
-    ``/proc``, and size-bounded tmpfs ``/work`` and ``/tmp``; the host's other files
-    (``/root``, ``/home``, the repository, ``/etc/shadow``) are not in its view;
+    binds of ``/usr`` and the interpreter's prefix, a minimal ``/etc`` and ``/dev``, size-
+    bounded tmpfs ``/work`` and ``/tmp``, and ``/proc`` of the jail's own pid namespace,
+    read-only and with ``hidepid=2`` (pid 1, the executor, is not dumpable, so it is not
+    even listed); the host's other files (``/root``, ``/home``, the repository,
+    ``/etc/shadow``) are not in its view;
   * ipc and uts namespaces; hostname ``sandbox``;
-  * programs run as the unprivileged uid of their slot (never two live jails with one uid),
-    no supplementary groups, no new privileges, rlimits on CPU, address space, file size,
-    processes and fds;
-  * cgroups (v1 or v2, when writable) cap memory (also tmpfs pages) and process count and
-    report OOM kills and peak memory; they nest under ``cgroup_parent`` when one is given.
+  * the seccomp filter of ``sandboxes/seccomp.py`` on every program (no namespaces, mounts,
+    ptrace, bpf, perf, keyrings, modules, ...), no new privileges, no capabilities, rlimits
+    on CPU, address space, file size, processes, fds and core size;
+  * root mode: programs run as the unprivileged uid of their slot (never two live jails
+    with one uid), no supplementary groups; pid 1 keeps only SETUID, SETGID and KILL, and
+    does its file I/O with the program's filesystem uid;
+  * root mode: cgroups (v1 or v2, when writable) cap memory (also tmpfs pages) and process
+    count and report OOM kills and peak memory; they nest under ``cgroup_parent``;
+  * rootless mode: the whole fork server lives in a bubblewrap sandbox (user, pid, net, ipc,
+    uts and cgroup namespaces; only ``/usr``, the interpreter and this directory read-only),
+    and each jail has a user namespace of its own mapping one uid (the host user's): pid 1
+    drops every capability, so it holds nothing the program does not, and the per-jail user
+    namespace makes ``RLIMIT_NPROC`` count this jail's processes only;
   * Python programs run in a fork of pid 1's warm interpreter, after the privileges are
     dropped and the interpreter is reset to a fresh ``python -I -S`` state (see
     ``executor.run_inline``); that fork holds nothing but this jail's own request.
 
-What is not covered: kernel exploits (there is no seccomp filter), CPU contention
-between jails (no cpu quota; the CPU-time rlimit bounds each program), timing side
-channels, and the readable contents of ``/usr`` and the interpreter's prefix. Without root
-the jail cannot be built and LocalSandbox says so (no user-namespace fallback yet).
-Main hook: ``zygote_main(fd, python, cgroup_parent, uid_base)``.
+What is not covered: kernel exploits through the system calls the filter allows, CPU
+contention between jails (no cpu quota; the CPU-time rlimit bounds each program), timing side
+channels, and the readable contents of ``/usr`` and the interpreter's prefix. Rootless mode
+has no cgroups: memory is bounded by RLIMIT_AS and the tmpfs sizes, not by a cgroup, and peak
+memory is the program's max RSS; there pid 1 shares the program's uid, so it is kept from
+the program by the pid namespace (init receives only the signals it handles), by being
+non-dumpable and by the filter (no ptrace, no prlimit of another process), not by a uid of
+its own: the program may still lower pid 1's scheduling priority, which slows its own run
+only. Core dumps are off (RLIMIT_CORE 0); a host ``core_pattern`` that pipes to a helper is
+the host's to configure.
+Main hook: ``zygote_main(fd, config)``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import gc
@@ -49,19 +68,27 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from executor import Executor, serve  # noqa: E402  (stdlib-only sibling, importable as a script)
+from executor import Executor, Kernel, serve  # noqa: E402  (stdlib-only sibling, importable as a script)
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine, 155)
+KEEP_AS_ROOT = (Kernel.CAP_KILL, Kernel.CAP_SETGID, Kernel.CAP_SETUID)
+"""The capabilities a root-mode jail's pid 1 keeps (and the zygote's bounding set)."""
+ROOTLESS_UID = 1000
+"""The uid programs (and pid 1) have inside a rootless jail; it maps to the host user's uid."""
+
+ROOT_DIR = "/tmp/.agentrl-jail-root"  # a mount point only: each zygote mounts the template on it
+PROC_DIR = "/tmp/.agentrl-jail-proc"  # rootless: a clean /proc the jails' own /proc mounts rely on
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _pylibc = ctypes.PyDLL(None, use_errno=True)
-SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, 56)
+SYSCALLS: dict[str, int] = {}
+"""This machine's numbers of the calls libc has no wrapper for (``clone`` without its stack
+dance, ``pivot_root``), resolved by libseccomp on the host and passed in the zygote's config."""
 
 
 def _check(ret: int, what: str) -> None:
@@ -201,11 +228,16 @@ class Cgroups:
 # --------------------------------------------------------------------------- the root
 
 
-def build_template(root: str, python_prefix: str) -> None:
+def build_template(root: str, python_prefix: str, rootless: bool) -> None:
     """Build the read-only part of every jail's root at ``root``, once, in the zygote's own
     mount namespace; each jail's mount namespace starts as a copy of it."""
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if rootless:
+        # A jail (in a user namespace of its own) may mount its /proc only where a proc
+        # mount is already fully visible; bubblewrap's /proc has read-only binds on top.
+        os.makedirs(PROC_DIR, mode=0o755, exist_ok=True)
+        mount("proc", PROC_DIR, "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     for d in ("usr", "etc", "dev", "proc", "work", "tmp"):
         os.mkdir(f"{root}/{d}")
@@ -217,7 +249,7 @@ def build_template(root: str, python_prefix: str) -> None:
             os.mkdir(f"{root}/{top}")
             bind_ro(host, f"{root}/{top}")
     bind_ro("/usr", f"{root}/usr")
-    if not python_prefix.startswith("/usr/"):
+    if python_prefix != "/usr" and not python_prefix.startswith("/usr/"):
         os.makedirs(root + python_prefix)
         bind_ro(python_prefix, root + python_prefix)
     etc = {
@@ -241,16 +273,34 @@ def build_template(root: str, python_prefix: str) -> None:
     mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def enter_root(root: str, work_mb: int, uid: int) -> None:
+def map_own_ids(inner: int, outer_uid: int, outer_gid: int) -> None:
+    """In a fresh user namespace: map ``inner`` (uid and gid) to this process's ids outside
+    (its parent's: unmapped, they read as the overflow id in here), the one mapping an
+    unprivileged process may write for itself."""
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{inner} {outer_uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{inner} {outer_gid} 1")
+
+
+def enter_root(root: str, work_mb: int, uid: int, rootless: bool) -> None:
     """In a fresh mount namespace (a copy of the zygote's): mount the jail's own /work,
     /tmp and /proc on the template and pivot into it, dropping the host's tree."""
     unshare(CLONE_NEWNS)
+    if rootless:
+        # Copied into this jail's (less privileged) user namespace, the template's mounts
+        # are locked, and pivot_root refuses a locked new root; a bind of it is not locked
+        # (its submounts, /usr and the rest, stay locked: they cannot be unmounted).
+        mount(root, root, None, MS_BIND | MS_REC)
     opts = f"size={work_mb}m,mode=700,uid={uid},gid={uid}"
     mount("tmpfs", f"{root}/work", "tmpfs", MS_NOSUID | MS_NODEV, opts)
     mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={max(work_mb // 4, 1)}m,mode=1777")
-    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # read-only (no /proc/sys, /proc/self/mem or /proc/*/attr writes), other processes hidden
+    mount("proc", f"{root}/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
     os.chdir(root)
-    _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    _check(_libc.syscall(SYSCALLS["pivot_root"], b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
     os.chdir("/")
 
@@ -265,21 +315,31 @@ def clone_jail(flags: int) -> int:
     keeps the GIL held. Python's at-fork hooks do not run in the child; the zygote is
     single-threaded and holds no locks, and the child only sets up the jail and serves it
     (it forks its own children with ``os.fork``). Saves a whole intermediate process per jail."""
-    pid = _pylibc.syscall(SYS_CLONE, ctypes.c_ulong(flags | signal.SIGCHLD), 0, 0, 0, 0)
+    pid = _pylibc.syscall(SYSCALLS["clone"], ctypes.c_ulong(flags | signal.SIGCHLD), 0, 0, 0, 0)
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
     return pid
 
 
-def _pid1(sock: socket.socket, params: dict, root: str, python: str, uid: int, cg: Cgroups | None) -> None:
-    """Pid 1 of a new jail (cloned by the zygote): root, executor, serve. Never returns."""
+def _pid1(sock: socket.socket, params: dict, config: dict, kernel: Kernel, uid: int, cg: Cgroups | None) -> None:
+    """Pid 1 of a new jail (cloned by the zygote): ids, root, executor, no capabilities
+    beyond what it needs, serve. Never returns."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote gone: the jail goes
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # init gets only the signals it handles
+        if config["rootless"]:
+            map_own_ids(uid, *config["outer_ids"])
         _libc.sethostname(b"sandbox", 7)
-        enter_root(root, params["work_mb"], uid)
-        executor = Executor(uid, python, cgroups=cg, inline_python=params.get("inline_python", False))
+        enter_root(ROOT_DIR, params["work_mb"], uid, config["rootless"])
+        executor = Executor(uid, config["python"], kernel, cgroups=cg, inline_python=params.get("inline_python", False))
+        if config["rootless"]:  # the user namespace gave a full bounding set; pid 1 has the program's uid
+            kernel.drop_bounding_set()  # already and needs nothing
+            kernel.drop_capabilities()
+        else:  # what switching to the program's uid and killing its processes need (bounding set: the zygote's)
+            kernel.drop_capabilities(KEEP_AS_ROOT)
+        kernel.set_dumpable(False)  # no /proc/1/{mem,environ,fd} for the program, not even listed
         f = sock.makefile("rwb")
         serve(executor, f, f)
         os._exit(0)
@@ -375,28 +435,38 @@ class Slots:
                 cg.remove()
 
 
-def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 60000) -> None:
-    """Serve jail requests on the SEQPACKET socket ``fd`` until it closes."""
+def zygote_main(fd: int, config: dict) -> None:
+    """Serve jail requests on the SEQPACKET socket ``fd`` until it closes. ``config``:
+    ``python`` (programs' interpreter), ``rootless``, ``cgroup_parent``, ``uid_base``,
+    ``seccomp`` (the filter's BPF, base64), ``syscalls`` (name -> number, see SYSCALLS)."""
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    os.setsid()
+    with contextlib.suppress(OSError):  # (bubblewrap made us a session leader already)
+        os.setsid()
     control = socket.socket(fileno=fd)
+    rootless = bool(config["rootless"])
+    config["outer_ids"] = (os.getuid(), os.getgid())
     try:
+        SYSCALLS.update(config["syscalls"])
+        python = config["python"]
         prefix = os.path.realpath(os.path.join(os.path.dirname(python), ".."))
         # Only a mount point: the template is mounted on it inside this zygote's own mount
         # namespace, so every zygote on the host can share the one empty directory.
-        root = "/tmp/.agentrl-jail-root"
-        os.makedirs(root, mode=0o755, exist_ok=True)
-        st = os.lstat(root)
-        if not os.path.isdir(root) or os.path.islink(root) or st.st_uid != 0:
-            raise OSError(f"{root} must be a directory owned by root (not a link); remove it")
-        build_template(root, prefix)
-        if cgroup_parent:
-            join_parent(cgroup_parent)
+        os.makedirs(ROOT_DIR, mode=0o755, exist_ok=True)
+        st = os.lstat(ROOT_DIR)
+        if not os.path.isdir(ROOT_DIR) or os.path.islink(ROOT_DIR) or st.st_uid != 0:
+            raise OSError(f"{ROOT_DIR} must be a directory owned by root (not a link); remove it")
+        build_template(ROOT_DIR, prefix, rootless)
+        if config["cgroup_parent"] and not rootless:  # (rootless: LocalSandbox joined it before bwrap)
+            join_parent(config["cgroup_parent"])
+        kernel = Kernel(base64.b64decode(config["seccomp"]))
+        if not rootless:  # every jail inherits it (a rootless jail's user namespace starts a full one)
+            kernel.drop_bounding_set(KEEP_AS_ROOT)
     except Exception as e:  # tell LocalSandbox why, then stop
         control.send(json.dumps({"ready": False, "error": f"{type(e).__name__}: {e}"}).encode())
         return
     control.send(json.dumps({"ready": True}).encode())
-    slots = Slots(uid_base, cgroup_parent, use_cgroups=True)
+    slots = Slots(config["uid_base"], config["cgroup_parent"], use_cgroups=not rootless)
+    flags = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWUSER if rootless else 0)
     # Forked jails touch less of the zygote's memory (fewer copy-on-write faults) when the
     # collector neither runs nor walks the objects made so far; they run for milliseconds.
     gc.disable()
@@ -419,7 +489,7 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 6
                 jail_sock.close()
                 continue
             try:
-                pid = clone_jail(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+                pid = clone_jail(flags)
             except OSError as e:
                 slots.free.append(slot)
                 jail_sock.sendall((json.dumps({"status": "sandbox_error", "error": f"jail: {e}"}) + "\n").encode())
@@ -427,14 +497,21 @@ def zygote_main(fd: int, python: str, cgroup_parent: str = "", uid_base: int = 6
                 continue
             if pid == 0:
                 control.close()
-                _pid1(jail_sock, params, root, python, uid_base + slot, cg)
+                _pid1(jail_sock, params, config, kernel, ROOTLESS_UID if rootless else config["uid_base"] + slot, cg)
             slots.busy[pid] = slot
-            with contextlib.suppress(OSError):  # the host kills the jail through this pid
-                jail_sock.sendall((json.dumps({"jail_pid": pid}) + "\n").encode())
+            try:  # the host kills the jail through this pidfd (its pid means nothing outside our namespace)
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                pidfd = None
+            with contextlib.suppress(OSError):
+                hello = (json.dumps({"jail_pid": pid}) + "\n").encode()
+                socket.send_fds(jail_sock, [hello], [pidfd] if pidfd is not None else [])
+            if pidfd is not None:
+                os.close(pidfd)
             jail_sock.close()
     finally:
         slots.close()
 
 
 if __name__ == "__main__":
-    zygote_main(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    zygote_main(int(sys.argv[1]), json.loads(sys.argv[2]))

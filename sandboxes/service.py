@@ -1,19 +1,28 @@
 """The sandbox service: any Sandbox backend over HTTP, so many training nodes share a fleet.
 
 What it is: a FastAPI app (``build_app``) in front of one backend (LocalSandbox or
-DockerSandbox), with a concurrency limit and a bounded queue, API-key authentication when a
-key is set, and server-side sessions (persistent interpreters) that expire when idle.
-``agentrl sandbox serve`` runs it; ``sandboxes.remote.RemoteSandbox`` is its client.
+DockerSandbox), with admission control (``sandboxes/admission.py``: the operator's ceilings on
+every limit, a concurrency limit that open sessions count against, a bounded queue), API-key
+authentication when a key is set, and server-side sessions (persistent interpreters) that
+expire when idle. ``agentrl sandbox serve`` runs it; ``sandboxes.remote.RemoteSandbox`` is its
+client.
 
 Routes (JSON bodies are ``ExecRequest.to_dict()`` / ``ExecResult.to_dict()``):
-    GET    /health                  {"ok", "backend", "running", "queued", "sessions"} (no key needed)
+    GET    /health                  {"ok", "backend", "running", "queued", "sessions",
+                                     "session_cpu_s": [CPU seconds of each open session],
+                                     "ceilings": {...}} (no key needed)
     POST   /run                     ExecRequest -> ExecResult
-    POST   /sessions                -> {"session_id"}
+    POST   /sessions                -> {"session_id"}   (holds a place until it ends)
     POST   /sessions/{id}/run       ExecRequest -> ExecResult (in that session's interpreter)
     DELETE /sessions/{id}           ends the session
 
-Errors: 401 wrong or missing key (``Authorization: Bearer KEY``), 422 a malformed request
-(the message says which field), 404 unknown session, 503 queue full or backend down.
+Errors: 400 a body that is not JSON, 401 wrong or missing key (``Authorization: Bearer KEY``),
+413 a body, code or files above a ceiling, 422 a malformed request or a limit above a ceiling
+(the message names the field or the ceiling), 404 unknown session, 503 queue full or backend
+down. ``sandbox_error`` results are the backend's own failures only.
+
+A client that disconnects while its program runs (or waits) gets it killed at once and its
+place freed; for a session call, the whole session ends.
 
 Trust boundary: the service adds authentication and admission control only; isolation is
 the backend's (see ``sandboxes/jail.py`` and ``sandboxes/docker.py``). What is not covered:
@@ -24,28 +33,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from agentrl.api import ExecRequest, Sandbox
+from agentrl.api import ExecResult, Sandbox
 from agentrl.errors import SandboxError
+from sandboxes.admission import Admission, Ceilings, Refused, parse_request
 
 SESSION_IDLE_S = 600.0
-QUEUE_WAIT_S = 600.0  # longest a request waits for a free slot before it is refused (503)
+CLIENT_GONE = 499  # (nginx's code) the client closed the connection; nobody reads the reply
 
 
 class SessionEnded(Exception):
     """Thrown into a session's context to end it at once (a client's DELETE, shutdown)."""
 
 
+class ClientGone(Exception):
+    """The HTTP client disconnected before its result was ready."""
+
+
 async def _end(s: _Session) -> None:
-    """End a session now, even mid-call: the backend kills its interpreter."""
+    """End a session now, even mid-call: the backend kills its interpreter, and its place
+    in admission is freed."""
     with contextlib.suppress(Exception):
         await s.stack.__aexit__(SessionEnded, SessionEnded("the session was ended"), None)
 
@@ -58,49 +75,66 @@ class _Session:
     last_used: float = field(default_factory=time.monotonic)
 
 
-class Admission:
-    """At most ``max_concurrency`` executions at once and ``max_queue`` waiting; beyond, 503."""
+class _ApiKey:
+    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY``."""
 
-    def __init__(self, max_concurrency: int, max_queue: int) -> None:
-        self.sem = asyncio.Semaphore(max_concurrency)
-        self.max_queue = max_queue
-        self.running = 0
-        self.queued = 0
+    def __init__(self, app: Any, key: str) -> None:
+        self.app = app
+        self.key = key.encode()
 
-    @contextlib.asynccontextmanager
-    async def slot(self):
-        if not self.sem.locked():
-            await self.sem.acquire()  # a slot is free: taken without waiting
-        else:
-            if self.queued >= self.max_queue:
-                raise HTTPException(503, f"sandbox queue is full ({self.max_queue} waiting); retry later")
-            self.queued += 1
-            try:
-                await asyncio.wait_for(self.sem.acquire(), QUEUE_WAIT_S)
-            except TimeoutError as e:
-                raise HTTPException(503, f"waited {QUEUE_WAIT_S:.0f} s in the sandbox queue; retry later") from e
-            finally:
-                self.queued -= 1
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
-            self.sem.release()
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            header = dict(scope["headers"]).get(b"authorization", b"")
+            given = header[7:] if header[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(given, self.key):
+                response = JSONResponse({"detail": "missing or wrong API key: send 'Authorization: Bearer KEY'"},
+                                        status_code=401)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
-def _parse_request(body: Any) -> ExecRequest:
-    if not isinstance(body, dict):
-        raise HTTPException(422, "the body must be a JSON object: an ExecRequest (code, language, ...)")
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it passes ``limit`` bytes."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise Refused(413, f"the body is {length} bytes, above this service's ceiling max_request_bytes={limit}")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise Refused(413, f"the body is more than {limit} bytes, this service's ceiling max_request_bytes")
+    return bytes(data)
+
+
+async def _unless_gone(request: Request, work: Awaitable[ExecResult]) -> ExecResult:
+    """Await ``work`` unless the client disconnects first: then cancel it (the backend kills
+    the program) and raise ClientGone."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
     try:
-        return ExecRequest.from_dict(body)
-    except (TypeError, ValueError) as e:
-        raise HTTPException(422, f"not a valid ExecRequest: {e}") from e
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise ClientGone
+    finally:
+        watch.cancel()
+        if not task.done():  # (we were cancelled ourselves)
+            task.cancel()
 
 
 def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_concurrency: int = 8,
-              max_queue: int = 256, max_sessions: int = 256) -> FastAPI:
+              max_queue: int = 256, max_sessions: int = 256, ceilings: Ceilings | None = None) -> FastAPI:
     """The service app around ``sandbox``; it owns the sandbox's lifetime (closed at shutdown)."""
+    limits = ceilings or Ceilings()
     admission: Admission | None = None
     sessions: dict[str, _Session] = {}
 
@@ -133,36 +167,42 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
                 await close()
 
     app = FastAPI(title="agentrl sandbox service", lifespan=lifespan)
+    if api_key:
+        app.add_middleware(_ApiKey, key=api_key)
 
     @app.exception_handler(SandboxError)
     async def backend_failed(request: Request, exc: SandboxError) -> JSONResponse:
         # the backend itself is down (no engine, no root): say so; the client may retry elsewhere
         return JSONResponse({"detail": f"sandbox backend failed: {exc}"}, status_code=503)
 
-    @app.middleware("http")
-    async def authenticate(request: Request, call_next):
-        if api_key and request.url.path != "/health":
-            header = request.headers.get("authorization", "")
-            given = header[7:] if header.lower().startswith("bearer ") else ""
-            if not hmac.compare_digest(given.encode(), api_key.encode()):
-                return JSONResponse({"detail": "missing or wrong API key: send 'Authorization: Bearer KEY'"},
-                                    status_code=401)
-        return await call_next(request)
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone) -> JSONResponse:
+        return JSONResponse({"detail": "the client disconnected; its program was killed"}, status_code=CLIENT_GONE)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         g = gate()
         return {"ok": True, "backend": backend, "running": g.running, "queued": g.queued,
-                "sessions": len(sessions)}
+                "sessions": len(sessions),
+                "session_cpu_s": [round(float(getattr(s.session, "cpu_s", 0.0)), 3) for s in sessions.values()],
+                "ceilings": dataclasses.asdict(limits)}
 
     @app.post("/run")
     async def run(request: Request) -> dict[str, Any]:
-        req = _parse_request(await request.json())
-        async with gate().slot():
-            try:
-                result = await sandbox.run(req)
-            except ValueError as e:  # the request itself is wrong (a file name outside the work dir)
-                raise HTTPException(422, str(e)) from e
+        req = parse_request(await _body(request, limits.max_request_bytes), limits)
+
+        async def admitted() -> ExecResult:
+            async with gate().slot():
+                return await sandbox.run(req)
+
+        try:
+            result = await _unless_gone(request, admitted())
+        except ValueError as e:  # the request itself is wrong (e.g. too big for the backend's work dir)
+            raise HTTPException(422, str(e)) from e
         return result.to_dict()
 
     @app.post("/sessions")
@@ -170,25 +210,39 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
         if len(sessions) >= max_sessions:
             raise HTTPException(503, f"too many open sessions ({max_sessions}); retry later")
         stack = contextlib.AsyncExitStack()
-        async with gate().slot():
+        try:
+            await stack.enter_async_context(gate().slot())  # held until the session ends
             session = await stack.enter_async_context(sandbox.session())
+        except BaseException:
+            await stack.aclose()
+            raise
         sid = uuid.uuid4().hex
         sessions[sid] = _Session(stack, session)
         return {"session_id": sid}
 
     @app.post("/sessions/{sid}/run")
     async def session_run(sid: str, request: Request) -> dict[str, Any]:
-        req = _parse_request(await request.json())
+        req = parse_request(await _body(request, limits.max_request_bytes), limits)
         s = sessions.get(sid)
         if s is None:
             raise HTTPException(404, f"no session {sid!r} (it ended or expired after {SESSION_IDLE_S:.0f} s idle)")
-        async with s.lock, gate().slot():
-            s.last_used = time.monotonic()
-            try:
-                result = await s.session.run(req)
-            except ValueError as e:
-                raise HTTPException(422, str(e)) from e
-            s.last_used = time.monotonic()
+
+        async def call() -> ExecResult:
+            async with s.lock:
+                s.last_used = time.monotonic()
+                try:
+                    return await s.session.run(req)
+                finally:
+                    s.last_used = time.monotonic()
+
+        try:
+            result = await _unless_gone(request, call())
+        except ValueError as e:
+            raise HTTPException(422, str(e)) from e
+        except ClientGone:  # its program was killed mid-call: the session is over
+            if sessions.pop(sid, None) is not None:
+                await _end(s)
+            raise
         return result.to_dict()
 
     @app.delete("/sessions/{sid}")

@@ -28,3 +28,20 @@ def test_readme_environment_example_runs_and_passes_check_env():
         env.close()
     finally:
         gymnasium.registry.pop("agentrl/Echo-v0", None)
+
+
+async def test_readme_workflow_example_plays_an_episode(tiny_server, tiny_model_dir):
+    """The README's one-file workflow, against a real agentrl serve on the tiny model."""
+    from agentrl.api import TrajectoryStatus
+    from agentrl.inference.client import RemoteEngine
+
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    example = next(b for b in blocks if "class ArithChatWorkflow" in b)
+    namespace: dict = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    workflow = namespace["ArithChatWorkflow"](tiny_model_dir)
+    async with RemoteEngine(tiny_server.url) as engine:
+        [t] = await workflow.arun_episode(engine, {"question": "What is 12+30+5?", "answer": "47"})
+        [bad] = await workflow.arun_episode(engine, {"question": "What is 1+1?"})  # no answer: failed data
+    assert t.status is TrajectoryStatus.OK and t.reward in (0.0, 1.0) and 0 < t.num_sampled <= 16
+    assert bad.status is TrajectoryStatus.ENV_ERROR and "answer" in bad.error

@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=list_envs)
     sub = parser.add_subparsers(dest="envs_command", metavar="ACTION")
     check = sub.add_parser("check", help="run gymnasium's check_env and agentrl's checks on one environment")
-    check.add_argument("env_id", help="an id such as agentrl/Math-v0")
+    check.add_argument("env_id", help="an id such as agentrl/Math-v1")
     check.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for gymnasium.make")
     check.set_defaults(func=check_cmd)
 

@@ -2,16 +2,33 @@
 
     agentrl sandbox run [--backend local|docker|URL] [--timeout S] [--memory MB] FILE
     agentrl sandbox serve --backend docker|local [--host 127.0.0.1] [--port N] [--api-key K]
+                          [--max-time-s S] [--max-memory-mb MB] [--max-code-bytes N] ...
 
 ``run`` prints the ExecResult as one JSON object and exits 0 when the program's status is
 ``ok``, 1 otherwise. ``serve`` prints ``agentrl sandbox serve: ready on http://HOST:PORT``
 once it listens (``--port 0`` picks a free port); the key may also come from
-``AGENTRL_SANDBOX_API_KEY``. Backends are resolved by ``agentrl.plugins.make_sandbox``.
+``AGENTRL_SANDBOX_API_KEY``. It refuses a non-loopback ``--host`` without a key (anyone who
+reaches the port could run code) unless told ``--insecure``. The ``--max-*`` options are the
+ceilings of what one request may ask for (``sandboxes.admission.Ceilings``). The local
+backend runs rootless (bubblewrap) when not root, or with ``--local-mode rootless``.
+Backends are resolved by ``agentrl.plugins.make_sandbox``.
 """
 
 from __future__ import annotations
 
 import argparse
+
+CEILINGS = (
+    ("--max-time-s", float, "largest time_limit_s one request may set"),
+    ("--max-memory-mb", int, "largest memory_limit_mb one request may set"),
+    ("--max-output-bytes", int, "largest output_limit_bytes one request may set"),
+    ("--max-code-bytes", int, "largest program, in UTF-8 bytes"),
+    ("--max-file-bytes", int, "largest total of files and files_b64, decoded"),
+    ("--max-fetch", int, "most files one request may fetch"),
+    ("--max-request-bytes", int, "largest HTTP body, stdin included"),
+)
+"""The service's ceilings (``sandboxes.admission.Ceilings``; its defaults apply to those not
+given, and GET /health shows the values in force)."""
 
 
 def register(subparsers) -> None:
@@ -29,6 +46,7 @@ def register(subparsers) -> None:
     r.add_argument("--memory", type=int, default=512, help="memory limit in MB (default 512)")
     r.add_argument("--stdin", default=None, help="file whose contents become the program's stdin")
     r.add_argument("--api-key", default=None, help="key of a sandbox service (default: $AGENTRL_SANDBOX_API_KEY)")
+    r.add_argument("--python", default="", help="local: interpreter programs run under (default: this one)")
     r.set_defaults(func=run)
 
     s = sub.add_parser("serve", help="serve a sandbox backend over HTTP")
@@ -42,6 +60,14 @@ def register(subparsers) -> None:
     s.add_argument("--cgroup-parent", default="", help="cgroup the jails or containers nest under")
     s.add_argument("--uid-base", type=int, default=0,
                    help="first uid programs run as (local: one per jail slot; docker: one per container; 0 = default)")
+    s.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback --host without an API key (anyone reaching it runs code)")
+    s.add_argument("--max-processes", type=int, default=64, help="processes one program may have (default 64)")
+    s.add_argument("--python", default="", help="local: interpreter programs run under (default: this one)")
+    s.add_argument("--local-mode", choices=("auto", "root", "rootless"), default="auto",
+                   help="local: root jails, or rootless ones in bubblewrap (default: root when root)")
+    for flag, kind, what in CEILINGS:
+        s.add_argument(flag, type=kind, default=None, help=f"ceiling: {what}")
     s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     s.set_defaults(func=serve)
 
@@ -60,14 +86,22 @@ def run(args) -> int:
         stdin = open(args.stdin, encoding="utf-8").read() if args.stdin else ""
     except OSError as e:
         raise ConfigError(f"cannot read {e.filename}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{args.file if args.file != '-' else 'stdin'} (or --stdin) is not UTF-8 text "
+                          f"({e.reason} at byte {e.start}); pass a Python or bash source file") from e
     language = args.language or ("bash" if args.file.endswith(".sh") else "python")
-    request = ExecRequest(code=code, language=language, stdin=stdin, time_limit_s=args.timeout,
-                          memory_limit_mb=args.memory)
+    try:
+        request = ExecRequest(code=code, language=language, stdin=stdin, time_limit_s=args.timeout,
+                              memory_limit_mb=args.memory)
+    except ValueError as e:
+        raise ConfigError(f"{e} (set by --timeout / --memory)") from e
     kwargs: dict = {}
     if args.backend.startswith(("http://", "https://")):
         kwargs["api_key"] = args.api_key
     elif args.backend == "docker":
         kwargs["pool_size"] = 1  # one run: one container
+    elif args.backend == "local" and args.python:
+        kwargs["python"] = args.python
     sandbox = make_sandbox(args.backend, **kwargs)
 
     async def main():
@@ -83,27 +117,48 @@ def run(args) -> int:
     return 0 if result.ok else 1
 
 
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 def serve(args) -> int:
     import logging
     import os
 
+    from agentrl.config import from_dict
+    from agentrl.errors import ConfigError
     from agentrl.launch.services import bind, run_app
     from agentrl.plugins import load_object, make_sandbox
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     api_key = args.api_key if args.api_key is not None else os.environ.get("AGENTRL_SANDBOX_API_KEY", "")
-    options = {"cgroup_parent": args.cgroup_parent}
+    if not api_key and not _loopback(args.host) and not args.insecure:
+        raise ConfigError(
+            f"refusing to listen on {args.host} without an API key: anyone who reaches it could run code "
+            "on this machine; pass --api-key (or set AGENTRL_SANDBOX_API_KEY), or --insecure if the "
+            "network is yours alone"
+        )
+    given = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in CEILINGS}
+    ceilings = from_dict(load_object("sandboxes.admission:Ceilings"), {k: v for k, v in given.items() if v is not None})
+    options = {"cgroup_parent": args.cgroup_parent, "max_processes": args.max_processes}
     if args.backend == "docker":
         options["pool_size"] = args.pool_size or args.max_concurrency
         if args.uid_base:
             options["uid"] = args.uid_base
     else:
-        options["max_concurrency"] = args.max_concurrency
-        options["uid_base"] = args.uid_base
+        options.update(max_concurrency=args.max_concurrency, uid_base=args.uid_base, python=args.python,
+                       mode=args.local_mode)
     sandbox = make_sandbox(args.backend, **options)
     build_app = load_object("sandboxes.service:build_app")
     app = build_app(sandbox, backend=args.backend, api_key=api_key, max_concurrency=args.max_concurrency,
-                    max_queue=args.max_queue)
+                    max_queue=args.max_queue, ceilings=ceilings)
     run_app(app, bind(args.host, args.port), ready_line="agentrl sandbox serve: ready on ",
             log_level=args.log_level, before_ready=getattr(sandbox, "start", None))
     return 0

@@ -22,7 +22,13 @@ Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.
     top-p; 0.0 for greedy), see ``sampling``; SGLang reports them before the top-k/p filter.
     Input (prompt) logprobs (``logprob_start_len >= 0``), penalties, min-p, grammars, LoRA,
     sessions and multimodal inputs are refused with a 400 that says so;
-  * no prefix cache: ``cached_tokens`` is always 0 and ``/flush_cache`` only checks idleness.
+  * the prefix cache (``prefix_cache``; SGLang's radix cache, ``--disable-radix-cache`` turns it
+    off) copies a matched prefix into the request's own KV slot instead of sharing it in place,
+    and the ``n`` samples of one prompt (any requests with equal tokens admitted together) also
+    share the prompt's last-token logits, so those samples report ``cached_tokens`` equal to the
+    whole prompt where SGLang recomputes the last token; ``cache_hit_rate`` (``/get_server_info``,
+    ``/v1/loads``) is cumulative since start. Every weight update empties the cache, and
+    ``/flush_cache`` empties it when no request is running or waiting (400 otherwise, as SGLang).
 
 Trust boundary: the server is meant for localhost and trusted networks. Covered: every
 malformed or out-of-range request gets a 4xx JSON error naming the field, never a 500 or a

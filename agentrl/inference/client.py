@@ -3,7 +3,9 @@
 What it is: an ``agentrl.api.InferenceClient`` over HTTP (``httpx``) to one or more servers
 speaking SGLang's native API — real SGLang (0.5.10 to 0.5.23) or ``agentrl serve``.
 ``await generate(input_ids, sampling)`` returns a ``Completion`` with the exact tokens, their
-logprobs, the policy version of every token and the finish reason. The weight-publishing
+logprobs, the policy version of every token and the finish reason; ``await
+generate_group(input_ids, sampling, n)`` returns ``n`` of them for one prompt from *one*
+request (SGLang's ``n``; the server computes the prompt once). The weight-publishing
 side calls ``pause()``, ``update_weights(path, version)`` and ``resume()``, in the order of
 DESIGN.md §4, and reads ``version``.
 
@@ -21,6 +23,17 @@ How it behaves:
     ``health_check_interval`` seconds, re-synced to the published weights when it comes back,
     and the calls it held are re-run elsewhere from their last returned token. Generation has
     no side effects, so that re-run is safe.
+  * **Batching.** The short requests (``batch_max_new_tokens``, default 32 new tokens) made in
+    one event-loop tick — a rollout starts its episodes together — go to their server as one
+    batched ``/generate`` (``agentrl.inference.batcher``); a lone or long request goes in
+    SGLang's plain form. ``generate_group`` asks for ``n`` samples of one prompt with SGLang's
+    ``sampling_params.n`` (when ``sampling.seed`` is set: ``n`` samples with seeds ``seed,
+    seed + 1, ...``, since ``n`` copies of one seed would be ``n`` equal samples). Each sample
+    that comes back aborted is resumed on its own, as above; if a group's request fails
+    (transport error, 5xx), its samples are re-run one request each.
+  * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
+    polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
+    0.2 ms with ours) unless a ``transport`` is given.
   * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
     fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
     exponential backoff, at most ``max_retries`` times in a row without progress, then
@@ -37,8 +50,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -46,6 +59,8 @@ import httpx
 from agentrl.api import Completion, SamplingParams
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
+from agentrl.inference.batcher import GroupBatcher
+from agentrl.inference.transport import KeepAliveTransport
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +79,9 @@ class RemoteEngineConfig:
     backoff: float = option(0.25, help="first retry delay in seconds (doubles each retry)", ge=0)
     health_check_interval: float = option(2.0, help="seconds before a failed server is probed again", gt=0)
     max_resumes: int = option(1000, help="resumes of one aborted request before returning 'abort'", ge=0)
+    batch_max_new_tokens: int = option(
+        32, help="requests made in the same event-loop tick with at most this many new tokens share one "
+        "/generate (each then waits for the slowest; 0: never share)", ge=0)
 
 
 @dataclass
@@ -76,12 +94,20 @@ class _Server:
     pinned: set[str] = field(default_factory=set)
 
 
+def _prompt(input_ids: Sequence[int]) -> list[int]:
+    prompt = [int(t) for t in input_ids]
+    if not prompt:
+        raise RequestRejected("input_ids cannot be empty", 400)
+    return prompt
+
+
 class RemoteEngine:
     """Interruption-hiding, load-balancing client of SGLang-compatible servers."""
 
     def __init__(self, addresses: Sequence[str] | str, *, timeout: float = 600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
-                 health_check_interval: float = 2.0, max_resumes: int = 1000, version: int = 0,
+                 health_check_interval: float = 2.0, max_resumes: int = 1000,
+                 batch_max_new_tokens: int = 32, version: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         if isinstance(addresses, str):
             addresses = [addresses]
@@ -92,21 +118,25 @@ class RemoteEngine:
         self.max_retries, self.backoff = max_retries, backoff
         self.health_check_interval, self.max_resumes = health_check_interval, max_resumes
         self._http = httpx.AsyncClient(
-            transport=transport,
+            transport=transport or KeepAliveTransport(),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
+        self._batcher = GroupBatcher(self._post_generate, max_new_tokens=batch_max_new_tokens)
         self._version = version
         self._last_update: tuple[str, int] | None = None
         self._unpaused = asyncio.Event()
         self._unpaused.set()
-        self.stats = {"requests": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
+        # requests: generate/generate_group calls; posts: /generate HTTP requests (batched)
+        self.stats = {"requests": 0, "posts": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
 
     @classmethod
     def from_config(cls, config: RemoteEngineConfig, **kwargs: Any) -> RemoteEngine:
         return cls(config.addresses, timeout=config.timeout, connect_timeout=config.connect_timeout,
                    control_timeout=config.control_timeout, max_retries=config.max_retries, backoff=config.backoff,
-                   health_check_interval=config.health_check_interval, max_resumes=config.max_resumes, **kwargs)
+                   health_check_interval=config.health_check_interval, max_resumes=config.max_resumes,
+                   batch_max_new_tokens=config.batch_max_new_tokens,
+                   **kwargs)
 
     @property
     def version(self) -> int:
@@ -131,80 +161,115 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ generation
 
-    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion:
-        prompt = [int(t) for t in input_ids]
-        if not prompt:
-            raise RequestRejected("input_ids cannot be empty", 400)
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        versions: list[int] = []
-        base_rid = uuid.uuid4().hex
-        server: _Server | None = None
-        resumes = failures = attempt = 0
+    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *,
+                       on_progress: Callable[[Completion], None] | None = None) -> Completion:
+        """Generate until a real finish; ``on_progress``, if given, hears the tokens so far each
+        time the request was interrupted (the episode log keeps them across a crash)."""
         self.stats["requests"] += 1
+        return await self._complete(_prompt(input_ids), sampling, Completion([], [], [], "abort"),
+                                    on_progress=on_progress)
+
+    async def generate_group(self, input_ids: Sequence[int], sampling: SamplingParams, n: int) -> list[Completion]:
+        """``n`` samples of one prompt, sent as one request; see the module docstring."""
+        prompt = _prompt(input_ids)
+        if n < 1:
+            raise RequestRejected(f"n must be >= 1, got {n}", 400)
+        each = [sampling] * n if sampling.seed is None else [replace(sampling, seed=sampling.seed + i) for i in range(n)]
+        self.stats["requests"] += 1
+        await self._wait_unpaused()
+        server = await self._pick()
+        server.inflight += n
+        try:
+            data = await self._batcher.submit(server, prompt, each)
+        except (*_TRANSPORT_ERRORS, ServerError) as e:
+            log.warning("a group of %d on %s failed (%r); re-running its samples one by one", n, server.address, e)
+            self.stats["retries"] += 1
+            return list(await asyncio.gather(*(self.generate(prompt, sp) for sp in each)))
+        finally:
+            server.inflight -= n
+        jobs = []
+        for d, sp in zip(data, each, strict=True):
+            tokens, logprobs, versions, reason = self._parse_generate(d)
+            jobs.append(self._complete(prompt, sp, Completion(tokens, logprobs, versions, "abort"), server, reason))
+        return list(await asyncio.gather(*jobs))
+
+    async def _complete(self, prompt: list[int], sampling: SamplingParams, done: Completion,
+                        server: _Server | None = None, first: dict[str, Any] | None = None,
+                        on_progress: Callable[[Completion], None] | None = None) -> Completion:
+        """Generate until finished, from ``done``'s tokens so far; ``first`` is the finish
+        reason they came with, if they came from a request already answered by ``server``.
+        Each request goes through the batcher (with the others of its tick)."""
+        tokens, logprobs, versions = done.tokens, done.logprobs, done.versions
+        base_rid = uuid.uuid4().hex
+        resumes = failures = attempt = 0
+        if server is not None:
+            server.pinned.add(base_rid)
+            server.inflight += 1
         try:
             while True:
-                remaining = sampling.max_new_tokens - len(tokens)
-                if attempt and remaining <= 0:
-                    return Completion(tokens, logprobs, versions, "length")
-                await self._wait_unpaused()
-                if server is None or not server.healthy:
-                    if server is not None:
-                        server.pinned.discard(base_rid)
-                        server.inflight -= 1
-                        server = None
-                    server = await self._pick()
-                    server.pinned.add(base_rid)
-                    server.inflight += 1
-                payload = {
-                    "input_ids": prompt + tokens,
-                    "sampling_params": {**sampling.to_sglang(), "max_new_tokens": remaining},
-                    "return_logprob": True,
-                    "rid": f"{base_rid}-{attempt}",
-                }
-                attempt += 1
-                try:
-                    data = await self._post(server, "/generate", payload, self.timeout)
-                except _TRANSPORT_ERRORS as e:
-                    # Dead, or a transient hiccup? A server that still answers /health keeps
-                    # the request (re-sent there); one that does not is taken out.
-                    failures += 1
-                    if not await self._alive(server):
-                        self._mark_down(server, e)
-                        self.stats["reruns"] += 1
-                    else:
-                        log.warning("transport error from %s (%r); retrying there", server.address, e)
+                if first is not None:
+                    reason, first = first, None
+                else:
+                    remaining = sampling.max_new_tokens - len(tokens)
+                    if attempt and remaining <= 0:
+                        return Completion(tokens, logprobs, versions, "length")
+                    await self._wait_unpaused()
+                    if server is None or not server.healthy:
+                        if server is not None:
+                            server.pinned.discard(base_rid)
+                            server.inflight -= 1
+                            server = None
+                        server = await self._pick()
+                        server.pinned.add(base_rid)
+                        server.inflight += 1
+                    this = replace(sampling, max_new_tokens=remaining)
+                    rid = f"{base_rid}-{attempt}"
+                    attempt += 1
+                    try:
+                        (data,) = await self._batcher.submit(server, prompt + tokens, [this], rid)
+                    except _TRANSPORT_ERRORS as e:
+                        # Dead, or a transient hiccup? A server that still answers /health keeps
+                        # the request (re-sent there); one that does not is taken out.
+                        failures += 1
+                        if not await self._alive(server):
+                            self._mark_down(server, e)
+                            self.stats["reruns"] += 1
+                        else:
+                            log.warning("transport error from %s (%r); retrying there", server.address, e)
+                            self.stats["retries"] += 1
+                        if failures > self.max_retries + len(self._servers):
+                            raise ServerUnavailable(f"generation failed on every server ({e!r}); "
+                                                    "check that the inference servers are up") from e
+                        await asyncio.sleep(self.backoff * min(2 ** (failures - 1), 16))
+                        continue
+                    except ServerError:
+                        failures += 1
                         self.stats["retries"] += 1
-                    if failures > self.max_retries + len(self._servers):
-                        raise ServerUnavailable(f"generation failed on every server ({e!r}); "
-                                                "check that the inference servers are up") from e
-                    await asyncio.sleep(self.backoff * min(2 ** (failures - 1), 16))
-                    continue
-                except ServerError:
-                    failures += 1
-                    self.stats["retries"] += 1
-                    if failures > self.max_retries:
-                        raise
-                    await asyncio.sleep(self.backoff * 2 ** (failures - 1))
-                    continue
-                new_tokens, new_lps, new_versions, reason = self._parse_generate(data)
-                tokens += new_tokens
-                logprobs += new_lps
-                versions += new_versions
-                if new_tokens:
-                    failures = 0
+                        if failures > self.max_retries:
+                            raise
+                        await asyncio.sleep(self.backoff * 2 ** (failures - 1))
+                        continue
+                    new_tokens, new_lps, new_versions, reason = self._parse_generate(data)
+                    tokens += new_tokens
+                    logprobs += new_lps
+                    versions += new_versions
+                    if new_tokens:
+                        failures = 0
+                attempt = max(attempt, 1)
                 kind = reason.get("type")
                 if kind == "abort":
                     code = reason.get("status_code")
                     if code is not None and code >= 400:
-                        raise ServerError(f"{server.address} failed the request: {reason.get('message')}")
+                        raise ServerError(f"{server and server.address} failed the request: {reason.get('message')}")
                     resumes += 1
                     self.stats["resumes"] += 1
+                    if on_progress is not None:
+                        on_progress(Completion(list(tokens), list(logprobs), list(versions), "abort"))
                     if resumes > self.max_resumes:
                         return Completion(tokens, logprobs, versions, "abort")
                     continue
                 if kind not in ("stop", "length"):
-                    raise ServerError(f"{server.address} answered an unknown finish_reason {reason!r}")
+                    raise ServerError(f"{server and server.address} answered an unknown finish_reason {reason!r}")
                 return Completion(tokens, logprobs, versions, kind, reason.get("matched"))
         finally:
             if server is not None:
@@ -305,6 +370,10 @@ class RemoteEngine:
         await asyncio.gather(*(self._probe(s) for s in self._servers))
         return {s.address: s.healthy for s in self._servers}
 
+    async def _post_generate(self, server: _Server, payload: dict[str, Any]) -> Any:
+        self.stats["posts"] += 1
+        return await self._post(server, "/generate", payload, self.timeout)
+
     async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float) -> Any:
         r = await self._http.post(server.address + path, json=payload, timeout=httpx.Timeout(seconds, connect=5.0))
         if r.status_code >= 500:
@@ -333,13 +402,18 @@ class RemoteEngine:
                         self._mark_down(s, e)
                         return None
                     await asyncio.sleep(self.backoff * 2 ** attempt)
-        for s in self._servers:  # a control call must reach every live server, or versions skew
-            if not s.healthy:
-                await self._probe(s)
-        targets = [s for s in self._servers if s.healthy]
-        if not targets:
-            raise ServerUnavailable(f"no healthy inference server among {self.addresses}")
-        return await asyncio.gather(*(one(s) for s in targets))
+        deadline = time.monotonic() + self.control_timeout
+        while True:
+            for s in self._servers:  # a control call must reach every live server, or versions skew
+                if not s.healthy:
+                    await self._probe(s)
+            targets = [s for s in self._servers if s.healthy]
+            if targets:
+                return await asyncio.gather(*(one(s) for s in targets))
+            if time.monotonic() > deadline:  # none came back (a restarted one is re-synced by _probe)
+                raise ServerUnavailable(f"no healthy inference server among {self.addresses} for "
+                                        f"{self.control_timeout:.0f} s")
+            await asyncio.sleep(self.health_check_interval)
 
     async def pause(self) -> None:
         """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait."""

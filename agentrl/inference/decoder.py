@@ -1,11 +1,14 @@
-"""A batched decoder forward pass over a slot KV cache, for the Llama/Qwen family.
+"""A packed decoder forward pass over a slot KV cache, for the Llama/Qwen family.
 
-What it is: the model half of ``agentrl serve``'s engine. ``load_decoder(DIR)`` reads a
-Hugging Face checkpoint (``config.json`` + safetensors) into plain tensors, and
-``Decoder.forward`` runs any set of cache slots at once: each row of the batch is one
-request, with its own positions, writing its new keys/values into its own slot of the cache
-and attending to everything that slot holds up to its own position. Prefill (many tokens per
-row, right-padded) and decode (one token per row) are the same call.
+What it is: the model half of ``agentrl serve``'s engine. ``load_weights`` reads a Hugging
+Face checkpoint (``config.json`` + safetensors) into plain tensors, and ``Decoder.forward``
+runs one ``Step``: decode rows (one token in each of consecutive cache slots) and prefill rows
+(any number of tokens from any position of a slot), packed into one matrix without padding.
+Each row writes its new keys/values into its own slot (``[positions, kv_heads, head_dim]``
+per slot) and attends to everything that slot holds up to its own position. Beside the slots
+sits the prefix pool (``pool_k``/``pool_v``, one entry per cached token), with the batched
+copies between the two that the prefix cache needs (``load_prefixes``, ``save_prefixes``,
+``copy_prefixes``).
 
 Supported ``model_type`` values (``SUPPORTED_MODEL_TYPES``): ``llama``, ``qwen2`` (q/k/v
 bias) and ``qwen3`` (per-head q/k RMSNorm) — RMSNorm, RoPE (default, linear, llama3, yarn,
@@ -31,6 +34,13 @@ import torch.nn.functional as F
 from agentrl.errors import ModelError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+ROW_ATTENTION_MAX = 131072
+"""Decode attention takes one matmul per row over all key heads while ``heads * head_dim *
+keys`` stays below this, one per key head above it. On the tiny model (4 x 32, 2 key heads, one
+CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3, 64 rows over
+250 keys 11.2 instead of 15.1, 16 rows over 600 keys 6.6 instead of 9.6: the call overhead of a
+small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
 
 
 @dataclass
@@ -150,6 +160,8 @@ def load_weights(model_dir: str | Path, spec: DecoderSpec, tied: bool, device: s
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:  # one fused kernel, the same numbers as the formula below
+        return F.rms_norm(x, weight.shape, weight, eps)
     dtype = x.dtype
     x = x.float()
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -161,11 +173,30 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+@dataclass
+class Step:
+    """The rows of one forward pass: what ``Decoder.forward`` computes, packed without padding.
+
+    ``decode``: one entry per cache slot ``0 .. len(decode) - 1`` (consecutive slots, so their
+    keys are read in place): ``(token, position)`` computes that one token in the slot; None
+    is a filler row for a slot with nothing to compute (its output is garbage and its
+    keys/values go to a scratch slot). ``prefill``: ``(slot, start, tokens)`` computes
+    ``tokens`` at positions ``start, start + 1, ...`` of ``slot``; the slot must already hold
+    the keys/values of positions ``< start`` (a prefix copied from the prefix cache, or a
+    retracted request's earlier tokens are recomputed with ``start = 0``). A slot appears in
+    at most one live row.
+    """
+
+    decode: list[tuple[int, int] | None]
+    prefill: list[tuple[int, int, list[int]]]
+
+
 class Decoder:
-    """Weights + slot KV cache + the forward pass. Not thread-safe: one engine thread owns it."""
+    """Weights, slot KV cache, prefix pool and the forward pass. Not thread-safe: one engine
+    thread owns it."""
 
     def __init__(self, model_dir: str | Path, *, num_slots: int, max_len: int, device: str = "cpu",
-                 dtype: torch.dtype | None = None) -> None:
+                 dtype: torch.dtype | None = None, pool_tokens: int = 0) -> None:
         self.config = read_config(model_dir)
         self.spec = spec_of(self.config)
         self.device = torch.device(device)
@@ -176,9 +207,17 @@ class Decoder:
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
         self.num_slots, self.max_len = num_slots, max_len
         s = self.spec
-        shape = (s.num_layers, num_slots, s.num_kv_heads, max_len, s.head_dim)
+        # [layers, slots + 1, positions, kv_heads, head_dim]: a slot's keys are one [positions,
+        # kv_heads * head_dim] matrix (what the decode attention reads in one piece); one slot
+        # past the last is the scratch slot that filler rows write to.
+        shape = (s.num_layers, num_slots + 1, max_len, s.num_kv_heads, s.head_dim)
         self.cache_k = torch.zeros(shape, device=self.device, dtype=dtype)
         self.cache_v = torch.zeros(shape, device=self.device, dtype=dtype)
+        # The prefix cache's entries, one token each: [layers, pool_tokens, kv_heads, head_dim].
+        self.pool_tokens = pool_tokens
+        pool = (s.num_layers, pool_tokens, s.num_kv_heads, s.head_dim)
+        self.pool_k = torch.zeros(pool, device=self.device, dtype=dtype)
+        self.pool_v = torch.zeros(pool, device=self.device, dtype=dtype)
         self.cos, self.sin = self._rope_table(max_len)
 
     def _rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -199,7 +238,8 @@ class Decoder:
 
     def prepare_weights(self, model_dir: str | Path) -> dict:
         """Load a same-shape checkpoint without installing it: the engine assigns the result
-        to ``self.weights`` between two steps (the cache is kept)."""
+        to ``self.weights`` between two steps (the slot cache is kept; the engine empties
+        the prefix cache)."""
         config = read_config(model_dir)
         if spec_of(config) != self.spec:
             raise ModelError(
@@ -209,70 +249,152 @@ class Decoder:
         tied = bool(getattr(config, "tie_word_embeddings", False))
         return load_weights(model_dir, self.spec, tied, str(self.device), self.dtype)
 
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor | slice,
-                logit_index: torch.Tensor | None = None) -> torch.Tensor:
-        """Run rows ``[B, T]`` of tokens at ``positions`` ``[B, T]`` in cache ``slots``.
+    # ------------------------------------------------------------------ prefix pool
+    # Each call moves keys and values for many tokens with one gather and one scatter per
+    # tensor; ``cache[:, slots, positions]`` and ``pool[:, entries]`` are ``[layers, tokens,
+    # kv_heads, head_dim]``.
 
-        ``slots`` is a ``[B]`` long tensor of slot indices, or a ``slice`` of consecutive
-        slots (no gather). Keys/values are written at each row's positions; each query
-        attends to its slot's keys at positions <= its own. Right padding is allowed (pad
-        with any token at positions past the real ones; their outputs are garbage and
-        their cache entries are overwritten later). Returns float32 logits ``[B, T, V]``, or
-        ``[B, V]`` at one position per row when ``logit_index`` (``[B]``) is given.
+    def load_prefixes(self, loads: list[tuple[int, list[int]]]) -> None:
+        """For each ``(slot, entries)``: copy pool ``entries`` (one per token) into positions
+        ``0 .. len - 1`` of ``slot``."""
+        if not loads:
+            return
+        slots = self._index([slot for slot, entries in loads for _ in entries])
+        positions = self._index([p for _, entries in loads for p in range(len(entries))])
+        entries = self._index([e for _, ent in loads for e in ent])
+        for cache, pool in ((self.cache_k, self.pool_k), (self.cache_v, self.pool_v)):
+            cache[:, slots, positions] = pool[:, entries]
+
+    def save_prefixes(self, saves: dict[int, tuple[int, int]]) -> None:
+        """For each ``entry: (slot, position)``: copy that position of that slot into the pool entry."""
+        if not saves:
+            return
+        entries = self._index(list(saves))
+        slots = self._index([slot for slot, _ in saves.values()])
+        positions = self._index([p for _, p in saves.values()])
+        for cache, pool in ((self.cache_k, self.pool_k), (self.cache_v, self.pool_v)):
+            pool[:, entries] = cache[:, slots, positions]
+
+    def copy_prefixes(self, copies: list[tuple[int, int, int]]) -> None:
+        """For each ``(source slot, target slot, length)``: copy positions ``0 .. length - 1``
+        (one gather/scatter over whole slots per distinct length)."""
+        by_length: dict[int, list[tuple[int, int]]] = {}
+        for src, dst, n in copies:
+            by_length.setdefault(n, []).append((src, dst))
+        for n, pairs in by_length.items():
+            sources, targets = self._index([p[0] for p in pairs]), self._index([p[1] for p in pairs])
+            for cache in (self.cache_k, self.cache_v):
+                cache[:, :, :n].index_copy_(1, targets, cache[:, sources, :n])
+
+    def _index(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    # ------------------------------------------------------------------ forward
+
+    @torch.inference_mode()
+    def forward(self, step: Step) -> torch.Tensor:
+        """Run ``step``; returns float32 logits ``[len(step.decode) + len(step.prefill), V]``:
+        one row per decode entry (garbage for fillers), then one per prefill row, at its last
+        token.
+
+        All tokens go through the projections and the MLP as one packed ``[N, hidden]``
+        matrix. Attention is the only per-row part: decode rows read their slot's keys in
+        place (consecutive slots: a view, no copy) with small batched matmuls
+        (``ROW_ATTENTION_MAX``); prefill rows gather their slots' keys and run one masked SDPA
+        call, padded to the longest prefill row (padding in attention only, not in the matmuls).
         """
-        s, w = self.spec, self.weights
-        B, T = tokens.shape
-        L = int(positions.max()) + 1
-        if L > self.max_len:
-            raise ModelError(f"position {L - 1} is past the cache length {self.max_len}")
-        if isinstance(slots, slice):
-            row_slot = torch.arange(slots.start, slots.stop, device=self.device)
-        else:
-            row_slot = slots
-        cos = self.cos[positions].unsqueeze(1)  # [B, 1, T, D]
-        sin = self.sin[positions].unsqueeze(1)
-        key_pos = torch.arange(L, device=self.device)
-        mask = (key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B, 1, T, L]
-        bias = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(~mask, float("-inf"))
-        scale = 1.0 / math.sqrt(s.head_dim)
-        # Rows of the flattened cache [S * KV * max_len, D] that this call writes: [B, KV, T].
-        heads = torch.arange(s.num_kv_heads, device=self.device)
-        write_rows = ((row_slot[:, None, None] * s.num_kv_heads + heads[None, :, None]) * self.max_len
-                      + positions[:, None, :]).reshape(-1)
-        q_out, kv_out = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+        s, w, dev = self.spec, self.weights, self.device
+        D, scratch = len(step.decode), self.num_slots
+        rows = [(0, 0, scratch) if row is None else (row[0], row[1], i) for i, row in enumerate(step.decode)]
+        toks, pos, wslot = ([*col] for col in zip(*rows, strict=True)) if rows else ([], [], [])
+        last = list(range(D))
+        lens = []
+        for slot, start, ids in step.prefill:
+            toks.extend(ids)
+            pos.extend(range(start, start + len(ids)))
+            wslot.extend([slot] * len(ids))
+            last.append(len(toks) - 1)
+            lens.append(len(ids))
+        N = len(toks)
+        top = max(pos) + 1
+        if top > self.max_len:
+            raise ModelError(f"position {top - 1} is past the cache length {self.max_len}")
+        H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
+        q_out, kv_out = H * hd, KV * hd
+        tokens = torch.tensor(toks, device=dev)
+        positions = torch.tensor(pos, device=dev)
+        # RoPE tables for the query heads and the key heads side by side, the queries' scaled by
+        # 1/sqrt(head_dim) (folded in here instead of once per layer): [N, H + KV, hd].
+        scale = 1.0 / math.sqrt(hd)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        cos = torch.cat([(cos * scale).expand(N, H, hd), cos.expand(N, KV, hd)], 1)
+        sin = torch.cat([(sin * scale).expand(N, H, hd), sin.expand(N, KV, hd)], 1)
+        # Rows of a layer's cache flattened to [(S + 1) * max_len, KV * hd] this call writes: [N].
+        write_rows = torch.tensor(wslot, device=dev) * self.max_len + positions
+        if D:
+            dec_pos = positions[:D]
+            dec_len = int(dec_pos.max()) + 1
+            # Short keys: each row's H query heads against its slot's keys as one [dec_len * KV,
+            # hd] matrix (column j: position j // KV, key head j % KV; a query head sees only its
+            # own key head's columns): KV times the attention FLOPs in one matmul per row instead
+            # of KV, which is cheaper while the keys are short. Long keys: one matmul per key head.
+            per_row = KV == 1 or H * hd * dec_len <= ROW_ATTENTION_MAX
+            cols = torch.arange(dec_len * KV if per_row else dec_len, device=dev)
+            seen = ((cols // KV) if per_row else cols)[None, :] <= dec_pos[:, None]  # [D, cols]
+            if per_row:
+                own = (cols % KV)[None, :] == (torch.arange(H, device=dev) // (H // KV))[:, None]  # [H, cols]
+                seen = own[None] & seen[:, None]  # [D, H, cols]
+            else:
+                seen = seen[:, None, None, :]  # [D, 1, 1, cols]
+            dec_bias = torch.zeros(seen.shape, dtype=self.dtype, device=dev).masked_fill_(~seen, float("-inf"))
+        if lens:
+            P, T = len(lens), max(lens)
+            pre_slots = torch.tensor([slot for slot, _, _ in step.prefill], device=dev)
+            pre_len = max(start + len(ids) for _, start, ids in step.prefill)
+            offsets = torch.tensor([0, *lens[:-1]], device=dev).cumsum(0)
+            t = torch.arange(T, device=dev)
+            length = torch.tensor(lens, device=dev)
+            valid = t[None, :] < length[:, None]  # [P, T]
+            # padded query t of row p is packed token D + offsets[p] + t (pads repeat the last one)
+            gather = D + offsets[:, None] + torch.minimum(t[None, :], length[:, None] - 1)
+            q_pos = positions[gather]  # [P, T]
+            pre_mask = (torch.arange(pre_len, device=dev)[None, None, None, :] <= q_pos[:, None, :, None])
+            keep = valid.reshape(-1).nonzero().squeeze(1)
         x = w["embed"][tokens]
         for i, layer in enumerate(w["layers"]):
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
             qkv = F.linear(h, layer["qkv"], layer["qkv_bias"])
-            q = qkv[..., :q_out].view(B, T, s.num_heads, s.head_dim)
-            k = qkv[..., q_out : q_out + kv_out].view(B, T, s.num_kv_heads, s.head_dim)
-            v = qkv[..., q_out + kv_out :].view(B, T, s.num_kv_heads, s.head_dim)
+            qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
             if s.qk_norm:
-                q = _rms_norm(q, layer["q_norm"], s.rms_eps)
-                k = _rms_norm(k, layer["k_norm"], s.rms_eps)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, T, D]
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            ck, cv = self.cache_k[i], self.cache_v[i]  # [S, KV, max_len, D]
-            ck.view(-1, s.head_dim).index_copy_(0, write_rows, k.reshape(-1, s.head_dim))
-            cv.view(-1, s.head_dim).index_copy_(0, write_rows, v.transpose(1, 2).reshape(-1, s.head_dim))
-            keys, values = ck[slots, :, :L], cv[slots, :, :L]
-            if T == 1:
-                # one query per row: grouped heads as a small batched matmul (SDPA's CPU
-                # kernels are tiled for long queries and cost several times more here)
-                g = s.num_heads // s.num_kv_heads
-                scores = torch.matmul(q.reshape(B, s.num_kv_heads, g, s.head_dim), keys.transpose(-1, -2))
-                probs = (scores * scale + bias).softmax(dim=-1)
-                attn = torch.matmul(probs, values).reshape(B, s.num_heads, 1, s.head_dim)
-            else:
-                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
-                                                      enable_gqa=s.num_kv_heads != s.num_heads)
-            x = x + F.linear(attn.transpose(1, 2).reshape(B, T, q_out), layer["o"])
+                qk = torch.cat([_rms_norm(qk[:, :H], layer["q_norm"], s.rms_eps),
+                                _rms_norm(qk[:, H:], layer["k_norm"], s.rms_eps)], 1)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q = qk[:, :H]
+            ck, cv = self.cache_k[i], self.cache_v[i]  # [S + 1, max_len, KV, hd]
+            ck.view(-1, kv_out).index_copy_(0, write_rows, qk[:, H:].reshape(N, kv_out))
+            cv.view(-1, kv_out).index_copy_(0, write_rows, qkv[:, q_out + kv_out :])
+            parts = []
+            if D:  # small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
+                keys, values = ck[:D, :dec_len], cv[:D, :dec_len]  # views: consecutive slots
+                if per_row:
+                    keys, values = keys.reshape(D, dec_len * KV, hd), values.reshape(D, dec_len * KV, hd)
+                    probs = torch.baddbmm(dec_bias, q[:D], keys.transpose(1, 2)).softmax(dim=-1)
+                    parts.append(torch.bmm(probs, values).reshape(D, q_out))
+                else:
+                    scores = torch.matmul(q[:D].reshape(D, KV, H // KV, hd), keys.permute(0, 2, 3, 1))
+                    probs = scores.add_(dec_bias).softmax(dim=-1)
+                    parts.append(torch.matmul(probs, values.transpose(1, 2)).reshape(D, q_out))
+            if lens:
+                qp = q[gather].transpose(1, 2)  # [P, H, T, hd]
+                keys = ck[pre_slots, :pre_len].transpose(1, 2)  # [P, KV, pre_len, hd]
+                values = cv[pre_slots, :pre_len].transpose(1, 2)
+                out = F.scaled_dot_product_attention(qp, keys, values, attn_mask=pre_mask, scale=1.0,
+                                                     enable_gqa=KV != H)
+                parts.append(out.transpose(1, 2).reshape(P * T, q_out)[keep])
+            attn = parts[0] if len(parts) == 1 else torch.cat(parts)
+            x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
             gate, up = F.linear(h, layer["gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer["down"])
-        if logit_index is not None:
-            x = x[torch.arange(B, device=self.device), logit_index]
-        x = _rms_norm(x, w["norm"], s.rms_eps)
+            x = torch.addmm(x, F.silu(gate).mul_(up), layer["down"].t())
+        x = _rms_norm(x[torch.tensor(last, device=dev)], w["norm"], s.rms_eps)
         return F.linear(x, w["lm_head"]).float()

@@ -5,7 +5,8 @@ streamed), ``/pause_generation``, ``/continue_generation``, ``/abort_request``,
 ``/update_weights_from_disk``, ``/update_weight_version``, ``GET|POST /flush_cache``,
 ``GET /model_info`` (+ ``/get_model_info``), ``/server_info`` (+ ``/get_server_info``),
 ``/health``, ``/health_generate``, ``/ready``, ``/v1/loads`` — with SGLang's field names and
-response shapes (``agentrl.inference.app`` lists where we knowingly differ). Validation and
+response shapes (``agentrl.inference.app`` lists where we knowingly differ). ``/flush_cache``
+empties the prefix cache; ``/get_server_info`` and ``/v1/loads`` report its hit rate. Validation and
 result shapes come from ``agentrl.inference.wire``. What it is not: the OpenAI routes
 (``openai_routes``).
 """
@@ -108,8 +109,7 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache():
-        load = state.engine.load()
-        if load["num_running_reqs"] or load["num_waiting_reqs"]:
+        if not await asyncio.wrap_future(state.engine.flush_cache()):
             return PlainTextResponse(
                 "Cache not flushed. Please check the server log for details. (There are running or "
                 "waiting requests.)", status_code=400)
@@ -137,8 +137,9 @@ def native_routes(state: ServerState) -> APIRouter:
                 "max_total_num_tokens": state.engine.context_length * c.max_running_requests,
                 "max_req_input_len": state.engine.context_length - 1, "skip_tokenizer_init": False,
                 "incremental_streaming_output": False, "weight_version": c.weight_version,
-                "disable_radix_cache": True, "random_seed": c.seed, "status": "ready",
-                "internal_states": [{**load, "last_gen_throughput": 0.0, "num_decode_steps": state.engine.steps,
+                "disable_radix_cache": state.engine.cache is None, "random_seed": c.seed, "status": "ready",
+                "internal_states": [{**load, **state.engine.cache_stats(), "last_gen_throughput": 0.0,
+                                     "num_decode_steps": state.engine.steps,
                                      "num_generated_tokens": state.engine.generated_tokens,
                                      "num_prefill_calls": state.engine.prefill_calls,
                                      "prefill_seconds": round(state.engine.prefill_s, 3),
@@ -174,7 +175,8 @@ def native_routes(state: ServerState) -> APIRouter:
                 "num_accelerators": 1,
                 "loads": [{"dp_rank": 0, **load, "num_used_tokens": 0,
                            "max_total_num_tokens": state.engine.context_length * state.config.max_running_requests,
-                           "token_usage": 0.0, "gen_throughput": 0.0, "cache_hit_rate": 0.0}]}
+                           "token_usage": 0.0, "gen_throughput": 0.0,
+                           "cache_hit_rate": state.engine.cache_stats()["cache_hit_rate"]}]}
 
     return router
 
@@ -197,15 +199,20 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     else:
         ids = body["input_ids"]
         batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-        prompts = [parse_prompt_ids(p, state.vocab_size) for p in (ids if batch else [ids])]
+        prompts = []
+        for p in ids if batch else [ids]:  # a group's copies of one prompt are checked once
+            prompts.append(prompts[-1] if prompts and p == prompts[-1] else parse_prompt_ids(p, state.vocab_size))
     sps = body.get("sampling_params")
     if isinstance(sps, list):
         if not batch or len(sps) != len(prompts):
             raise BadRequest(f"sampling_params is a list of {len(sps)} but there are {len(prompts)} prompts")
     else:
         sps = [sps] * len(prompts)
-    parsed = [parse_sampling(sp, prompt_len=len(p), context_length=state.engine.context_length)
-              for sp, p in zip(sps, prompts, strict=True)]
+    parsed: list[dict[str, Any]] = []
+    for i, (sp, p) in enumerate(zip(sps, prompts, strict=True)):  # equal neighbours are parsed once
+        same = i and sp == sps[i - 1] and len(p) == len(prompts[i - 1])
+        parsed.append(parsed[-1] if same else parse_sampling(sp, prompt_len=len(p),
+                                                             context_length=state.engine.context_length))
     n = parsed[0]["n"]
     if any(p["n"] != n for p in parsed):
         raise BadRequest("all sampling_params of a batch must have the same n")
@@ -241,7 +248,7 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     kw = {"return_logprob": bool(return_logprob), "text_in_logprobs": bool(body.get("return_text_in_logprobs"))}
     if body.get("stream"):
         return StreamingResponse(_sse(state, reqs, opts, kw, expanded), media_type="text/event-stream")
-    done = await asyncio.gather(*(state.run(r, http) for r in reqs))
+    done = await state.run_all(reqs, http)
     for r in done:
         reason = r.finish_reason or {}
         if reason.get("status_code") and reason["status_code"] >= 400:
@@ -249,7 +256,8 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     results = [generate_result(r, state.tokenizer, weight_version=state.engine.weight_version,
                                no_stop_trim=o["no_stop_trim"], skip_special=o["skip_special_tokens"], **kw)
                for r, o in zip(done, opts, strict=True)]
-    return results if expanded else results[0]
+    # a JSONResponse skips FastAPI's jsonable_encoder walk (plain dicts and lists already)
+    return JSONResponse(results if expanded else results[0])
 
 
 async def _sse(state: ServerState, reqs, opts, kw, expanded: bool):

@@ -1,7 +1,9 @@
 """The OpenAI-compatible routes of ``agentrl serve``: ``/v1/models``, ``/v1/chat/completions``,
 ``/v1/completions``, shaped like SGLang 0.5.23's (``protocol.py``, ``serving_chat.py``).
 
-What it is: request translation onto the engine that ``/generate`` uses. Chat prompts are
+What it is: request translation onto the engine that ``/generate`` uses (the format itself —
+request checks, message, ``tool_calls`` and ``logprobs`` shapes — is ``chat_format``, shared
+with the rollout gateway). Chat prompts are
 rendered with the tokenizer's own chat template (tools included); tool calls in the output,
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (SGLang's ``qwen25`` format),
 are parsed with ``agentrl.toolcalls`` into OpenAI ``tool_calls`` with ``finish_reason``
@@ -16,8 +18,6 @@ to be parsed); without tools, content streams token by token.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 import uuid
 from typing import Any
@@ -25,10 +25,18 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentrl.inference.chat_format import (
+    assistant_message,
+    chat_request,
+    chunk,
+    sampling_fields,
+    sse,
+    token_logprobs,
+    usage,
+)
 from agentrl.inference.engine import Request as EngineRequest
 from agentrl.inference.state import ServerState
 from agentrl.inference.wire import BadRequest, finish_text, parse_json_body, parse_prompt_ids, parse_sampling
-from agentrl.toolcalls import parse_tool_calls
 
 
 def _error(e: BadRequest) -> JSONResponse:
@@ -36,26 +44,9 @@ def _error(e: BadRequest) -> JSONResponse:
                          "code": e.status}, status_code=e.status)
 
 
-def _sampling_from_openai(body: dict[str, Any], default_max: int | None) -> dict[str, Any]:
-    """OpenAI request fields -> a SGLang ``sampling_params`` object."""
-    sp: dict[str, Any] = {}
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_max))
-    sp["max_new_tokens"] = max_tokens
-    for src, dst in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
-                     ("stop_token_ids", "stop_token_ids"), ("ignore_eos", "ignore_eos"), ("seed", "sampling_seed"),
-                     ("skip_special_tokens", "skip_special_tokens"), ("no_stop_trim", "no_stop_trim"),
-                     ("frequency_penalty", "frequency_penalty"), ("presence_penalty", "presence_penalty"),
-                     ("repetition_penalty", "repetition_penalty"), ("min_p", "min_p"), ("logit_bias", "logit_bias")):
-        if body.get(src) is not None:
-            sp[dst] = body[src]
-    if body.get("stop") is not None:
-        sp["stop"] = body["stop"]
-    return sp
-
-
 async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
                    default_max: int | None, top_n: int) -> tuple[list[EngineRequest], dict[str, Any]]:
-    parsed = parse_sampling(_sampling_from_openai(body, default_max), prompt_len=len(prompt),
+    parsed = parse_sampling(sampling_fields(body, default_max), prompt_len=len(prompt),
                             context_length=state.engine.context_length)
     n = body.get("n", 1) or 1
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -63,7 +54,7 @@ async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], 
     base = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex
     reqs = [EngineRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
                           top_logprobs_num=top_n) for i in range(n)]
-    done = await asyncio.gather(*(state.run(r, http) for r in reqs))
+    done = await state.run_all(reqs, http)
     for r in done:
         reason = r.finish_reason or {}
         if reason.get("status_code") and reason["status_code"] >= 400:
@@ -78,36 +69,18 @@ def _finish_reason(req: EngineRequest) -> tuple[str, int | str | None]:
 
 
 def _chat_logprobs(state: ServerState, req: EngineRequest) -> dict[str, Any]:
-    content = []
-    for i, (lp, tok) in enumerate(zip(req.logprobs, req.output_ids, strict=True)):
-        text = state.tokenizer.decode([tok])
-        tops = [{"token": state.tokenizer.decode([t]), "bytes": list(state.tokenizer.decode([t]).encode()),
-                 "logprob": v} for v, t in (req.top_logprobs[i] if req.top_logprobs else [])]
-        content.append({"token": text, "bytes": list(text.encode()), "logprob": lp, "top_logprobs": tops})
-    return {"content": content}
+    return token_logprobs(lambda t: state.tokenizer.decode([t]), req.output_ids, req.logprobs, req.top_logprobs)
 
 
 def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], bool]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise BadRequest("messages must be a non-empty list of {\"role\": ..., \"content\": ...} objects")
-    for i, m in enumerate(messages):
-        if m.get("role") not in ("system", "user", "assistant", "tool", "developer"):
-            raise BadRequest(f"messages[{i}].role must be system, user, assistant or tool, got {m.get('role')!r}")
-    tools = body.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
-    choice = body.get("tool_choice", "auto" if tools else "none")
-    if choice not in ("auto", "none"):
-        raise BadRequest(f"tool_choice {choice!r} is not supported by agentrl serve; use \"auto\" or \"none\"")
-    use_tools = bool(tools) and choice == "auto"
+    messages, tools, use_tools = chat_request(body)
     if body.get("input_ids") is not None:
         return parse_prompt_ids(body["input_ids"], state.vocab_size), use_tools
     if not getattr(state.tokenizer, "chat_template", None):
         raise BadRequest("this model's tokenizer has no chat template; use /v1/completions or /generate")
     try:
         text = state.tokenizer.apply_chat_template(
-            messages, tools=tools if use_tools else None, add_generation_prompt=True, tokenize=False,
+            messages, tools=tools, add_generation_prompt=True, tokenize=False,
             **(body.get("chat_template_kwargs") or {}))
     except Exception as e:  # a template error is the request's fault (bad message shape)
         raise BadRequest(f"the chat template could not render these messages: {e}") from e
@@ -140,7 +113,7 @@ def openai_routes(state: ServerState) -> APIRouter:
             if body.get("stream"):
                 if (body.get("n") or 1) != 1:
                     raise BadRequest("n > 1 is not supported with stream=true by agentrl serve")
-                parsed = parse_sampling(_sampling_from_openai(body, None), prompt_len=len(prompt),
+                parsed = parse_sampling(sampling_fields(body, None), prompt_len=len(prompt),
                                         context_length=state.engine.context_length)
                 return StreamingResponse(_chat_stream(state, body, prompt, parsed, use_tools, top_n),
                                          media_type="text/event-stream")
@@ -150,15 +123,7 @@ def openai_routes(state: ServerState) -> APIRouter:
         choices = []
         for i, r in enumerate(reqs):
             text = finish_text(state.tokenizer, r, parsed["no_stop_trim"], parsed["skip_special_tokens"])
-            kind, matched = _finish_reason(r)
-            message: dict[str, Any] = {"role": "assistant", "content": text, "reasoning_content": None}
-            if use_tools:
-                calls = parse_tool_calls(text)
-                if calls.calls:
-                    message["content"] = calls.content
-                    message["tool_calls"] = [c.to_openai(j) for j, c in enumerate(calls.calls)]
-                    if kind == "stop":
-                        kind, matched = "tool_calls", None
+            message, kind, matched = assistant_message(text, use_tools, *_finish_reason(r))
             choice = {"index": i, "message": message, "logprobs": _chat_logprobs(state, r) if want_lp else None,
                       "finish_reason": kind, "matched_stop": matched}
             if body.get("return_token_ids"):
@@ -215,8 +180,7 @@ def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict
     versions = reqs[0].versions if reqs else []
     return {"id": reqs[0].rid, "object": obj, "created": int(time.time()),
             "model": body.get("model") or state.served_model_name, "choices": choices,
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion,
-                      "total_tokens": len(prompt) + completion, "reasoning_tokens": 0},
+            "usage": usage(len(prompt), completion),
             "metadata": {"weight_version": versions[-1] if versions else state.engine.weight_version}}
 
 
@@ -224,15 +188,8 @@ async def _chat_stream(state: ServerState, body, prompt, parsed, use_tools: bool
     """``chat.completion.chunk`` events (one choice; the request was validated before)."""
     req = EngineRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), sampling=parsed["sampling"],
                         top_logprobs_num=top_n)
-    base = {"id": req.rid, "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": body.get("model") or state.served_model_name}
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, matched=None) -> str:
-        c = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-                                  "matched_stop": matched}]}
-        return f"data: {json.dumps(c)}\n\n"
-
-    yield chunk({"role": "assistant", "content": ""})
+    base = {"id": req.rid, "created": int(time.time()), "model": body.get("model") or state.served_model_name}
+    yield sse(chunk(base, {"role": "assistant", "content": ""}))
     sent = ""
     async for n, finished in state.stream(req):
         if finished:
@@ -240,21 +197,18 @@ async def _chat_stream(state: ServerState, body, prompt, parsed, use_tools: bool
         if not use_tools:
             text = state.tokenizer.decode(req.output_ids[:n], skip_special_tokens=True)
             if text.startswith(sent) and len(text) > len(sent) and "\ufffd" not in text[len(sent):]:
-                yield chunk({"content": text[len(sent):]})
+                yield sse(chunk(base, {"content": text[len(sent):]}))
                 sent = text
     text = finish_text(state.tokenizer, req, parsed["no_stop_trim"], parsed["skip_special_tokens"])
-    kind, matched = _finish_reason(req)
     delta: dict[str, Any] = {}
     if use_tools:
-        calls = parse_tool_calls(text)
-        delta["content"] = calls.content if calls.calls else text
-        if calls.calls:
-            delta["tool_calls"] = [c.to_openai(j) for j, c in enumerate(calls.calls)]
-            if kind == "stop":
-                kind, matched = "tool_calls", None
-    elif text.startswith(sent) and len(text) > len(sent):
-        delta["content"] = text[len(sent):]
+        message, kind, matched = assistant_message(text, True, *_finish_reason(req))
+        delta = {k: message[k] for k in ("content", "tool_calls") if k in message}
+    else:
+        kind, matched = _finish_reason(req)
+        if text.startswith(sent) and len(text) > len(sent):
+            delta["content"] = text[len(sent):]
     if delta:
-        yield chunk(delta)
-    yield chunk({}, kind, matched)
-    yield "data: [DONE]\n\n"
+        yield sse(chunk(base, delta))
+    yield sse(chunk(base, {}, kind, matched))
+    yield sse("[DONE]")

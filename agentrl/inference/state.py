@@ -3,7 +3,7 @@
 What it is: ``ServeConfig`` (the CLI flags) and ``ServerState`` — the engine (started and
 stopped by the app's lifespan), the tokenizer and the served model's facts — plus the two
 ways a handler waits on the engine: ``run`` (until a request finishes) and ``stream`` (token
-by token). A client that disconnects aborts its request. What it is not: the routes
+by token). A client that disconnects aborts its requests. What it is not: the routes
 (``native_routes``, ``openai_routes``) or the app (``app``).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,9 @@ from agentrl.config import option
 from agentrl.errors import ModelError
 from agentrl.inference.engine import Engine
 from agentrl.inference.engine import Request as EngineRequest
+from agentrl.inference.prefix_cache import PrefixCache
+
+DEFAULT_PREFIX_CACHE_TOKENS = 32768
 
 
 @dataclass
@@ -37,6 +41,11 @@ class ServeConfig:
     weight_version: str = option("default", help="initial weight version (SGLang's --weight-version)")
     served_model_name: str | None = option(None, help="model id in /v1/models (default: the model path)")
     seed: int = option(0, help="seed of the engine's RNG for requests without a sampling_seed")
+    disable_radix_cache: bool = option(False, help="no prefix cache: every prompt is computed in full "
+                                       "(SGLang's --disable-radix-cache)")
+    prefix_cache_tokens: int | None = option(
+        None, help="tokens of KV the prefix cache keeps before evicting the least recently used; "
+        "default min(max_running_requests x context_length, 32768)", ge=1)
 
 
 class ServerState:
@@ -54,8 +63,10 @@ class ServerState:
         self.model_path = config.model
         hf_config = read_config(config.model)
         context = config.context_length or min(hf_config.max_position_embeddings, 4096)
+        pool = 0 if config.disable_radix_cache else (
+            config.prefix_cache_tokens or min(config.max_running_requests * context, DEFAULT_PREFIX_CACHE_TOKENS))
         self.decoder = Decoder(config.model, num_slots=config.max_running_requests, max_len=context,
-                               device=config.device)
+                               device=config.device, pool_tokens=pool)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         except Exception as e:
@@ -71,7 +82,8 @@ class ServerState:
         self.model_type = hf_config.model_type
         self.architectures = list(getattr(hf_config, "architectures", None) or [])
         self.engine = Engine(self.decoder, eos_token_ids=eos, decode_text=self.decode,
-                             weight_version=config.weight_version, seed=config.seed)
+                             weight_version=config.weight_version, seed=config.seed,
+                             prefix_cache=PrefixCache(pool) if pool else None)
         self.started = time.time()
 
     def decode(self, ids: list[int]) -> str:
@@ -83,22 +95,40 @@ class ServerState:
 
     async def run(self, req: EngineRequest, http: Request | None = None) -> EngineRequest:
         """Submit and wait until finished; a disconnected client aborts the request."""
+        return (await self.run_all([req], http))[0]
+
+    async def run_all(self, reqs: list[EngineRequest], http: Request | None = None) -> list[EngineRequest]:
+        """Submit ``reqs`` together and wait until all finished; a disconnected client aborts
+        them. The engine thread wakes the event loop once, when the last one finishes."""
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
-        req.notify = lambda r, fin: loop.call_soon_threadsafe(done.set) if fin else None
-        self.engine.submit(req)
+        left = [len(reqs)]
+        lock = threading.Lock()
+
+        def finished(_: EngineRequest, fin: bool) -> None:  # engine thread
+            if fin:
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    loop.call_soon_threadsafe(done.set)
+        for r in reqs:
+            r.notify = finished
+        self.engine.submit(*reqs)
         try:
             while not done.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await done.wait()
                 if not done.is_set() and http is not None and await http.is_disconnected():
-                    self.engine.abort(req.rid, message="client disconnected")
+                    for r in reqs:
+                        self.engine.abort(r.rid, message="client disconnected")
                     await done.wait()
         except asyncio.CancelledError:
-            self.engine.abort(req.rid, message="client disconnected")
+            for r in reqs:
+                self.engine.abort(r.rid, message="client disconnected")
             raise
-        return req
+        return reqs
 
     async def stream(self, req: EngineRequest):
         """Yield ``(num_tokens, finished)`` as the engine produces tokens; abort if abandoned."""

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse
 
 from agentrl.api import SamplingParams
-from agentrl.inference.engine import Request as EngineRequest
+
+if TYPE_CHECKING:  # annotations only: the format itself needs no torch
+    from agentrl.inference.engine import Request as EngineRequest
 
 SAMPLING_KEYS = (
     "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
@@ -150,13 +152,18 @@ def parse_prompt_ids(value: Any, vocab_size: int, name: str = "input_ids") -> li
 
 def finish_text(tokenizer: Any, req: EngineRequest, no_stop_trim: bool, skip_special: bool = True) -> str:
     """The output text with SGLang's stop trimming."""
-    ids = req.output_ids
     reason = req.finish_reason or {}
-    if reason.get("type") == "stop" and isinstance(reason.get("matched"), int) and not no_stop_trim and ids:
+    return output_text(lambda ids: tokenizer.decode(ids, skip_special_tokens=skip_special), req.output_ids,
+                       reason.get("type"), reason.get("matched"), no_stop_trim)
+
+
+def output_text(decode: Any, ids: list[int], finish: str | None, matched: int | str | None,
+                no_stop_trim: bool = False) -> str:
+    """``decode(ids)`` trimmed as SGLang does: without the stop token or the text from the stop string on."""
+    if finish == "stop" and isinstance(matched, int) and not isinstance(matched, bool) and not no_stop_trim and ids:
         ids = ids[:-1]
-    text = tokenizer.decode(ids, skip_special_tokens=skip_special)
-    matched = reason.get("matched")
-    if reason.get("type") == "stop" and isinstance(matched, str) and matched in text:
+    text = decode(ids)
+    if finish == "stop" and isinstance(matched, str) and matched in text:
         cut = text.index(matched)
         text = text[: cut + len(matched)] if no_stop_trim else text[:cut]
     return text
@@ -186,7 +193,8 @@ def generate_result(req: EngineRequest, tokenizer: Any, *, weight_version: str, 
     meta: dict[str, Any] = {"id": req.rid, "finish_reason": reason}
     queued_abort = final and reason is not None and reason.get("message") == "Abort in waiting queue"
     if not queued_abort:
-        meta.update({"prompt_tokens": len(req.input_ids), "cached_tokens": 0, "reasoning_tokens": 0})
+        meta.update({"prompt_tokens": len(req.input_ids), "cached_tokens": req.cached_tokens,
+                     "reasoning_tokens": 0})
     meta.update({"weight_version": current, "num_retractions": req.num_retractions, "completion_tokens": n})
     if final:
         meta["weight_versions"] = version_spans(req.versions)

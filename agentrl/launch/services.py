@@ -3,7 +3,8 @@
 What it is: both sides of one small convention. A service (``agentrl serve``, ``agentrl
 sandbox serve``, and any later one) binds its socket first — so ``--port 0`` picks a free
 port it can report — runs its app, and prints one line ``<name>: ready on http://HOST:PORT``
-once it listens (``bind`` + ``run_app``). A parent starts it with ``ServiceProcess(cmd,
+once it listens (``bind`` + ``run_app``); ``background_server`` serves an app from inside
+another program's event loop instead (the gateway of ``ExternalAgentWorkflow``). A parent starts it with ``ServiceProcess(cmd,
 ready=<name>)``, which returns once that line is printed, with the URL in ``url`` and every
 line the child printed in ``lines`` (for error messages); ``stop()`` or the end of a ``with``
 block ends it. ``ServerProcess(model_dir)`` is the one for ``agentrl serve``, used by the
@@ -16,13 +17,15 @@ sglang.launch_server`` on GPU machines; pass their URLs to ``RemoteEngine``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +56,6 @@ def run_app(app: Any, sock: socket.socket, *, ready_line: str, log_level: str = 
     ``before_ready`` runs first (warming a pool, starting a fork server), so "ready" means
     the first request is served without a cold start.
     """
-    import asyncio
-
     import uvicorn
 
     host, port = sock.getsockname()[:2]
@@ -75,6 +76,40 @@ def run_app(app: Any, sock: socket.socket, *, ready_line: str, log_level: str = 
     asyncio.run(main())
 
 
+@contextlib.asynccontextmanager
+async def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning",
+                            **uvicorn_options: Any) -> AsyncIterator[str]:
+    """Serve ``app`` from the running event loop (no process, no signal handlers taken) while
+    the block runs; yields its URL. For a service that lives inside another program's loop."""
+    import uvicorn
+
+    class Quiet(uvicorn.Server):  # the host program keeps its own signal handling
+        def capture_signals(self):  # uvicorn >= 0.29
+            return contextlib.nullcontext()
+
+        def install_signal_handlers(self) -> None:  # older uvicorn
+            return None
+
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    server = Quiet(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5, **uvicorn_options))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+                raise ServerUnavailable(f"the server on {host}:{bound_port} stopped before it started")
+            await asyncio.sleep(0.02)
+        yield f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}"
+    finally:
+        server.should_exit = True
+        try:
+            async with asyncio.timeout(15):
+                await task
+        finally:
+            sock.close()
+
+
 # --------------------------------------------------------------------------- the parent side
 
 
@@ -87,22 +122,30 @@ class ServiceProcess:
     """
 
     def __init__(self, cmd: Sequence[str], *, ready: str, startup_timeout: float = 180.0,
-                 env: dict[str, str] | None = None, cwd: str | Path | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: str | Path | None = None,
+                 log_path: str | Path | None = None) -> None:
         self.cmd = list(cmd)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=env, cwd=cwd)
         self.lines: list[str] = []
         self.url = ""
         ready_event = threading.Event()
+        log = open(log_path, "a", buffering=1) if log_path is not None else None  # noqa: SIM115 (the reader closes it)
 
         def read() -> None:
             assert self.proc.stdout is not None
             for line in self.proc.stdout:
                 self.lines.append(line)
+                if len(self.lines) > 2000:
+                    del self.lines[:1000]
+                if log is not None:
+                    log.write(line)
                 if line.startswith(ready) and not self.url:
                     self.url = line[len(ready):].strip()
                     ready_event.set()
             ready_event.set()  # the process ended: wake the constructor either way
+            if log is not None:
+                log.close()
 
         threading.Thread(target=read, name=f"{Path(self.cmd[0]).name}-output", daemon=True).start()
         if not ready_event.wait(startup_timeout) or not self.url:
@@ -145,9 +188,9 @@ class ServerProcess(ServiceProcess):
     """One ``agentrl serve`` subprocess on a free port of 127.0.0.1 (``threads`` torch threads)."""
 
     def __init__(self, model_dir: str | Path, *args: str, threads: int = 1, startup_timeout: float = 180.0,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, log_path: str | Path | None = None) -> None:
         cmd = [str(Path(sys.executable).parent / "agentrl"), "serve", "--model", str(model_dir),
                "--port", "0", "--threads", str(threads), *args]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
                **(extra_env or {})}
-        super().__init__(cmd, ready=SERVE_READY, startup_timeout=startup_timeout, env=env)
+        super().__init__(cmd, ready=SERVE_READY, startup_timeout=startup_timeout, env=env, log_path=log_path)

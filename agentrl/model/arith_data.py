@@ -29,6 +29,7 @@ import ast
 import hashlib
 import random
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +177,7 @@ def extract_answer(text: str) -> int | None:
 
 # --------------------------------------------------------------------------- the calculator
 
+_PARSE_LOCK = threading.Lock()
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
 
 
@@ -190,7 +192,8 @@ def calculate(expression: str) -> str:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"expression is longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        with _PARSE_LOCK:  # CPython 3.11 < 3.11.8: ast.parse in two threads at once can raise SystemError
+            tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
         raise ValueError(
             f"cannot parse {expression!r}; write integers with + - * and parentheses, e.g. 17+72*3"

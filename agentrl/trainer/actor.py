@@ -198,23 +198,33 @@ class Actor:
         for indices in self._mini_batches(batch):
             yield from self._micro_batches(batch, indices)
 
-    @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> dict[int, torch.Tensor]:
         """Token-aligned log-probabilities (float32, CPU) under the current weights — or the
         frozen reference model — for the sequences this rank trains on; {batch index: [len]}.
         A collective: every rank calls it with the same batch."""
+        return {i: lp for i, (lp, _) in self._token_pass(batch, reference=reference).items()}
+
+    def compute_token_stats(self, batch: TrainBatch) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Like ``compute_logprobs`` (current weights), with each token's entropy beside its
+        log-probability (of the distribution that predicted it; 0 on the first token)."""
+        return self._token_pass(batch, with_entropy=True)
+
+    @torch.no_grad()
+    def _token_pass(self, batch: TrainBatch, *, reference: bool = False,
+                    with_entropy: bool = False) -> dict[int, tuple[torch.Tensor, torch.Tensor | None]]:
         model = self.ref_model if reference else self.model
         if model is None:
             raise TrainerError("compute_logprobs(reference=True) needs trainer.loss.kl_coef > 0")
         model.eval()  # π_prox without dropout; train_step switches back
-        out: dict[int, torch.Tensor] = {}
+        out: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         for mb in self._iter_rank_micro_batches(batch):
             if not mb:
                 self._dummy_forward(model)
                 continue
-            packed, logp, _ = self._forward(model, batch, mb)
-            for i, lp in zip(packed.indices, packed.split(logp.float().cpu()), strict=True):
-                out[i] = lp
+            packed, logp, ent = self._forward(model, batch, mb, with_entropy=with_entropy)
+            ents = packed.split(ent.float().cpu()) if ent is not None else [None] * len(packed.indices)
+            for i, lp, e in zip(packed.indices, packed.split(logp.float().cpu()), ents, strict=True):
+                out[i] = (lp, e)
         return out
 
     # ------------------------------------------------------------------ update
@@ -224,8 +234,11 @@ class Actor:
         cfg = self.config
         stats: dict[str, float] = {f"batch/{k}": v for k, v in batch.stats.items()}
         if len(batch) == 0 or batch.num_loss_tokens == 0:
-            warnings.warn("train_step got a batch without loss tokens; the step is skipped "
+            # No weight changes, but the step counts: the version is the number of steps taken,
+            # which the rollout side's staleness accounting (accepted batches) relies on.
+            warnings.warn("train_step got a batch without loss tokens; no update this step "
                           "(see the batch/* counters for why)", RuntimeWarning, stacklevel=2)
+            self.version += 1
             stats.update(empty_batch=1.0, version=float(self.version))
             return stats
         minis = self._mini_batches(batch)

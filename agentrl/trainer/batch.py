@@ -40,6 +40,7 @@ class TrainBatch:
     sequences: list[dict[str, torch.Tensor]]
     version: int
     stats: dict[str, float] = field(default_factory=dict)
+    trajectories: list[Trajectory] = field(default_factory=list)  # the kept ones, sequences[i]'s source
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -129,7 +130,7 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
     stats["staleness_max"] = float(max(staleness))
     stats["reward_raw_mean"] = sum(t.reward for t in kept) / len(kept)
     stats["seq_len_mean"] = sum(len(t) for t in kept) / len(kept)
-    batch = TrainBatch(sequences, version, stats)
+    batch = TrainBatch(sequences, version, stats, list(kept))
     stats["num_loss_tokens"] = float(batch.num_loss_tokens)
     if stats["num_loss_tokens"] == 0:  # every sampled token was a first token
         return TrainBatch([], version, stats)

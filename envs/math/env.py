@@ -1,6 +1,6 @@
 """Math word problems graded by the math verifier: single-turn and with retries.
 
-What it is: ``MathEnv`` (``agentrl/Math-v0``) and ``MathRetryEnv`` (``agentrl/MathRetry-v0``)
+What it is: ``MathEnv`` (``agentrl/Math-v1``) and ``MathRetryEnv`` (``agentrl/MathRetry-v1``)
 over rows ``{"question", "answer"}`` — GSM8K's ``... #### 18`` answers, AIME/AMC numbers and
 LaTeX answers all work (see envs/math/verifier.py for how answers are compared). What it is
 not: a dataset; the default rows are the repository's ``data/gsm8k_test.jsonl``.
@@ -41,9 +41,10 @@ class MathEnv(TextEnv):
     """Single-turn math: the model answers once and the verifier grades the final answer.
 
     ## Description
-    A word problem from a dataset row is shown; the reply's final answer (the last
-    ``\\boxed{}``, else a line such as ``The answer is 18``) is compared with the gold answer
-    by math-verify in a killable process pool.
+    A word problem from a dataset row is shown; the reply's final answer (every
+    ``\\boxed{}`` — boxes that differ are a hedge and score 0 — else a line such as
+    ``The answer is 18``) is compared with the gold answer under envs/math/verifier.py's
+    rules (numbers by value, other answers by math-verify) in a killable process pool.
 
     ## Action Space
     ``Text``: the assistant's reply, any Unicode string.
@@ -77,6 +78,9 @@ class MathEnv(TextEnv):
     ``verifier``: a ``VerifierPool`` (default: the shared pool); ``render_mode``: "ansi" or None.
 
     ## Version History
+    * v1: every ``\\boxed{}`` of the reply is graded (a hedge across different boxes scores 0);
+      numbers compare exactly (a decimal approximation of an exact answer scores 0; no absolute
+      tolerance, so tiny numbers that differ no longer match).
     * v0: initial version.
     """
 
@@ -136,7 +140,7 @@ class MathRetryEnv(MathEnv):
     """Multi-turn math: after a wrong answer the env says so and the model may try again.
 
     ## Description
-    As ``agentrl/Math-v0``, but a wrong (or missing) answer gets a user message with
+    As ``agentrl/Math-v1``, but a wrong (or missing) answer gets a user message with
     feedback and the number of attempts left, up to ``max_attempts`` attempts.
 
     ## Action Space
@@ -167,6 +171,9 @@ class MathRetryEnv(MathEnv):
     As ``MathEnv``, plus ``max_attempts`` (default 3) and ``discount`` (default 0.5).
 
     ## Version History
+    * v1: every ``\\boxed{}`` of the reply is graded (a hedge across different boxes scores 0);
+      numbers compare exactly (a decimal approximation of an exact answer scores 0; no absolute
+      tolerance, so tiny numbers that differ no longer match).
     * v0: initial version.
     """
 

@@ -6,9 +6,10 @@ jobs at a time (no round trip per job). A verification that runs past ``hard_tim
 gets its worker killed and replaced (math-verify's own timeout uses ``signal.alarm``, which
 only works on a main thread, so it cannot be the last line of defence); workers are
 recycled after ``max_tasks_per_worker`` tasks (sympy's caches grow) and run under an
-address-space limit. ``averify`` awaits a future, so the event loop never blocks; pairs of
-plain integers (``compare_integers``) are decided in-process without a round trip. What it is
-not: the comparison rules — those are in envs/math/verifier.py, with their reasons.
+address-space limit. ``averify`` awaits futures, so the event loop never blocks; plain number
+literals (``compare_numbers``) are decided in-process without a round trip, and a reply with
+several boxes is right only if each is. What it is not: the comparison rules — those are in
+envs/math/verifier.py, with their reasons.
 
 Main hooks::
 
@@ -37,7 +38,7 @@ from typing import Any
 
 from agentrl.config import option
 from agentrl.errors import VerifierError
-from envs.math.verifier import compare_integers, extract_final_answer, normalize_gold
+from envs.math.verifier import compare_numbers, extract_answers, normalize_gold
 
 log = logging.getLogger(__name__)
 
@@ -157,35 +158,49 @@ class VerifierPool:
 
     def verify(self, response: str, gold: Any) -> bool:
         """Whether ``response`` answers ``gold`` (blocks; use ``averify`` in async code)."""
-        answer = extract_final_answer(response)
-        if answer is None:
-            return False
-        gold = normalize_gold(gold)
-        quick = compare_integers(answer, gold)
-        if quick is not None:
-            return quick
-        fut = self.submit(answer, gold)
+        verdict, futures = self._start(response, gold)
+        if verdict is not None:
+            return verdict
+        deadline = time.monotonic() + self.cfg.max_wait_s
         try:
-            return fut.result(timeout=self.cfg.max_wait_s)
+            return all(fut.result(timeout=max(0.0, deadline - time.monotonic())) for fut in futures)
         except concurrent.futures.TimeoutError:
-            fut.cancel()
+            for fut in futures:
+                fut.cancel()
             raise VerifierError(f"verification waited more than {self.cfg.max_wait_s:g} s in the queue") from None
 
     async def averify(self, response: str, gold: Any) -> bool:
         """Whether ``response`` answers ``gold``; raises VerifierError on a timeout or crash."""
-        answer = extract_final_answer(response)
-        if answer is None:
-            return False
-        gold = normalize_gold(gold)
-        quick = compare_integers(answer, gold)
-        if quick is not None:
-            return quick  # plain integers: decided here, no round trip to a worker
-        fut = self.submit(answer, gold)
+        verdict, futures = self._start(response, gold)
+        if verdict is not None:
+            return verdict  # plain numbers: decided here, no round trip to a worker
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), self.cfg.max_wait_s)
+            async with asyncio.timeout(self.cfg.max_wait_s):
+                verdicts = await asyncio.gather(*(asyncio.wrap_future(fut) for fut in futures))
         except TimeoutError:
-            fut.cancel()
+            for fut in futures:
+                fut.cancel()
             raise VerifierError(f"verification waited more than {self.cfg.max_wait_s:g} s in the queue") from None
+        return all(verdicts)
+
+    def _start(self, response: str, gold: Any) -> tuple[bool | None, list[concurrent.futures.Future[bool]]]:
+        """The verdict if it is clear without a worker (no answer; plain numbers, one of them
+        wrong or all right), else the jobs queued for the answers that need math-verify. Every
+        answer of a reply must be right (envs/math/verifier.py: a hedge across boxes fails)."""
+        answers = extract_answers(response)
+        if not answers:
+            return False, []
+        gold = normalize_gold(gold)
+        pending = []
+        for answer in answers:
+            quick = compare_numbers(answer, gold)
+            if quick is False:
+                return False, []
+            if quick is None:
+                pending.append(answer)
+        if not pending:
+            return True, []
+        return None, [self.submit(answer, gold) for answer in pending]
 
     def close(self) -> None:
         if self._closed:

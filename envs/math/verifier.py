@@ -1,36 +1,57 @@
 """The math verifier: is a model's final answer equal to the gold answer?
 
-What it is: answer extraction (the last ``\\boxed{}``/``\\fbox{}``, or failing that a final-
-answer line such as ``The answer is 18`` or ``#### 18``), comparison with ``math-verify``
-(symbolic and numeric equality of LaTeX or plain answers) under the rules below, and the
-worker loop that envs/math/pool.py runs in killable processes. What it is not: the pool,
-nor a grader of reasoning or of free-text answers.
+What it is: answer extraction (every ``\\boxed{}``/``\\fbox{}``, or failing that the last final-
+answer line such as ``The answer is 18`` or ``#### 18``), comparison under the rules below —
+numbers by value in-process where they are plain literals, everything else read by
+``math-verify`` — and the worker loop that envs/math/pool.py runs in killable processes.
+What it is not: the pool, nor a grader of reasoning or of free-text answers.
 
 Deliberate decisions where plain math-verify is too lenient or ambiguous (each has a test in
 tests/envs/test_math_verifier.py):
 
 * **No anchor, no answer.** math-verify alone would pick *any* number in a reply ("5 or 18"
-  matches a gold 18). We grade only the last box, else the last final-answer line; a reply
-  with neither scores 0.
+  matches a gold 18). We grade only boxes, else the last final-answer line; a reply with
+  neither scores 0.
+* **Every box must be right.** A reply that boxes ``18`` and later ``20`` hedges: it scores
+  0 whichever is right (grading only the last box would pay the hedge half the time).
+  Repeating the answer (``\\boxed{18}`` ... ``\\boxed{18.0}``) is fine. Box only the final answer.
+* **Hedged boxes fail.** ``\\boxed{18 \\text{ or } 20}`` is a set of two answers, never
+  equal to one gold number.
+* **Numbers are compared by value, with no absolute tolerance.** math-verify rounds floats
+  to 6 decimal places, so any two numbers below 5e-7 are "equal" (``0.00000027557`` for
+  1/11!, whose 1/10! differs by a factor of 11; ``10^{-20}`` for ``2 \\cdot 10^{-20}``). Here,
+  when both sides are real numbers — integers, fractions, decimals, scientific notation
+  (``1.5e-7``, ``1.5 \\times 10^{-7}``), or what math-verify evaluates (powers, radicals,
+  π, factorials):
+  - two rationals are equal only exactly. A decimal is the number it writes: ``0.5`` =
+    ``1/2`` but ``0.333333`` ≠ ``1/3``, ``333/1000`` ≠ ``1/3``, ``1.000001`` ≠ ``1``;
+  - with an irrational side, the values must agree to 40 significant digits (``\\sin(\\pi/12)``
+    = ``(\\sqrt6-\\sqrt2)/4``; ``1.7320508`` ≠ ``\\sqrt3``: give exact answers exactly);
+  - a decimal of 15 or more significant digits is a binary float's printout (a Python float
+    gold: ``repr(1/3)``) and matches within a *relative* ``FLOAT_RTOL`` (1e-9);
+  - ``-0`` is ``0``; integers of any length compare exactly.
+* **Units are ignored.** ``5 \\text{ cm}``, ``5 cm`` and ``5`` match (and ``5 m``: units are
+  neither converted nor compared); ``\\$18`` and ``30^\\circ`` likewise.
+* **A percent sign is a unit of 1/100.** ``10%`` matches ``10`` in both directions, and
+  ``0.1`` (the same quantity): GSM8K writes the golds of "what percent" questions bare, so
+  rejecting ``\\boxed{25\\%}`` for gold 25 would mark right answers wrong. A bare number and
+  its hundredth never match (gold ``10`` vs ``0.1`` scores 0), nor do ``50%`` and ``5``.
 * **Unbracketed lists are ordered.** math-verify reads ``1, 2`` as the set {1, 2}, so
   ``2, 1`` would match. A gold written ``1, 2`` is compared item by item, in order (the
   reply may add brackets: ``(1, 2)``). Write the gold as a set, ``\\{1, 2\\}``, to accept
   any order.
-* **A percent sign is a unit.** ``10%`` matches ``10`` in both directions, and ``0.1`` (the
-  same quantity): GSM8K writes the golds of "what percent" questions bare, so rejecting
-  ``\\boxed{25\\%}`` for gold 25 would mark right answers wrong. A bare number and its
-  hundredth never match (gold ``10`` vs ``0.1`` scores 0).
-* **Hedged boxes fail.** ``\\boxed{18 \\text{ or } 20}`` is a set of two answers, never
-  equal to one gold number.
-* **Plain integers are compared as integers** (``compare_integers``: ``025`` = ``25``,
-  ``1,000`` = ``1000``), in-process, without math-verify — the same verdicts (a test checks
-  they agree), in microseconds.
 * **Verifier timeouts score 0** (``math_reward_fn``): a reply that makes the verifier hang
   earns nothing; the pool counts it in ``stats["timeouts"]``.
 
-Main hooks: ``extract_final_answer(response)``, ``normalize_gold(gold)``,
-``compare(answer, gold)`` (in-process, math-verify's signal-based timeouts: main thread
-only); use ``envs.math.pool.math_reward_fn`` everywhere else.
+Not covered: numbers inside sets, intervals, tuples, matrices and expressions with
+variables are compared by math-verify (its decimals made exact first, so ``0.5x`` = ``x/2``
+but ``0.333x`` ≠ ``x/3``); its numeric check there may still round away a difference
+between two tiny irrational numbers.
+
+Main hooks: ``extract_answers(response)``, ``normalize_gold(gold)``, ``compare(answer,
+gold)`` (in-process, math-verify's signal-based timeouts: main thread only),
+``compare_numbers(answer, gold)`` (plain literals only, microseconds: the pool decides these
+without a worker); use ``envs.math.pool.math_reward_fn`` everywhere else.
 """
 
 from __future__ import annotations
@@ -40,9 +61,19 @@ import logging
 import os
 import re
 import sys
+from functools import lru_cache
 from typing import Any
 
 from agentrl.errors import VerifierError
+from envs.math.numbers import (
+    Number,
+    compare_numbers,
+    exact_decimals,
+    number_from_sympy,
+    numbers_equal,
+    read_literal,
+    split_percent,
+)
 
 # --------------------------------------------------------------------------- extraction
 
@@ -68,17 +99,31 @@ _ANSWER_LINE = re.compile(
 _NUMBER_THEN_WORDS = re.compile(r"^(?:\\?\$)?\s*([-+]?\d[\d,]*(?:\.\d+)?\s*\\?%?)\s*(?:[A-Za-z][A-Za-z .]*)?$")
 
 
+def _boxes(response: str) -> list[str]:
+    """The non-empty contents of every box, in order."""
+    found = (_braced(response, m.end() - 1) for m in _BOX.finditer(response))
+    return [inner.strip() for inner in found if inner is not None and inner.strip()]
+
+
 def extract_final_answer(response: str) -> str | None:
-    """The answer a reply commits to: the last box, else the last final-answer line, else None."""
-    boxes = [m for m in _BOX.finditer(response)]
-    for m in reversed(boxes):
-        inner = _braced(response, m.end() - 1)
-        if inner is not None and inner.strip():
-            return inner.strip()
+    """The answer a reply commits to last: its last box, else its last final-answer line, else None."""
+    boxes = _boxes(response)
+    return boxes[-1] if boxes else _final_line(response)
+
+
+def extract_answers(response: str) -> list[str]:
+    """Every answer a reply commits to, each once: its boxes, else its last final-answer line.
+    The reply is right only if all of them are (two that differ are a hedge)."""
+    boxes = _boxes(response)
+    if boxes:
+        return list(dict.fromkeys(boxes))
+    line = _final_line(response)
+    return [line] if line else []
+
+
+def _final_line(response: str) -> str | None:
     lines = _ANSWER_LINE.findall(response)
-    if lines:
-        return _clean(lines[-1]) or None
-    return None
+    return (_clean(lines[-1]) or None) if lines else None
 
 
 def _clean(text: str) -> str:
@@ -134,21 +179,12 @@ def _unwrap(text: str) -> str:
     return text
 
 
-_GOLD_CACHE: dict[str, Any] = {}
-
-
+@lru_cache(maxsize=4096)
 def _parse(text: str, timeout_s: int) -> Any:
+    """math-verify's readings of ``text`` (a sympy object first, then strings); golds repeat."""
     from math_verify import parse
 
     return parse(f"${text}$", parsing_timeout=timeout_s)
-
-
-def _parse_gold(text: str, timeout_s: int) -> Any:
-    if text not in _GOLD_CACHE:
-        if len(_GOLD_CACHE) > 4096:
-            _GOLD_CACHE.clear()
-        _GOLD_CACHE[text] = _parse(text, timeout_s)
-    return _GOLD_CACHE[text]
 
 
 def _is_unordered_list(parsed: Any, text: str) -> bool:
@@ -158,17 +194,48 @@ def _is_unordered_list(parsed: Any, text: str) -> bool:
     return bool(parsed) and isinstance(parsed[0], sympy.FiniteSet) and not text.lstrip().startswith(("\\{", "\\left\\{"))
 
 
-_PLAIN_INTEGER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,100})")
+def _reading(text: str, timeout_s: int) -> Any:
+    """``text`` as a literal ``Number``, else math-verify's first reading of it without a
+    trailing percent sign (percent is our rule, applied in ``numbers_equal``), else None."""
+    literal = read_literal(text)
+    if literal is not None:
+        return literal
+    parsed = _parse(split_percent(text)[0], timeout_s)
+    return parsed[0] if parsed else None
 
 
-def compare_integers(answer: str, gold: str) -> bool | None:
-    """The verdict when both sides are plain integers (``18``, ``-3``, ``025``, ``1,000``),
-    else None. It is math-verify's verdict on such pairs (a test checks they agree), reached
-    in microseconds and in-process — GSM8K's golds and most replies are plain integers."""
-    a, g = answer.strip(), gold.strip()
-    if not (_PLAIN_INTEGER.fullmatch(a) and _PLAIN_INTEGER.fullmatch(g)):
-        return None
-    return int(a.replace(",", "")) == int(g.replace(",", ""))
+def _as_number(reading: Any, text: str, answer: bool) -> Number | None:
+    """A reading that is one real number. A reply's assignment ``x = 5`` counts as 5 when
+    the gold is a number (as math-verify reads it)."""
+    from math_verify.grader import is_assignment_relation, take_last_relation
+
+    if isinstance(reading, Number):
+        return reading
+    if answer and is_assignment_relation(reading):
+        reading = take_last_relation(reading).rhs
+    body, percent = split_percent(text)
+    return number_from_sympy(reading, body, percent)
+
+
+def _compare_as_numbers(answer: str, gold: str, timeout_s: int) -> bool | None:
+    """The verdict when both sides read as real numbers, else None. Parsing has its own
+    timeout; evaluating (sympy's ``doit`` and ``N``) runs under this one."""
+    from math_verify.errors import TimeoutException
+    from math_verify.utils import timeout
+
+    gold_reading, answer_reading = _reading(gold, timeout_s), _reading(answer, timeout_s)
+
+    @timeout(timeout_seconds=timeout_s)
+    def decide() -> bool | None:
+        g = _as_number(gold_reading, gold, answer=False)
+        a = _as_number(answer_reading, answer, answer=True) if g is not None else None
+        return numbers_equal(a, g) if a is not None and g is not None else None
+
+    try:
+        return decide()
+    except TimeoutException:
+        raise VerifierError(f"comparing {answer[:80]!r} with {gold[:80]!r} as numbers took over {timeout_s} s") \
+            from None
 
 
 def compare(answer: str, gold: str, timeout_s: int = 3) -> bool:
@@ -176,10 +243,10 @@ def compare(answer: str, gold: str, timeout_s: int = 3) -> bool:
     from math_verify import verify
 
     answer = re.sub(r"(?<!\\)\$", "", answer).strip()
-    quick = compare_integers(answer, gold)
+    quick = compare_numbers(answer, gold)
     if quick is not None:
         return quick
-    gold_parsed = _parse_gold(gold, timeout_s)
+    gold_parsed = _parse(gold, timeout_s)
     if not gold_parsed:
         raise VerifierError(f"math-verify cannot read the gold answer {gold!r}")
     if _is_unordered_list(gold_parsed, gold):
@@ -188,10 +255,15 @@ def compare(answer: str, gold: str, timeout_s: int = 3) -> bool:
         if len(gold_items) != len(answer_items):
             return False
         return all(compare(a, g, timeout_s) for a, g in zip(answer_items, gold_items, strict=True))
+    as_numbers = _compare_as_numbers(answer, gold, timeout_s)
+    if as_numbers is not None:
+        return as_numbers
     answer_parsed = _parse(answer, timeout_s)
     if not answer_parsed:
         return False
-    return bool(verify(gold_parsed, answer_parsed, timeout_seconds=timeout_s))
+    # math-verify rounds Floats to 6 decimal places: made exact first, its decimals compare by value
+    golds, answers = [exact_decimals(x) for x in gold_parsed], [exact_decimals(x) for x in answer_parsed]
+    return bool(verify(golds, answers, timeout_seconds=timeout_s))
 
 
 def _worker_main() -> None:

@@ -143,8 +143,8 @@ def test_render_ansi_shows_the_conversation():
 
 # --------------------------------------------------------------------------- registered envs
 
-EXPECTED_IDS = ["agentrl/Arith-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0", "agentrl/Math-v0",
-                "agentrl/MathRetry-v0", "agentrl/ToolUse-v0"]
+EXPECTED_IDS = ["agentrl/Arith-v0", "agentrl/ArithRetry-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0", "agentrl/Math-v1",
+                "agentrl/MathRetry-v1", "agentrl/ToolUse-v0"]
 
 
 def test_every_env_is_registered():

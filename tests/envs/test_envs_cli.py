@@ -17,8 +17,8 @@ def test_list_prints_one_line_per_env():
     r = agentrl("envs")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == ["agentrl/Arith-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0",
-                                                   "agentrl/Math-v0", "agentrl/MathRetry-v0", "agentrl/ToolUse-v0"]
+    assert [line.split()[0] for line in lines] == ["agentrl/Arith-v0", "agentrl/ArithRetry-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0",
+                                                   "agentrl/Math-v1", "agentrl/MathRetry-v1", "agentrl/ToolUse-v0"]
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # each has a summary
 
 

@@ -32,6 +32,23 @@ def test_arith_rewards_the_boxed_answer_and_logs_exact_format():
     env.close()
 
 
+def test_arith_rl_rows_and_sampled_tasks_never_hold_an_evaluation_problem():
+    from agentrl.model.arith_data import split_of
+    from envs.arith import eval_rows, training_rows
+
+    evaluation = {r["question"] for r in eval_rows(seed=3)}
+    assert evaluation == {r["question"] for r in eval_rows(seed=4)} and len(evaluation) > 980  # ~1% repeat
+    assert evaluation == {p.question for p in generate_problems(1000, seed=0)}  # what build_info measures
+    rl = training_rows(seed=3, n=5000)
+    assert not evaluation & {r["question"] for r in rl}
+    assert {split_of(r["expression"]) for r in rl} == {"rl"}
+    env = gymnasium.make("agentrl/Arith-v0")
+    sampled = [env.reset(seed=s)[0][0]["content"] for s in range(200)]
+    assert not evaluation & set(sampled)
+    assert all(split_of(q.removeprefix("What is ").removesuffix("?")) == "rl" for q in sampled)
+    env.close()
+
+
 def test_arith_seeded_problems_follow_the_generator_arguments():
     env = gymnasium.make("agentrl/Arith-v0", num_terms=[2], max_operand=9, ops=["*"])
     obs, _ = env.reset(seed=3)
@@ -44,7 +61,7 @@ def test_arith_seeded_problems_follow_the_generator_arguments():
 
 
 def test_math_grades_gsm8k_and_latex_answers():
-    env = gymnasium.make("agentrl/Math-v0")
+    env = gymnasium.make("agentrl/Math-v1")
     obs, _ = env.reset(options={"task": GSM8K_ROW})
     assert [m["role"] for m in obs] == ["system", "user"] and "\\boxed{}" in obs[0]["content"]
     _, reward, terminated, _, info = env.step("16-3-4=9 eggs, 9*2=18, so \\boxed{18}")
@@ -54,7 +71,7 @@ def test_math_grades_gsm8k_and_latex_answers():
     env.reset(options={"task": GSM8K_ROW})
     assert env.step("\\boxed{17}")[1] == 0.0
     env.close()
-    env = gymnasium.make("agentrl/Math-v0", length_weight=0.5, length_budget=10)
+    env = gymnasium.make("agentrl/Math-v1", length_weight=0.5, length_budget=10)
     env.reset(options={"task": GSM8K_ROW})
     _, reward, *_, info = env.step("so the answer is \\boxed{18}")  # 27 characters: 17 over
     assert info["rewards"] == {"correct": 1.0, "format": 1.0, "length": -1.0} and reward == 0.5
@@ -64,7 +81,7 @@ def test_math_grades_gsm8k_and_latex_answers():
 
 
 def test_math_retry_feedback_and_discount():
-    env = gymnasium.make("agentrl/MathRetry-v0", max_attempts=3, discount=0.5)
+    env = gymnasium.make("agentrl/MathRetry-v1", max_attempts=3, discount=0.5)
     env.reset(options={"task": GSM8K_ROW})
     obs, reward, terminated, truncated, info = env.step("I am not sure.")
     assert (reward, terminated, truncated) == (0.0, False, False)
@@ -141,4 +158,23 @@ def test_tool_use_malformed_calls_are_explained_and_turns_are_limited():
     assert obs[0]["content"] == "7"
     assert (reward, terminated, truncated, info["truncated_by"]) == (0.0, False, True, "max_turns")
     assert info["rewards"] == {"correct": 0.0, "tool_errors": 2.0}
+    env.close()
+
+
+def test_arith_retry_says_too_high_or_too_low_and_discounts_later_attempts():
+    env = gymnasium.make("agentrl/ArithRetry-v0", max_attempts=3, discount=0.5)
+    task = {"question": "What is 10+20+30?", "answer": "60"}
+    obs, _ = env.reset(options={"task": task})
+    assert obs == [{"role": "user", "content": "What is 10+20+30?"}]  # Arith-v0's first turn
+    obs, reward, terminated, truncated, info = env.step("\\boxed{61}")
+    assert obs[0]["content"] == "Too high. Try again." and not terminated and reward == 0.0
+    obs, reward, terminated, _, _ = env.step("no box")
+    assert obs[0]["content"].startswith("I could not find") and not terminated
+    obs, reward, terminated, truncated, info = env.step("\\boxed{60}")
+    assert terminated and not truncated and obs == [] and reward == 0.25 and info["attempts"] == 3
+    env.reset(options={"task": task})
+    assert env.step("\\boxed{59}")[0][0]["content"] == "Too low. Try again."
+    assert env.step("\\boxed{58}")[2] is False
+    _, reward, terminated, truncated, _ = env.step("\\boxed{1}")
+    assert terminated and not truncated and reward == 0.0  # out of attempts
     env.close()

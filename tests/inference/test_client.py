@@ -155,3 +155,87 @@ async def test_a_server_that_comes_back_is_resynced_to_the_current_weights():
     paths = [p for p, _ in script.sent]
     assert paths[3:] == ["/generate", "/health", "/health", "/model_info", "/update_weights_from_disk", "/generate"]
     assert script.sent[7][1] == {"model_path": "/ckpt-3", "weight_version": "3"}
+
+
+class Generate:
+    """Answers /generate per sample with ``reply(prompt, sampling_params) -> (status, result)``
+    and records every body (batches included)."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.sent: list[dict] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.sent.append(body)
+        batch = isinstance(body["input_ids"][0], list)
+        prompts = body["input_ids"] if batch else [body["input_ids"]]
+        sps = body["sampling_params"]
+        sps = sps if isinstance(sps, list) else [sps] * len(prompts)  # one object applies to every prompt
+        results = []
+        for p, sp in zip(prompts, sps, strict=True):
+            for _ in range(sp.get("n", 1)):
+                status, result = self.reply(p, sp)
+                if status != 200:
+                    return httpx.Response(status, json=result)
+                results.append(result)
+        return httpx.Response(200, json=results if batch or len(results) > 1 else results[0])
+
+
+async def test_a_group_is_one_request_and_an_aborted_sample_resumes_alone():
+    aborted = iter([True])
+
+    def reply(prompt, sp):
+        if len(prompt) > 2:  # a resume: prompt + the 2 tokens kept
+            return 200, answer([7, 9], {"type": "stop", "matched": 9}, version="4")
+        if sp.get("n") and next(aborted, False):
+            return 200, answer([5, 6], {"type": "abort", "message": "Aborted", "status_code": None})
+        return 200, answer([8], {"type": "stop", "matched": 8})
+
+    fake = Generate(reply)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    outs = await engine.generate_group([1, 2], SamplingParams(max_new_tokens=10, stop_token_ids=[8, 9]), 3)
+    assert [o.tokens for o in outs] == [[5, 6, 7, 9], [8], [8]]
+    assert outs[0].versions == [3, 3, 4, 4] and outs[0].finish_reason == "stop"
+    first, resume = fake.sent
+    assert first["input_ids"] == [1, 2] and first["sampling_params"]["n"] == 3
+    assert resume["input_ids"] == [1, 2, 5, 6] and resume["sampling_params"]["max_new_tokens"] == 8
+
+
+async def test_groups_of_one_tick_share_a_request_and_a_refusal_reaches_only_its_group():
+    def reply(prompt, sp):
+        if prompt == [66]:
+            return 400, {"error": {"message": "prompt 66 is refused"}}
+        return 200, answer([prompt[0]], {"type": "length", "length": 1})
+
+    fake = Generate(reply)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    sampling = SamplingParams(max_new_tokens=1)
+    good = await asyncio.gather(*(engine.generate_group([p], sampling, 2) for p in (10, 11, 12)))
+    assert [[o.tokens for o in g] for g in good] == [[[10], [10]], [[11], [11]], [[12], [12]]]
+    assert len(fake.sent) == 1 and fake.sent[0]["input_ids"] == [[10], [11], [12]]
+    outcomes = await asyncio.gather(*(engine.generate_group([p], sampling, 2) for p in (10, 66)),
+                                    return_exceptions=True)
+    assert [o.tokens for o in outcomes[0]] == [[10], [10]]
+    assert isinstance(outcomes[1], RequestRejected) and "66 is refused" in str(outcomes[1])
+    assert [b["input_ids"] for b in fake.sent[1:]] == [[[10], [66]], [10], [66]]  # then each alone
+
+
+async def test_a_seeded_group_sends_consecutive_seeds_and_a_failed_group_falls_back_to_single_requests():
+    def reply(prompt, sp):
+        return 200, answer([sp.get("sampling_seed", 0)], {"type": "length", "length": 1})
+
+    fake = Generate(reply)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    outs = await engine.generate_group([1], SamplingParams(max_new_tokens=1, seed=40), 3)
+    assert [o.tokens for o in outs] == [[40], [41], [42]]
+    assert fake.sent[0]["input_ids"] == [[1]] * 3 and "n" not in fake.sent[0]["sampling_params"][0]
+
+    def flaky(prompt, sp):
+        return (503, {"message": "busy"}) if sp.get("n") else (200, answer([4], {"type": "length", "length": 1}))
+
+    fake = Generate(flaky)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    outs = await engine.generate_group([1], SamplingParams(max_new_tokens=1), 2)
+    assert [o.tokens for o in outs] == [[4], [4]] and engine.stats["retries"] == 1
+    assert [b["input_ids"] for b in fake.sent] == [[1], [[1], [1]]]  # the two re-runs left together

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from agentrl.errors import ModelError
-from agentrl.inference.decoder import Decoder
+from agentrl.inference import decoder as decoder_module
+from agentrl.inference.decoder import Decoder, Step
 from agentrl.inference.sampling import sample_rows
 
 
@@ -31,9 +32,13 @@ def make_checkpoint(kind: str, path):
     return model
 
 
+@pytest.mark.parametrize("per_row", [True, False], ids=["matmul-per-row", "matmul-per-key-head"])
 @pytest.mark.parametrize("kind", ["qwen2", "llama", "qwen3"])
-def test_batched_prefill_and_decode_in_any_slots_equal_transformers(kind, tmp_path, untrained_model_dir):
+def test_packed_prefill_and_decode_in_any_slots_equal_transformers(kind, per_row, tmp_path, untrained_model_dir,
+                                                                   monkeypatch):
     torch.set_num_threads(1)
+    if not per_row:  # the decode attention for long keys
+        monkeypatch.setattr(decoder_module, "ROW_ATTENTION_MAX", 0)
     if kind == "qwen2":
         from transformers import AutoModelForCausalLM
 
@@ -42,21 +47,53 @@ def test_batched_prefill_and_decode_in_any_slots_equal_transformers(kind, tmp_pa
         path, hf = tmp_path, make_checkpoint(kind, tmp_path)
     dec = Decoder(path, num_slots=6, max_len=32)
     g = torch.Generator().manual_seed(1)
-    seqs = [torch.randint(0, 60, (n,), generator=g) for n in (5, 9, 3)]
-    width = max(len(x) for x in seqs)
-    tokens = torch.zeros(3, width, dtype=torch.long)
-    for i, x in enumerate(seqs):
-        tokens[i, : len(x)] = x  # right padding
-    slots = torch.tensor([4, 1, 2])
-    last = dec.forward(tokens, torch.arange(width).expand(3, width), slots,
-                       logit_index=torch.tensor([len(x) - 1 for x in seqs]))
-    nxt = torch.randint(0, 60, (3, 1), generator=g)
-    step = dec.forward(nxt, torch.tensor([[len(x)] for x in seqs]), slots)[:, 0]
+    seqs = [torch.randint(0, 60, (n,), generator=g).tolist() for n in (5, 9, 3)]
+    slots = [4, 1, 2]
+    # three prompts of different lengths packed into one forward, no padding
+    last = dec.forward(Step([], [(slot, 0, x) for slot, x in zip(slots, seqs, strict=True)]))
+    nxt = torch.randint(0, 60, (3,), generator=g).tolist()
+    # one decode token per slot: slots 0 and 3 are fillers
+    rows: list = [None] * 5
+    for slot, x, t in zip(slots, seqs, nxt, strict=True):
+        rows[slot] = (t, len(x))
+    step = dec.forward(Step(rows, []))
     with torch.no_grad():
         for i, x in enumerate(seqs):
-            ref = hf(torch.cat([x, nxt[i]])[None]).logits[0]
+            ref = hf(torch.tensor([x + [nxt[i]]])).logits[0]
             assert torch.allclose(last[i], ref[len(x) - 1], atol=1e-4)
-            assert torch.allclose(step[i], ref[-1], atol=1e-4)
+            assert torch.allclose(step[slots[i]], ref[-1], atol=1e-4)
+
+
+def test_a_step_mixing_decode_rows_and_prompts_equals_separate_steps(untrained_model_dir):
+    """Merging a prefill into a decode step, and starting a prompt from a prefix copied out
+    of the pool, change no logit (beyond float rounding)."""
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(2)
+    a, b, c = (torch.randint(0, 250, (n,), generator=g).tolist() for n in (7, 11, 6))
+    shared = b[:8]
+
+    def run(merged: bool) -> list[torch.Tensor]:
+        dec = Decoder(untrained_model_dir, num_slots=4, max_len=32, pool_tokens=16)
+        dec.forward(Step([], [(0, 0, a)]))  # slot 0 is decoding a
+        dec.forward(Step([], [(3, 0, b)]))  # slot 3 computed b: keep its first 8 tokens in the pool
+        dec.save_prefixes({e: (3, e) for e in range(8)})
+        dec.load_prefixes([(2, list(range(8)))])  # slot 2 starts from b's prefix, computes the rest of c'
+        c2 = shared + c
+        decode = (a[-1] + 1) % 250, len(a)
+        if merged:
+            out = dec.forward(Step([decode], [(2, 8, c2[8:]), (1, 0, c)]))
+            return [out[0], out[1], out[2]]
+        one = dec.forward(Step([decode], []))
+        two = dec.forward(Step([], [(2, 8, c2[8:])]))
+        three = dec.forward(Step([], [(1, 0, c)]))
+        return [one[0], two[0], three[0]]
+
+    merged, separate = run(True), run(False)
+    for m, s in zip(merged, separate, strict=True):
+        assert torch.allclose(m, s, atol=1e-5)
+    # and the prefix-cached prompt equals computing shared + c from scratch
+    dec = Decoder(untrained_model_dir, num_slots=1, max_len=32)
+    assert torch.allclose(dec.forward(Step([], [(0, 0, shared + c)]))[0], merged[1], atol=1e-5)
 
 
 def test_unsupported_architectures_are_refused_by_name(tmp_path):

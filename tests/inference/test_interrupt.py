@@ -15,11 +15,14 @@ PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 
 
 async def wait_running(client: httpx.AsyncClient, url: str, min_tokens: int = 20, limit_s: float = 30.0) -> None:
-    """Until the server has a running request that has produced some tokens."""
+    """Until the server has a running request and has produced ``min_tokens`` more tokens than
+    when called (its counter runs over the server's life, which other tests share)."""
     async with asyncio.timeout(limit_s):
+        start = None
         while True:
             info = (await client.get(url + "/server_info")).json()["internal_states"][0]
-            if info["num_running_reqs"] > 0 and info["num_generated_tokens"] >= min_tokens:
+            start = info["num_generated_tokens"] if start is None else start
+            if info["num_running_reqs"] > 0 and info["num_generated_tokens"] - start >= min_tokens:
                 return
             await asyncio.sleep(0.02)
 
@@ -139,3 +142,29 @@ async def test_update_without_pause_swaps_between_steps_and_bad_updates_are_refu
         other = await client.post(proc.url + "/update_weights_from_disk", json={"model_path": str(tmp_path / "small")})
         assert other.status_code == 400 and "architecture" in other.json()["message"]
         assert (await client.get(proc.url + "/model_info")).json()["weight_version"] == "7"
+
+
+async def test_a_group_interrupted_by_a_weight_update_loses_no_token(
+        untrained_model_dir, second_model_dir, updatable_server):
+    """``generate_group`` sends one request for the group; the pause aborts all its samples
+    and each is resumed on its own, under the new weights, from its last token."""
+    proc = updatable_server
+    await reset(proc.url, untrained_model_dir, "0")
+    sampling = SamplingParams(max_new_tokens=300, temperature=1.0, ignore_eos=True)
+    async with RemoteEngine([proc.url], timeout=120) as engine, httpx.AsyncClient(timeout=60) as client:
+        job = asyncio.create_task(engine.generate_group(PROMPT, sampling, 4))
+        await wait_running(client, proc.url, min_tokens=4 * 20)
+        await engine.pause()
+        await engine.update_weights(str(second_model_dir), 1)
+        await engine.resume()
+        outs = await job
+    assert engine.stats["resumes"] == 4 and len({tuple(o.tokens) for o in outs}) == 4
+    for out in outs[:2]:
+        assert out.finish_reason == "length" and len(out.tokens) == 300
+        k = out.versions.index(1)
+        assert 0 < k < 300 and out.versions == [0] * k + [1] * (300 - k)
+        before = teacher_forced_logprobs(untrained_model_dir, PROMPT, out.tokens[:k])
+        after = teacher_forced_logprobs(second_model_dir, PROMPT, out.tokens)[k:]
+        assert torch.allclose(torch.tensor(out.logprobs[:k]), before, atol=1e-4)
+        assert torch.allclose(torch.tensor(out.logprobs[k:]), after, atol=1e-4)
+    assert all(len(o.tokens) == 300 and o.versions[-1] == 1 for o in outs)

@@ -6,8 +6,14 @@ fork server and jails join it (``cgroup_parent``), the sandbox service is starte
 and the Docker containers are created under it (``cgroup_parent``). A broken jail then
 fails a test instead of taking the machine down.
 
-Docker tests skip only when no engine can be reached and ``CI`` is not set; under CI they
-fail instead (``make test`` starts the engine and builds the image first).
+The backends: ``local`` (root mode), ``local-rootless`` (LocalSandbox in rootless mode: its
+bubblewrap fork server and every jail run as the unprivileged uid ``ROOTLESS_HOST_UID``, with
+``/usr/bin/python3``, which that uid can read), ``docker`` and ``service`` (a real
+``agentrl sandbox serve`` with the local backend).
+
+Docker and rootless tests skip only when their prerequisite (an engine; bubblewrap and an
+interpreter under /usr) is missing and ``CI`` is not set; under CI they fail instead
+(``make test`` installs and starts them first).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ TEST_CGROUP_PIDS = 1024
 LOCAL_UID_BASE = 62000  # the test backends' own uid ranges, so leftover checks see only ours
 SERVICE_UID_BASE = 63000
 DOCKER_UID_BASE = 12000
+ROOTLESS_HOST_UID = 64000  # the host uid of the rootless fork server and its jails
+ROOTLESS_PYTHON = "/usr/bin/python3"
 API_KEY = "test-key-" + os.urandom(4).hex()
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,7 +95,7 @@ def helpers():
     import types
 
     return types.SimpleNamespace(api_key=API_KEY, repo=REPO, start_service=start_service, cgroup_pids=cgroup_pids,
-                                 cgroup_pressure=cgroup_pressure)
+                                 cgroup_pressure=cgroup_pressure, rootless_python=ROOTLESS_PYTHON)
 
 
 def cgroup_pids(name: str) -> int:
@@ -118,26 +126,36 @@ def local_sandbox(test_cgroup):
     asyncio.run(sandbox.aclose())
 
 
-def _docker_available() -> str:
-    """'' when an engine answers and the image exists, else why not."""
-    try:
-        import docker
+_ROOTLESS_BASELINE: set[int] = set()  # the rootless fork server's own long-lived processes
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-        client.images.get("agentrl-sandbox:latest")
-        return ""
-    except Exception as e:
-        return f"{type(e).__name__}: {e}"
+
+def _prerequisite(why: str, what: str) -> None:
+    """Skip for ``why`` (or fail under CI, where ``make test`` provides ``what``)."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {why}; `make test` should have provided {what}")
+    pytest.skip(why)
 
 
 @pytest.fixture(scope="session")
-def docker_ready():
-    why = _docker_available()
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but Docker is not usable ({why}); `make sandbox-image` should have set it up")
-        pytest.skip(f"no Docker engine or sandbox image ({why}); run `make sandbox-image` as root")
+def rootless_sandbox(test_cgroup):
+    """LocalSandbox in rootless mode, its fork server (in bubblewrap) and jails running as
+    ROOTLESS_HOST_UID, the whole of it inside the test cgroup (the root test process joins
+    it for them before dropping to that uid)."""
+    import shutil
+
+    from sandboxes.local import LocalSandbox
+
+    if shutil.which("bwrap") is None:
+        _prerequisite("bubblewrap is not installed", "bubblewrap (docker/ensure-sandbox-tools.sh)")
+    if not os.access(ROOTLESS_PYTHON, os.X_OK):
+        _prerequisite(f"no {ROOTLESS_PYTHON} for the unprivileged user", "python3 (Debian's)")
+    sandbox = LocalSandbox(mode="rootless", rootless_uid=ROOTLESS_HOST_UID, python=ROOTLESS_PYTHON,
+                           cgroup_parent=test_cgroup, max_concurrency=4)
+    asyncio.run(sandbox.start())
+    _ROOTLESS_BASELINE.update(host_uid_processes(ROOTLESS_HOST_UID, ROOTLESS_HOST_UID + 1))
+    yield sandbox
+    asyncio.run(sandbox.aclose())
+    _ROOTLESS_BASELINE.clear()
 
 
 @pytest.fixture(scope="session")
@@ -179,11 +197,11 @@ def remote_sandbox(service):
     return RemoteSandbox(service, api_key=API_KEY)
 
 
-@pytest.fixture(params=["local", "docker", "service"])
+@pytest.fixture(params=["local", "local-rootless", "docker", "service"])
 def sandbox(request):
-    """Each backend in turn: the same tests run on all three."""
-    return request.getfixturevalue({"local": "local_sandbox", "docker": "docker_sandbox",
-                                    "service": "remote_sandbox"}[request.param])
+    """Each backend in turn: the same tests run on all four."""
+    return request.getfixturevalue({"local": "local_sandbox", "local-rootless": "rootless_sandbox",
+                                    "docker": "docker_sandbox", "service": "remote_sandbox"}[request.param])
 
 
 @pytest.fixture(scope="session")
@@ -208,10 +226,13 @@ def loopback_listener():
 
 @pytest.fixture(scope="session")
 def sandbox_uid_processes():
-    """Host pids of processes owned by a sandbox uid (local jails or containers)."""
+    """Host pids of processes owned by a sandbox uid (local jails or containers; rootless:
+    those of its uid but the fork server's own)."""
     return lambda: (host_uid_processes(LOCAL_UID_BASE, LOCAL_UID_BASE + 256)
                     + host_uid_processes(SERVICE_UID_BASE, SERVICE_UID_BASE + 256)
-                    + host_uid_processes(DOCKER_UID_BASE, DOCKER_UID_BASE + 100))
+                    + host_uid_processes(DOCKER_UID_BASE, DOCKER_UID_BASE + 100)
+                    + [p for p in host_uid_processes(ROOTLESS_HOST_UID, ROOTLESS_HOST_UID + 1)
+                       if p not in _ROOTLESS_BASELINE])
 
 
 def host_uid_processes(lo: int, hi: int) -> list[int]:

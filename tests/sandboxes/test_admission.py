@@ -1,13 +1,17 @@
-"""The service's admission control (unit test: a slow fake backend behind the real app)."""
+"""The service's admission control and request validation (unit tests: a slow fake backend
+behind the real app, and `parse_request` on hand-made bodies)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 import httpx
+import pytest
 
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
+from sandboxes.admission import Ceilings, Refused, parse_request
 from sandboxes.service import build_app
 
 
@@ -60,3 +64,39 @@ async def test_a_backend_that_is_down_answers_503_with_the_reason():
                                  headers={"Authorization": "Bearer k"}) as client:
         r = await client.post("/run", json={"code": "print(1)"})
     assert r.status_code == 503 and "no Docker engine answers" in r.json()["detail"]
+
+
+async def test_an_open_session_holds_a_place_until_it_ends():
+    backend = SlowSandbox()
+    app = build_app(backend, backend="fake", max_concurrency=1, max_queue=0)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc", timeout=30) as client:
+        sid = (await client.post("/sessions")).json()["session_id"]
+        r = await client.post("/run", json={"code": "1"})
+        assert r.status_code == 503 and "queue is full" in r.json()["detail"]
+        assert (await client.get("/health")).json()["running"] == 1
+        assert (await client.delete(f"/sessions/{sid}")).status_code == 200
+        r = await client.post("/run", json={"code": "1"})
+        assert r.status_code == 200, r.text
+
+
+def test_ceilings_are_named_when_exceeded():
+    ceilings = Ceilings(max_time_s=5, max_memory_mb=256, max_output_bytes=1000, max_code_bytes=100,
+                        max_file_bytes=10, max_fetch=2)
+    for body, status, name in [
+        ({"code": "x", "time_limit_s": 6}, 422, "max_time_s=5"),
+        ({"code": "x", "memory_limit_mb": 257}, 422, "max_memory_mb=256"),
+        ({"code": "x", "output_limit_bytes": 1001}, 422, "max_output_bytes=1000"),
+        ({"code": "x" * 101}, 413, "max_code_bytes=100"),
+        ({"code": "x", "files": {"a": "x" * 8}, "files_b64": {"b": "eHh4eA=="}}, 413, "max_file_bytes=10"),
+        ({"code": "x", "fetch": ["a", "b", "c"]}, 422, "max_fetch=2"),
+        ({"code": "x", "memory_limit_mb": 64.5}, 422, "integer"),
+        ({"code": "x", "time_limit_s": True}, 422, "finite number"),
+        ({"code": "x", "files_b64": {"a": "not base64!"}}, 422, "base64"),
+        ({"code": "x", "language": "ruby"}, 422, "language"),
+    ]:
+        with pytest.raises(Refused) as e:
+            parse_request(json.dumps(body).encode(), ceilings)
+        assert (e.value.status, name in str(e.value)) == (status, True), (body, e.value.status, str(e.value))
+    ok = parse_request(json.dumps({"code": "x", "time_limit_s": 5, "files": {"a": "1234567890"}}).encode(), ceilings)
+    assert ok.time_limit_s == 5 and ok.files == {"a": "1234567890"}

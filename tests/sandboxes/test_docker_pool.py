@@ -25,7 +25,7 @@ async def test_containers_are_created_with_every_limit(docker_sandbox, test_cgro
         assert host["Memory"] == 384 << 20 and host["MemorySwap"] == 384 << 20
         assert host["PidsLimit"] == docker_sandbox.config.pids
         assert host["NanoCpus"] == int(docker_sandbox.config.cpus * 1e9)
-        assert host["CapDrop"] == ["ALL"] and "SYS_ADMIN" not in (host["CapAdd"] or [])
+        assert host["CapDrop"] == ["ALL"] and sorted(host["CapAdd"]) == ["KILL", "SETGID", "SETUID"]
         assert "no-new-privileges:true" in host["SecurityOpt"]
         assert set(host["Tmpfs"]) == {"/work", "/tmp"}
         assert host["CgroupParent"] == "/" + test_cgroup
@@ -37,6 +37,32 @@ async def test_programs_never_run_as_root(docker_sandbox):
     r = await docker_sandbox.run(ExecRequest(code="import os\nprint(os.getuid(), os.getgid(), os.getgroups())"))
     uid = int(r.stdout.split()[0])
     assert uid >= docker_sandbox.config.uid and r.stdout.split()[1] == str(uid)
+
+
+async def test_programs_run_under_our_filter_on_top_of_dockers(docker_sandbox):
+    r = await docker_sandbox.run(ExecRequest(code="print(open('/proc/self/status').read())"))
+    status = dict(line.split(":\t", 1) for line in r.stdout.splitlines() if ":\t" in line)
+    assert (status["Seccomp"], status["Seccomp_filters"], status["NoNewPrivs"]) == ("2", "2", "1"), status
+
+
+async def test_a_cancelled_run_destroys_its_container_at_once(docker_sandbox):
+    task = asyncio.create_task(docker_sandbox.run(ExecRequest(code="import time\ntime.sleep(60)", time_limit_s=60)))
+    for _ in range(200):  # until a container is busy with it
+        if len(docker_sandbox._idle) < len(docker_sandbox._all):
+            break
+        await asyncio.sleep(0.05)
+    busy = {box.container.id for box in docker_sandbox._all} - {box.container.id for box in docker_sandbox._idle}
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    import docker
+
+    client = docker.from_env()
+    for cid in busy:  # destroyed already, not at the end of its 60 s
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(cid)
+    r = await docker_sandbox.run(ExecRequest(code="print('up')"))  # and the pool refills
+    assert r.stdout == "up\n"
 
 
 async def test_a_dead_container_is_replaced(docker_sandbox):

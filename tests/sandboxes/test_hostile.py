@@ -1,10 +1,13 @@
-"""Hostile programs, on every backend (local jail, Docker pool, the sandbox service).
+"""Hostile programs, on every backend (local jail as root and rootless, Docker pool, the
+sandbox service).
 
 Each case names the status it must end with and, where it matters, what else must hold
-(output capped, nothing fetched through a link, no connection reached the host). After
-every case the host is checked — the canary process lives, the host file is unchanged, no
-process of a sandbox uid survives on the host, the test cgroup is not near its limits —
-and the next execution on the same sandbox must still work.
+(output capped, nothing fetched through a link, no connection reached the host, every
+forbidden system call refused). After every case the host is checked — the canary process
+lives, the host file is unchanged, no process of a sandbox uid survives on the host, the test
+cgroup is not near its limits — and the next execution on the same sandbox must still work.
+The session attacks (a background thread racing the executor's file I/O, background work
+between calls) follow the single-run cases.
 
 Limits are kept small (128 MB; 1 s where a timeout is expected, 5 s elsewhere so a busy
 machine cannot turn a pass into a timeout) so the file takes well under a minute per backend.
@@ -12,11 +15,14 @@ machine cannot turn a pass into a timeout) so the file takes well under a minute
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import hashlib
 import io
+import json
 import os
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +31,7 @@ from typing import Any
 import pytest
 
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
+from sandboxes import seccomp
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,6 +77,57 @@ def _output_capped(r: ExecResult, ctx: dict[str, Any]) -> None:
     assert r.wall_s < 5, "a flood is cut at the cap, not run to the time limit"
 
 
+def _printed(r: ExecResult) -> Any:
+    """The Python literal the program printed last."""
+    return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+
+def _no_outside_reads(r: ExecResult, ctx: dict[str, Any]) -> None:
+    got = _printed(r)
+    assert not [k for k, v in got.items() if v == "read"], got
+    assert got["self-mem-file-unchanged"] is True, got
+
+
+def _syscalls_denied(r: ExecResult, ctx: dict[str, Any]) -> None:
+    got = _printed(r)
+    expected = {name: ("ENOSYS" if name == "clone3" else "EPERM") for name in got if name != "unshare-binary"}
+    assert {k: v for k, v in got.items() if k in expected} == expected, got
+    assert got.get("unshare-binary") in (None, "refused"), got
+
+
+# One probe per call the filter denies, with harmless arguments: unfiltered, each would
+# fail differently (EBADF, EFAULT, ESRCH, EINVAL) or do nothing harmful (process_vm_readv
+# of zero bytes from itself succeeds, clone of a user namespace forks), so EPERM is the
+# filter's answer. Numbers come from libseccomp on the host (same architecture).
+SYSCALL_PROBES = {
+    "unshare": "(0x10000000,)", "setns": "(-1, 0)", "mount": "(None, None, None, 0, None)",
+    "umount2": "(b'/nonexistent', 0)", "pivot_root": "(None, None)", "ptrace": "(2, 1, 0, 0)",
+    "process_vm_readv": "(os.getpid(), None, 0, None, 0, 0)", "bpf": "(0, None, 0)",
+    "perf_event_open": "(None, 0, -1, -1, 0)", "keyctl": "(0, 0, 0, 0, 0)", "add_key": "(None, None, None, 0, 0)",
+    "userfaultfd": "(0,)", "io_uring_setup": "(0, None)", "init_module": "(None, 0, None)",
+    "kexec_load": "(0, 0, None, 0)", "reboot": "(0, 0, 0, None)", "open_by_handle_at": "(-1, None, 0)",
+    "clone": "(0x10000000 | 17, 0, 0, 0, 0)", "clone3": "(None, 0)", "prlimit64": "(1, 7, None, None)",
+}
+SYSCALL_PROGRAM = """
+import ctypes, errno, json, os, shutil, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+numbers = json.loads(sys.stdin.read())
+out = {}
+for name, args in PROBES.items():
+    if numbers.get(name, -1) < 0:
+        continue
+    ctypes.set_errno(0)
+    ret = libc.syscall(numbers[name], *eval(args))
+    if ret == 0 and name == "clone":  # the filter let a user namespace be made: say so and stop here
+        os._exit(0)
+    out[name] = "ok" if ret >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+if shutil.which("unshare"):
+    p = subprocess.run(["unshare", "-U", "-r", "true"], capture_output=True)
+    out["unshare-binary"] = "ran" if p.returncode == 0 else "refused"
+print(out)
+""".replace("PROBES", repr(SYSCALL_PROBES))
+
+
 CASES = [
     Case("fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
          ExecStatus.TIMEOUT, {"time_limit_s": 1}),
@@ -81,6 +139,7 @@ CASES = [
          ExecStatus.OUTPUT_LIMIT, {"output_limit_bytes": 4096}, _output_capped),
     Case("write_system_paths",
          "import os\nok = []\nfor p in ['/etc/passwd', '/usr/evil', '/evil', '/root/evil', '/proc/sys/kernel/hostname',"
+         " '/proc/sys/kernel/core_pattern', '/proc/sysrq-trigger', '/proc/1/oom_score_adj',"
          " os.environ.get('HOST_FILE', '/nonexistent/x')]:\n    try:\n        open(p, 'a').write('pwned')\n"
          "        ok.append(p)\n    except OSError:\n        pass\nprint('written:', ok)\nassert not ok\n",
          ExecStatus.OK),
@@ -146,7 +205,7 @@ CASES = [
          lambda r, c: (assert_in(r.stdout, ("abc",)), assert_in(r.stdout, ("\ufffd",)))),
     Case("close_stdout_keep_running", "import os, time\nos.close(1)\nos.close(2)\ntime.sleep(30)\n",
          ExecStatus.TIMEOUT, {"time_limit_s": 1}),
-    Case("setuid_root", "import os\ntry:\n    os.setuid(0)\n    print('root')\nexcept PermissionError:\n    print('denied')\n",
+    Case("setuid_root", "import os\ntry:\n    os.setuid(0)\n    print('root')\nexcept OSError:\n    print('denied')\n",
          ExecStatus.OK, {}, lambda r, c: assert_eq(r.stdout.strip(), "denied")),
     Case("trace_the_executor",
          "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nres = []\n"
@@ -158,8 +217,64 @@ CASES = [
          "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)\n"
          "    print('raised')\nexcept (ValueError, OSError):\n    print('denied')\n",
          ExecStatus.OK, {}, lambda r, c: assert_eq(r.stdout.strip(), "denied")),
-    # the script itself returns at once; the bomb it left running in the background must die
-    Case("bash_fork_bomb", ":(){ :|:& };:\n", ExecStatus.OK, {"language": "bash", "time_limit_s": 1}),
+    # the script itself returns at once (its one fork happens before the bomb fills the
+    # process limit); the bomb it left running in the background must die
+    Case("bash_fork_bomb", "( :(){ :|:& };: ) &\necho started\n", ExecStatus.OK, {"language": "bash", "time_limit_s": 1},
+         lambda r, c: assert_eq(r.stdout, "started\n")),
+    # links at every depth of a fetched name: to /proc (the executor's environment and
+    # memory, the kernel's symbols), /etc, and a file; the executor must follow none
+    Case("fetch_through_links_at_every_depth",
+         "import os\nos.symlink('/proc', 'proc')\nos.symlink('/proc/1', 'one')\nos.makedirs('a/b')\n"
+         "os.symlink('/proc/self', 'a/b/self')\nos.symlink('/etc', 'a/etc')\nos.symlink('/etc/passwd', 'a/b/passwd')\n"
+         "os.symlink('/proc/1/root/etc', 'a/b/root')\nprint('planted')\n",
+         ExecStatus.OK, {"fetch": ["proc/kallsyms", "proc/1/environ", "proc/1/status", "one/environ", "one/mem",
+                                   "a/b/self/environ", "a/b/self/status", "a/etc/passwd", "a/b/passwd",
+                                   "a/b/root/hostname", "proc/self/mem"]},
+         lambda r, c: assert_eq(r.files, {})),
+    Case("hard_links_to_outside_files",
+         "import errno, os\nopen('/tmp/mine', 'w').write('tmp')\nres = []\n"
+         "for i, src in enumerate(['/etc/passwd', '/usr/bin/env', '/etc/hostname', '/tmp/mine']):\n"
+         "    try:\n        os.link(src, f'h{i}')\n        res.append('linked ' + src)\n"
+         "    except OSError as e:\n        res.append(errno.errorcode[e.errno])\nprint(res)\n",
+         ExecStatus.OK, {"fetch": ["h0", "h1", "h2", "h3"]},
+         lambda r, c: (assert_eq(r.files, {}), assert_true("linked" not in r.stdout, r.stdout))),
+    Case("fifo_socket_and_device_in_fetch",  # a FIFO with a writer behind it must not block or be read
+         "import os, socket, time\nos.mkfifo('fifo')\nsocket.socket(socket.AF_UNIX).bind('sock')\n"
+         "try:\n    os.mknod('null', 0o20666, os.makedev(1, 3))\n    print('mknod ok')\n"
+         "except OSError as e:\n    print('mknod refused', e.errno)\nos.symlink('/dev/zero', 'zero')\n"
+         "if os.fork() == 0:\n    fd = os.open('fifo', os.O_RDWR)\n    os.write(fd, b'x' * 100)\n    time.sleep(30)\n"
+         "print('done')\n",
+         ExecStatus.OK, {"fetch": ["fifo", "sock", "null", "zero"]},
+         lambda r, c: (assert_eq(r.files, {}), assert_in(r.stdout, ("mknod refused",)),
+                       assert_true(r.wall_s < 5, r.wall_s))),
+    Case("forbidden_system_calls", SYSCALL_PROGRAM, ExecStatus.OK, {}, _syscalls_denied),
+    Case("other_processes_memory_and_own_mem_file",
+         "import errno, os\nres = {}\nfor t in ['/proc/1/mem', f'/proc/{os.getppid()}/mem', '/proc/1/environ',"
+         " f'/proc/{os.getppid()}/environ', '/proc/1/fd', '/proc/1/root/etc/hostname', '/proc/1/cwd/x', '/proc/1/maps']:\n"
+         "    try:\n        os.listdir(t) if t.endswith('fd') else open(t, 'rb').read(16)\n        res[t] = 'read'\n"
+         "    except OSError as e:\n        res[t] = errno.errorcode[e.errno]\n"
+         # its own read-only mapping of the interpreter, through /proc/self/mem: at most its private copy changes
+         "exe = os.readlink('/proc/self/exe')\nbefore = open(exe, 'rb').read(64)\n"
+         "start = next(int(l.split('-')[0], 16) for l in open('/proc/self/maps') if ' r--p ' in l and l.rstrip().endswith(exe))\n"
+         "try:\n    with open('/proc/self/mem', 'r+b', buffering=0) as m:\n        m.seek(start)\n        m.write(b'XXXX')\n"
+         "    res['self-mem'] = 'written'\nexcept OSError as e:\n    res['self-mem'] = errno.errorcode[e.errno]\n"
+         "res['self-mem-file-unchanged'] = open(exe, 'rb').read(64) == before\nprint(res)\n",
+         ExecStatus.OK, {}, _no_outside_reads),
+    Case("core_dump",
+         "import ctypes, os, resource\ntry:\n    resource.setrlimit(resource.RLIMIT_CORE, (1 << 30, 1 << 30))\n"
+         "    print('raised')\nexcept (ValueError, OSError):\n    print('core limit fixed')\npid = os.fork()\n"
+         "if pid == 0:\n    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\n    os.abort()\n_, status = os.waitpid(pid, 0)\n"
+         "print('signal', os.WTERMSIG(status), 'core', os.WCOREDUMP(status), sorted(os.listdir('.')))\n",
+         ExecStatus.OK, {}, lambda r, c: (assert_in(r.stdout, ("core limit fixed",)),
+                                          assert_in(r.stdout, ("signal 6 core False []",)))),
+    Case("own_privileges",  # the program holds no capability, no new privileges, a seccomp filter
+         "status = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
+         "print({k: status[k].strip() for k in ('CapEff', 'CapPrm', 'CapAmb', 'NoNewPrivs', 'Seccomp', 'Seccomp_filters')})\n",
+         ExecStatus.OK, {}, lambda r, c: (
+             assert_eq({k: int(v, 16) for k, v in _printed(r).items() if k.startswith('Cap')},
+                       {"CapEff": 0, "CapPrm": 0, "CapAmb": 0}),
+             assert_eq((_printed(r)["NoNewPrivs"], _printed(r)["Seccomp"]), ("1", "2")),
+             assert_true(int(_printed(r)["Seccomp_filters"]) >= 1, _printed(r)))),
 ]
 
 
@@ -176,6 +291,8 @@ def assert_true(cond: bool, info: Any) -> None:
 
 
 def _stdin_for(case: Case, ctx: dict[str, Any]) -> str:
+    if case.name == "forbidden_system_calls":
+        return json.dumps({name: seccomp.syscall_number(name) for name in SYSCALL_PROBES})
     if case.name == "loopback_socket":
         return str(ctx["port"])
     if case.name == "signal_canary":
@@ -230,3 +347,72 @@ async def test_hostile_program(sandbox, case, canary, loopback_listener, host_fi
     # and the next execution works
     after = await sandbox.run(ExecRequest(code="print(6 * 7)", time_limit_s=5, memory_limit_mb=128))
     assert after.status is ExecStatus.OK and after.stdout == "42\n", after
+
+
+# --------------------------------------------------------------------------- sessions
+
+SWAPPER = """
+import os, shutil, threading
+os.makedirs('/tmp/target', exist_ok=True)
+open('/tmp/target/secret', 'w').write('outside the work dir')
+def swap(name, target):
+    while True:  # a directory of the work dir, then a link to somewhere else, again and again
+        try:
+            os.makedirs(name, exist_ok=True)
+            open(f'{name}/secret', 'w').write('inside')
+            shutil.rmtree(name)
+            os.symlink(target, name)
+            os.unlink(name)
+        except OSError:
+            pass
+for name, target in (('d', '/tmp/target'), ('k', '/proc/sys/kernel')):
+    threading.Thread(target=swap, args=(name, target), daemon=True).start()
+"""
+
+
+async def test_session_races_on_files_never_cross_a_link(sandbox):
+    """A background thread swaps work-dir directories for links to a directory of the
+    program's own outside the work dir, and to the jail's /proc/sys/kernel, while fetches
+    and uploads go through those names (uploads mostly while the session is stopped, wherever
+    the thread was; a thread caught in a system call stops only when it returns from it):
+    nothing may land in, or be read from, either. An upload that meets a link, or a
+    directory that vanished under it, is refused as a SANDBOX_ERROR."""
+    async with sandbox.session() as s:
+        r = await s.run(ExecRequest(code=SWAPPER))
+        assert r.status is ExecStatus.OK, r
+        for i in range(30):
+            r = await s.run(ExecRequest(code="import time\ntime.sleep(0.005)",
+                                        fetch=["d/secret", "k/hostname", "k/osrelease"]))
+            assert r.status is ExecStatus.OK, r
+            assert r.files.get("d/secret", "") in ("", "inside"), r.files  # (empty: read while being rewritten)
+            # (k/hostname "pwned": an earlier upload, into a real directory of the work dir)
+            assert r.files.get("k/hostname", "pwned") == "pwned" and "k/osrelease" not in r.files, r.files
+            for name in (f"d/up{i}", f"d/sub/up{i}", "k/hostname"):
+                r = await s.run(ExecRequest(code="pass", files={name: "pwned"}))
+                assert r.status in (ExecStatus.OK, ExecStatus.SANDBOX_ERROR), r
+        r = await s.run(ExecRequest(code="import os, socket\nprint(sorted(os.listdir('/tmp/target')), socket.gethostname())"))
+        assert (r.status, r.stdout) == (ExecStatus.OK, "['secret'] sandbox\n"), r
+
+
+async def test_session_background_work_is_stopped_between_calls(sandbox):
+    """A thread and a child process left busy by one call get no CPU until the next call."""
+    ticks = "int(open(f'/proc/{child.pid}/stat').read().rsplit(')', 1)[1].split()[11])"
+    async with sandbox.session() as s:
+        r = await s.run(ExecRequest(code=(
+            "import subprocess, threading\nn = 0\ndef spin():\n    global n\n    while True:\n        n += 1\n"
+            "threading.Thread(target=spin, daemon=True).start()\n"
+            "child = subprocess.Popen(['/bin/sh', '-c', 'while :; do :; done'])\n")))
+        assert r.status is ExecStatus.OK, r
+        r = await s.run(ExecRequest(code=f"import time\nn0, c0 = n, {ticks}\ntime.sleep(0.5)\nprint(n - n0, {ticks} - c0)"))
+        running_count, running_ticks = map(int, r.stdout.split())
+        assert running_ticks >= 5, r.stdout  # the child does run during a call (clock ticks, 100/s)
+        r = await s.run(ExecRequest(code=f"print(n, {ticks})"))
+        n1, c1 = map(int, r.stdout.split())
+        t = time.monotonic()
+        await asyncio.sleep(2.0)
+        r = await s.run(ExecRequest(code=f"print(n, {ticks})"))
+        n2, c2 = map(int, r.stdout.split())
+        # 2 s between the calls: running, they would do 4x what they did in 0.5 s above; stopped,
+        # only what the moments around the two one-line calls allow (more on a loaded machine)
+        assert c2 - c1 < running_ticks, (c1, c2, running_ticks, time.monotonic() - t)
+        assert n2 - n1 < running_count, (n1, n2, running_count)

@@ -137,14 +137,16 @@ def test_kl_penalty_against_the_frozen_reference(group, small_model):
     assert any((ref[i] - now[i]).abs().max() > 1e-4 for i in ref)
 
 
-def test_an_empty_batch_is_skipped_with_a_warning(group, small_model):
+def test_an_empty_batch_changes_no_weight_but_counts_as_a_step(group, small_model):
     actor = Actor(small_model, _config())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         empty = prepare_batch([], version=0, config=actor.config)
+    before = _weights(actor)
     with pytest.warns(RuntimeWarning, match="without loss tokens"):
         stats = actor.train_step(empty)
-    assert stats["empty_batch"] == 1 and actor.version == 0
+    assert stats["empty_batch"] == 1 and actor.version == 1 and actor.optimizer_steps == 0
+    assert all(torch.equal(v, before[k]) for k, v in _weights(actor).items())
 
 
 def test_lr_schedule_warmup_then_cosine(group, small_model):

@@ -24,10 +24,27 @@ def check_names(request: ExecRequest) -> None:
             )
 
 
+def check_sizes(request: ExecRequest, work_mb: int) -> None:
+    """Reject code and files that cannot fit where the executor writes them (the program
+    in ``/tmp``, a quarter of the work dir's size; the files in ``/work``): the caller's
+    request is too big, which is not the backend's failure."""
+    code = len(request.code.encode())
+    tmp_bytes = max(work_mb // 4, 1) << 20
+    if code > tmp_bytes // 2:
+        raise ValueError(f"code is {code} bytes; this sandbox takes at most {tmp_bytes // 2} "
+                         f"(half of its {tmp_bytes >> 20} MiB /tmp)")
+    files = sum(len(c.encode()) for c in request.files.values())
+    files += sum(len(c) * 3 // 4 for c in request.files_b64.values())
+    if files > work_mb << 20:
+        raise ValueError(f"files add up to {files} bytes; the work dir holds {work_mb} MiB")
+
+
 def request_payload(request: ExecRequest, work_mb: int, max_processes: int) -> dict[str, Any]:
     """The executor's ``run`` request: the ExecRequest plus the backend's fixed limits.
-    Raises ValueError for file names outside the work dir."""
+    Raises ValueError for file names outside the work dir and for code or files too big
+    for the work dirs."""
     check_names(request)
+    check_sizes(request, work_mb)
     d = request.to_dict()
     d["file_limit_mb"] = work_mb
     d["max_processes"] = max_processes

@@ -1,0 +1,85 @@
+"""``agentrl eval``: run a workflow without training; pass@1 and pass@k with 95% intervals.
+
+    agentrl eval CONFIG [key=value ...] [--k K] [--out DIR] [--curate OUT.jsonl]
+
+Uses the run config's model, inference servers (started like ``agentrl train`` does, or
+``inference.servers``), workflow and ``eval`` section (dataset, sampling, limit). Results per
+problem go to ``DIR/eval.jsonl`` as they finish (with the tokens of ``--samples`` episodes
+each, for ``agentrl view DIR``): the same command again resumes where it stopped.
+``--curate`` writes the dataset without the problems solved in all K samples. The last line
+printed is the report as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="evaluate a model with a workflow (pass@k), without training",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("items", nargs="*", metavar="CONFIG|key=value", help="the YAML config, then overrides")
+    p.add_argument("--k", type=int, default=None, help="samples per problem (default: eval.k)")
+    p.add_argument("--out", default=None, help="directory for eval.jsonl (default: RUN_DIR/eval)")
+    p.add_argument("--curate", default=None, metavar="OUT.jsonl", help="write the rows not always solved")
+    p.add_argument("--samples", type=int, default=1, metavar="N",
+                   help="episodes per problem whose tokens are kept in eval.jsonl for `agentrl view` (default 1)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from agentrl.cli.train import split_items
+    from agentrl.config import load_config
+    from agentrl.errors import ConfigError
+    from agentrl.inference.client import RemoteEngine
+    from agentrl.rollout.evaluate import curate, evaluate
+    from agentrl.run.config import RunConfig, check_run_config
+    from agentrl.run.launcher import Run
+    from agentrl.run.loop import build_workflow, load_rows, token_decoder
+
+    config_path, overrides = split_items(args.items)
+    if config_path is None:
+        raise ConfigError("give a config file: agentrl eval CONFIG [key=value ...]")
+    cfg = load_config(RunConfig, config_path, overrides)
+    if not cfg.eval.dataset:
+        raise ConfigError("config key 'eval.dataset' is empty: name the rows to evaluate on")
+    k = args.k or cfg.eval.k
+    if k < 1:
+        raise ConfigError(f"--k must be >= 1, got {k}")
+    if args.samples < 0:
+        raise ConfigError(f"--samples must be >= 0, got {args.samples}")
+    check_run_config(cfg)
+    out = Path(args.out) if args.out else Path(cfg.run_dir) / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = load_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
+    if k > 1 and cfg.eval.sampling.temperature == 0:
+        print(f"agentrl eval: note: k={k} greedy samples are identical; set eval.sampling.temperature > 0")
+    run = Run(cfg, out)
+
+    async def main() -> dict:
+        async with RemoteEngine(urls, timeout=cfg.inference.request_timeout_s) as engine:
+            workflow = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
+            try:
+                report = await evaluate(workflow, engine, rows, k=k, concurrency=cfg.rollout.max_concurrent,
+                                        out=out / "eval.jsonl", samples=args.samples, decode=token_decoder(cfg.model))
+            finally:
+                if hasattr(workflow, "aclose"):
+                    await workflow.aclose()
+        return report
+
+    try:
+        urls = run.start_servers()
+        report = asyncio.run(main())
+    finally:
+        run.stop()
+    result = {"model": cfg.model, "dataset": cfg.eval.dataset, "k": k, **report.summary(),
+              "out": str(out / "eval.jsonl")}
+    if args.curate:
+        result["curated"] = curate(rows, report, args.curate)
+        result["curated_path"] = args.curate
+    print(json.dumps(result), flush=True)
+    return 0

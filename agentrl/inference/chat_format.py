@@ -1,0 +1,122 @@
+"""The OpenAI chat-completions format, shared by ``agentrl serve`` and the rollout gateway.
+
+What it is: the pieces of ``/v1/chat/completions`` that do not depend on who generates —
+reading a request (messages, tools and ``tool_choice`` checked, the sampling fields mapped to
+SGLang's ``sampling_params``), and shaping an answer (the assistant message with its
+``tool_calls`` parsed by ``agentrl.toolcalls``, per-token ``logprobs``, ``usage``, stream
+chunks as server-sent events), following SGLang 0.5.23's ``entrypoints/openai/protocol.py``
+and ``serving_chat.py``. Every refusal is a ``BadRequest`` naming the field. What it is not:
+rendering or generation (``openai_routes`` over the engine; ``agentrl.rollout.chat_client``
+over any ``InferenceClient``). Imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentrl.inference.wire import BadRequest
+from agentrl.toolcalls import parse_tool_calls
+
+ROLES = ("system", "user", "assistant", "tool", "developer")
+
+_SAMPLING_FIELDS = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
+                    ("stop_token_ids", "stop_token_ids"), ("ignore_eos", "ignore_eos"), ("seed", "sampling_seed"),
+                    ("skip_special_tokens", "skip_special_tokens"), ("no_stop_trim", "no_stop_trim"),
+                    ("frequency_penalty", "frequency_penalty"), ("presence_penalty", "presence_penalty"),
+                    ("repetition_penalty", "repetition_penalty"), ("min_p", "min_p"), ("logit_bias", "logit_bias"))
+
+
+def sampling_fields(body: dict[str, Any], default_max: int | None) -> dict[str, Any]:
+    """OpenAI request fields -> a SGLang ``sampling_params`` object (checked by ``wire.parse_sampling``)."""
+    sp: dict[str, Any] = {"max_new_tokens": body.get("max_completion_tokens", body.get("max_tokens", default_max))}
+    for src, dst in _SAMPLING_FIELDS:
+        if body.get(src) is not None:
+            sp[dst] = body[src]
+    if body.get("stop") is not None:
+        sp["stop"] = body["stop"]
+    return sp
+
+
+def chat_request(body: dict[str, Any], *, server: str = "agentrl serve") -> tuple[list[dict], list[dict] | None, bool]:
+    """Check a chat request's ``messages``, ``tools`` and ``tool_choice``.
+
+    Returns (messages, tools, use_tools): tools are rendered and calls parsed only when
+    ``use_tools`` (tools given and ``tool_choice`` is ``"auto"``)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise BadRequest("messages must be a non-empty list of {\"role\": ..., \"content\": ...} objects")
+    for i, m in enumerate(messages):
+        if m.get("role") not in ROLES:
+            raise BadRequest(f"messages[{i}].role must be system, user, assistant or tool, got {m.get('role')!r}")
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    if choice not in ("auto", "none"):
+        raise BadRequest(f"tool_choice {choice!r} is not supported by {server}; use \"auto\" or \"none\"")
+    use_tools = bool(tools) and choice == "auto"
+    return messages, tools if use_tools else None, use_tools
+
+
+def assistant_message(text: str, use_tools: bool, finish: str, matched: int | str | None
+                      ) -> tuple[dict[str, Any], str, int | str | None]:
+    """The answer's ``message`` and its (finish_reason, matched_stop): with tools on, well-formed
+    ``<tool_call>`` blocks become ``tool_calls`` and a stop becomes ``"tool_calls"``."""
+    message: dict[str, Any] = {"role": "assistant", "content": text, "reasoning_content": None}
+    if use_tools:
+        calls = parse_tool_calls(text)
+        if calls.calls:
+            message["content"] = calls.content
+            message["tool_calls"] = [c.to_openai(j) for j, c in enumerate(calls.calls)]
+            if finish == "stop":
+                finish, matched = "tool_calls", None
+    return message, finish, matched
+
+
+def token_logprobs(decode_one: Callable[[int], str], ids: Sequence[int], logprobs: Sequence[float],
+                   top: Sequence[Sequence[tuple[float, int]]] | None = None) -> dict[str, Any]:
+    """``choices[i].logprobs``: one entry per output token (``top``: (logprob, id) pairs per token)."""
+    content = []
+    for i, (tok, lp) in enumerate(zip(ids, logprobs, strict=True)):
+        text = decode_one(tok)
+        tops = [{"token": (t := decode_one(tid)), "bytes": list(t.encode()), "logprob": v}
+                for v, tid in (top[i] if top else ())]
+        content.append({"token": text, "bytes": list(text.encode()), "logprob": lp, "top_logprobs": tops})
+    return {"content": content}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens, "reasoning_tokens": 0}
+
+
+def sse(obj: dict[str, Any] | str) -> str:
+    """One server-sent event (``[DONE]`` is sent as the string itself)."""
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
+
+
+def chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None = None, matched: int | str | None = None,
+          logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` with a single choice; ``base`` holds id, created and model."""
+    return {**base, "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
+                         "matched_stop": matched}]}
+
+
+def answer_chunks(answer: dict[str, Any], *, include_usage: bool = False) -> list[dict[str, Any]]:
+    """A finished ``chat.completion`` (one choice) as its stream of chunks: the role, one delta
+    with the content and tool calls (and their logprobs), the finish reason, then the usage
+    when ``stream_options.include_usage`` asked for it."""
+    base = {"id": answer["id"], "created": answer["created"], "model": answer["model"]}
+    choice = answer["choices"][0]
+    message = choice["message"]
+    out = [chunk(base, {"role": "assistant", "content": ""})]
+    delta = {k: message[k] for k in ("content", "tool_calls") if message.get(k)}
+    if delta or choice.get("logprobs"):
+        out.append(chunk(base, delta, logprobs=choice.get("logprobs")))
+    out.append(chunk(base, {}, choice["finish_reason"], choice.get("matched_stop")))
+    if include_usage:
+        out.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": answer["usage"]})
+    return out

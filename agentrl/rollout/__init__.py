@@ -1,0 +1,26 @@
+"""The rollout side: how episodes turn into exact token streams, in-process and over HTTP.
+
+    renderer.py      ChatRenderer: chat template -> text -> token ids and back, exactly
+    conversation.py  TokenConversation: one episode's calls and segments, token-in token-out
+    chat_client.py   ChatClient: the openai SDK's interface over an InferenceClient, recorded
+    responses.py     the Responses API's basic shape mapped onto chat completions
+    drift.py         check_token_drift: turn-by-turn tokens vs full re-tokenization
+    sessions.py      Gateway, Session: one recorded episode per session, ended into trajectories
+    gateway.py       build_app: the gateway's HTTP routes, auth and limits (``agentrl gateway``)
+    env_pool.py      EnvPool: environments built once, leased per episode
+    episode.py       what every workflow shares: failures as data, sampling settings, metrics
+    executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped
+    journal.py       the episode log that replays finished generations on --resume
+    evaluate.py      pass@k evaluation of a workflow
+
+Workflows (``workflows/``) are built on these. This package sits between the run (``agentrl.run``)
+and the components (inference, env, model, trainer): it may import them, they never import it.
+"""
+
+from agentrl.rollout.conversation import TokenConversation
+from agentrl.rollout.env_pool import EnvPool
+from agentrl.rollout.renderer import ChatRenderer, load_tokenizer
+
+__all__ = ["ChatRenderer", "EnvPool", "TokenConversation", "load_tokenizer"]
+# ChatClient, Gateway and check_token_drift import the openai SDK and FastAPI: import them from
+# their modules (agentrl.rollout.chat_client, .sessions, .drift) so that workflows stay light.

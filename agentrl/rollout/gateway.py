@@ -1,0 +1,335 @@
+"""The OpenAI-compatible gateway: agents in any process or language, recorded as training data.
+
+What it is: ``build_app(gateway)``, the HTTP face of a ``Gateway`` (``agentrl.rollout.sessions``),
+served by ``agentrl gateway`` or in-process (``agentrl.launch.services.background_server``).
+An agent gets a session, points any OpenAI client at it, plays its episode, posts a reward::
+
+    POST /v1/sessions            {"metadata": {...}}  -> {"session_id", "api_key", "base_url"}
+    GET  /v1/models                                      (the session's key as the bearer token)
+    POST /v1/chat/completions    non-streaming and stream=true (SSE), tools/tool_calls, logprobs
+    POST /v1/responses           the Responses API's basic shape (what the Agents SDK calls)
+    POST /v1/sessions/{id}/reward  {"reward": r} (the last call) or {"completion_id": ..., "reward": r}
+    POST /v1/sessions/{id}/end     {"discount": γ, "style": "concat"|"individual"} -> trajectories
+    POST /v1/sessions/{id}/step    {"completion_id"?}: the reply, stepped in the session's env
+    GET  /v1/sessions/{id}, GET /v1/gateway/stats, GET /health
+
+The session is found from its key (``Authorization: Bearer <api_key>``) or from the path
+``/sessions/{id}/v1/...`` for clients that cannot change keys. Every call goes through the
+session's ``ChatClient``: exact token ids, logprobs and policy versions per call, one segment
+per history rewrite. Ended sessions' trajectories go to ``OUT/trajectories.jsonl`` and to the
+gateway's ``on_episode`` hook. ``stream=true`` is answered once the completion is done
+(generation goes through ``RemoteEngine``, which hides weight-update interruptions).
+
+In a training run: ``Gateway(engine, tokenizer, on_episode=hook)`` receives each ended
+episode's trajectories in-process; ``gateway.admit(False)`` makes ``POST /v1/sessions`` answer
+429 with ``Retry-After`` until ``admit(True)`` (the staleness bound's backpressure).
+
+Trust boundary. Covered: with ``api_key`` set, every route but ``/health`` answers 401
+without the admin key or a session key, and a session key reaches only its own session
+(403 elsewhere; only the admin key opens sessions and reads stats); request bodies over
+``max_body_bytes`` get 413 and sessions past their token budget 400; malformed JSON, fields of
+the wrong type, unknown sessions or completions get a 4xx JSON error naming the problem and
+the gateway keeps serving; concurrent sessions never share state. An upstream that dies is
+retried on the others (``RemoteEngine``); when none answers the call gets 503 and the session
+ends as failed data unless a retry succeeds. Not covered: TLS (put it behind a proxy), rate
+limits per key, keys that outlive the process, isolation between agents that share a key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agentrl.errors import RequestRejected, RolloutError, ServerError, ServerUnavailable
+from agentrl.inference.chat_format import answer_chunks, sse
+from agentrl.inference.wire import BadRequest, parse_json_body
+from agentrl.rollout.chat_client import ChatClient
+from agentrl.rollout.episode import status_for
+from agentrl.rollout.sessions import Gateway, Session
+
+log = logging.getLogger(__name__)
+
+
+class HTTPError(Exception):
+    """An answer other than 200, in OpenAI's error shape."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.headers = status, kind, headers
+
+
+def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: int = 4 << 20,
+              retry_after_s: int = 2) -> FastAPI:
+    """The gateway's FastAPI app over ``gateway``; see the module docstring. Shutting the app
+    down ends the open sessions as failed data (``gateway.aclose``)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        try:
+            yield
+        finally:
+            await gateway.aclose()
+
+    app = FastAPI(title="agentrl gateway", lifespan=lifespan)
+    app.state.gateway = gateway
+
+    def bearer(request: Request) -> str:
+        auth = request.headers.get("authorization", "")
+        return auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+
+    def is_admin(key: str) -> bool:
+        return api_key is not None and bool(key) and hmac.compare_digest(key.encode(), api_key.encode())
+
+    def require_admin(request: Request) -> None:
+        if api_key is not None and not is_admin(bearer(request)):
+            raise HTTPError(401, "this route needs the gateway's admin API key", "authentication_error")
+
+    def session_for_path(request: Request, session_id: str) -> Session:
+        key = bearer(request)
+        session = gateway.by_id(session_id)
+        if api_key is not None and not is_admin(key) and (session is None or not hmac.compare_digest(
+                key.encode(), session.key.encode())):
+            if gateway.by_key(key) is not None:
+                raise HTTPError(403, "this API key belongs to another session", "permission_error")
+            raise HTTPError(401, "invalid API key: use the admin key or this session's api_key",
+                            "authentication_error")
+        if session is None:
+            if gateway.ended_summary(session_id) is not None:
+                raise HTTPError(409, f"session {session_id} has ended")
+            raise HTTPError(404, f"no session {session_id!r}; create one with POST /v1/sessions")
+        return session
+
+    def session_for_key(request: Request) -> Session:
+        key = bearer(request)
+        session = gateway.by_key(key) if key else None
+        if session is None:
+            if is_admin(key):
+                raise HTTPError(400, "the admin key belongs to no session: use a session's api_key, or the "
+                                     "path /sessions/{session_id}/v1/...")
+            raise HTTPError(401, "no open session has this API key; create one with POST /v1/sessions and "
+                                 "use its api_key", "authentication_error")
+        return session
+
+    async def body_of(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            raise HTTPError(413, f"the request body is {declared} bytes; the limit is {max_body_bytes}")
+        chunks, size = [], 0
+        async for part in request.stream():
+            size += len(part)
+            if size > max_body_bytes:
+                raise HTTPError(413, f"the request body is over the limit of {max_body_bytes} bytes")
+            chunks.append(part)
+        return parse_json_body(b"".join(chunks), allow_empty=allow_empty)
+
+    async def generate(request: Request, session: Session,
+                       route: Callable[[ChatClient, dict[str, Any]], Awaitable[dict[str, Any]]]):
+        body = await body_of(request)
+        answer = await gateway.call(session, lambda chat: route(chat, body))
+        if body.get("stream") is True and answer.get("object") == "chat.completion":
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            chunks = answer_chunks(answer, include_usage=include)
+
+            async def events():  # an async iterator: Starlette would move a sync one to a thread
+                for c in chunks:
+                    yield sse(c)
+                yield sse("[DONE]")
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+        return JSONResponse(answer)
+
+    # ------------------------------------------------------------------ errors
+
+    def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                            status_code=status, headers=headers)
+
+    @app.exception_handler(HTTPError)
+    async def _http(_: Request, e: HTTPError):
+        return error(e.status, str(e), e.kind, e.headers)
+
+    @app.exception_handler(BadRequest)
+    async def _bad(_: Request, e: BadRequest):
+        return error(e.status, str(e), "invalid_request_error")
+
+    @app.exception_handler(RequestRejected)
+    async def _rejected(_: Request, e: RequestRejected):
+        return error(e.status_code if 400 <= e.status_code < 500 else 400, str(e), "invalid_request_error")
+
+    @app.exception_handler(RolloutError)
+    async def _rollout(_: Request, e: RolloutError):
+        return error(400, str(e), "invalid_request_error")
+
+    @app.exception_handler(ServerUnavailable)
+    async def _unavailable(_: Request, e: ServerUnavailable):
+        return error(503, f"no inference server could take the call: {e}", "server_error",
+                     {"Retry-After": str(retry_after_s)})
+
+    @app.exception_handler(ServerError)
+    async def _upstream(_: Request, e: ServerError):
+        return error(502, f"the inference server failed: {e}", "server_error")
+
+    @app.exception_handler(TimeoutError)
+    async def _timeout(_: Request, e: TimeoutError):
+        return error(504, "the generation call ran past its timeout", "server_error")
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, e: Exception):
+        log.exception("internal error in the gateway")
+        return error(500, f"internal error: {e!r}", "server_error")
+
+    # ------------------------------------------------------------------ sessions
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "open_sessions": gateway.open_sessions, "admitting": gateway.admitting}
+
+    @app.post("/v1/sessions")
+    async def open_session(request: Request):
+        require_admin(request)
+        body = await body_of(request, allow_empty=True)
+        _only(body, ("metadata",))
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise HTTPError(400, f"metadata must be an object, got {type(metadata).__name__}")
+        if not gateway.admits(metadata):
+            gateway.stats["sessions_refused"] += 1
+            raise HTTPError(429, "the gateway is not admitting new sessions right now (the trainer is catching "
+                                 "up); retry later", "rate_limit_error", {"Retry-After": str(retry_after_s)})
+        try:
+            session = gateway.open_session(metadata)
+        except RolloutError as e:
+            raise HTTPError(429, str(e), "rate_limit_error", {"Retry-After": str(retry_after_s)}) from None
+        base = str(request.base_url).rstrip("/")
+        return JSONResponse({"session_id": session.id, "api_key": session.key, "base_url": f"{base}/v1",
+                             "session_base_url": f"{base}/sessions/{session.id}/v1"})
+
+    @app.get("/v1/sessions/{session_id}")
+    async def get_session(request: Request, session_id: str):
+        try:
+            return session_for_path(request, session_id).summary()
+        except HTTPError as e:
+            if e.status == 409:
+                require_admin(request)
+                return gateway.ended_summary(session_id)
+            raise
+
+    @app.post("/v1/sessions/{session_id}/reward")
+    async def reward(request: Request, session_id: str):
+        session = session_for_path(request, session_id)
+        body = await body_of(request)
+        _only(body, ("reward", "completion_id"))
+        r = body.get("reward")
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
+            raise HTTPError(400, f"reward must be a finite number, got {r!r}")
+        cid = body.get("completion_id")
+        if cid is None:
+            if not session.chat.conversation.calls:
+                raise HTTPError(409, "this session has made no completion yet; reward it after a call")
+            session.chat.set_last_reward(r)
+            cid = session.chat.conversation.calls[-1].id
+        else:
+            if not isinstance(cid, str):
+                raise HTTPError(400, f"completion_id must be a string, got {type(cid).__name__}")
+            try:
+                session.chat.set_reward(cid, r)
+            except RolloutError as e:
+                raise HTTPError(404, str(e)) from None
+        return JSONResponse({"session_id": session.id, "completion_id": cid, "reward": float(r)})
+
+    @app.post("/v1/sessions/{session_id}/end")
+    async def end(request: Request, session_id: str):
+        session = session_for_path(request, session_id)
+        body = await body_of(request, allow_empty=True)
+        _only(body, ("discount", "style", "return_trajectories"))
+        discount, style = body.get("discount"), body.get("style", "concat")
+        if discount is not None and (isinstance(discount, bool) or not isinstance(discount, (int, float))
+                                     or not 0 <= discount <= 1):
+            raise HTTPError(400, f"discount must be a number in [0, 1], got {discount!r}")
+        if style not in ("concat", "individual"):
+            raise HTTPError(400, f"style must be \"concat\" or \"individual\", got {style!r}")
+        trajectories = await gateway.end_session(session.id, discount=discount, style=style)
+        out = {"session_id": session.id, "status": session.status, "num_trajectories": len(trajectories),
+               "rewards": [t.reward for t in trajectories]}
+        if body.get("return_trajectories"):
+            out["trajectories"] = [t.to_dict() for t in trajectories]
+        return JSONResponse(out)  # plain JSON already: no need for FastAPI's encoder
+
+    @app.post("/v1/sessions/{session_id}/step")
+    async def step(request: Request, session_id: str):
+        session = session_for_path(request, session_id)
+        if session.stepper is None:
+            raise HTTPError(404, "this session has no environment to step (only ExternalAgentWorkflow's do)")
+        body = await body_of(request, allow_empty=True)
+        _only(body, ("completion_id",))
+        conv = session.chat.conversation
+        if "completion_id" in body:
+            try:
+                call = conv.call(str(body["completion_id"]))
+            except RolloutError as e:
+                raise HTTPError(404, str(e)) from None
+        elif conv.calls:
+            call = conv.calls[-1]
+        else:
+            raise HTTPError(409, "this session has made no completion yet; step after a call")
+        reply = session.chat.renderer.decode(call.completion.tokens, skip_special_tokens=True)
+        try:
+            result = await session.stepper(reply)
+        except Exception as e:  # the env failed: the episode is failed data
+            session.failure = (status_for(e), f"{type(e).__name__}: {e}"[:2000])
+            raise HTTPError(500, f"the environment failed: {e}", "server_error") from None
+        session.chat.set_reward(call.id, float(result.get("reward", 0.0)))
+        return result
+
+    @app.get("/v1/gateway/stats")
+    async def stats(request: Request):
+        require_admin(request)
+        return {**gateway.stats, "open_sessions": gateway.open_sessions, "admitting": gateway.admitting}
+
+    # ------------------------------------------------------------------ the OpenAI routes
+
+    def models_list() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": gateway.model, "object": "model", "created": 0,
+                                            "owned_by": "agentrl"}]}
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        key = bearer(request)
+        if api_key is not None and not is_admin(key) and gateway.by_key(key) is None:
+            raise HTTPError(401, "invalid API key", "authentication_error")
+        return models_list()
+
+    @app.get("/sessions/{session_id}/v1/models")
+    async def session_models(request: Request, session_id: str):
+        session_for_path(request, session_id)
+        return models_list()
+
+    def by_key(route):
+        async def endpoint(request: Request):
+            return await generate(request, session_for_key(request), route)
+        return endpoint
+
+    def by_path(route):
+        async def endpoint(request: Request, session_id: str):
+            return await generate(request, session_for_path(request, session_id), route)
+        return endpoint
+
+    for path, route in (("/v1/chat/completions", ChatClient.complete), ("/v1/responses", ChatClient.respond)):
+        app.add_api_route(path, by_key(route), methods=["POST"])  # the session from the bearer key
+        app.add_api_route(f"/sessions/{{session_id}}{path}", by_path(route), methods=["POST"])  # or the path
+
+    return app
+
+
+def _only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise HTTPError(400, f"unknown field(s) {unknown}; this route takes {list(allowed)}")

@@ -1,0 +1,263 @@
+"""Gateway and Session: the episodes an OpenAI-compatible gateway records, one session each.
+
+What it is: the gateway's state without HTTP (``agentrl.rollout.gateway`` serves it). A
+``Session`` is one episode: its secret key, metadata and ``ChatClient`` (which records every
+call's exact tokens). The ``Gateway`` opens sessions, finds them by key, ends them — exporting
+their trajectories as JSON lines to ``OUT/trajectories.jsonl`` and handing them to the
+``on_episode`` hook — and ends sessions idle past ``session_timeout_s`` as failed data
+(status ``timeout``, tokens kept, counted), never dropping one silently. ``admit(False)`` stops
+new sessions (the HTTP side answers 429 with ``Retry-After``), which a training loop uses for
+its staleness bound.
+
+In a training run (in-process)::
+
+    gateway = Gateway(engine, "examples/tiny-model", on_episode=queue_put)   # sync or async hook
+    session = gateway.open_session(metadata={"row": row})   # or POST /v1/sessions over HTTP
+    ... the agent calls the gateway with session.key ...
+    trajectories = await gateway.end_session(session.id)
+
+A session whose last generation call failed for good (every upstream down) ends as failed
+data with status ``inference_error``; a retry that succeeds clears that, since a failed call
+records nothing. What it is not: authentication or HTTP (``gateway``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus
+from agentrl.errors import RolloutError, ServerError, ServerUnavailable
+from agentrl.rollout.chat_client import ChatClient
+from agentrl.rollout.conversation import ExportStyle
+from agentrl.rollout.renderer import ChatRenderer
+
+log = logging.getLogger(__name__)
+
+EpisodeHook = Callable[[list[Trajectory], "Session"], Awaitable[None] | None]
+Stepper = Callable[[str], Awaitable[dict[str, Any]]]
+
+
+@dataclass(eq=False)
+class Session:
+    """One episode: its key, metadata, recorded calls and how it ended."""
+
+    id: str
+    key: str
+    metadata: dict[str, Any]
+    chat: ChatClient
+    created: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+    inflight: int = 0
+    failure: tuple[TrajectoryStatus, str] | None = None  # the last call failed for good
+    stepper: Stepper | None = None  # an env the agent steps through the gateway (ExternalAgentWorkflow)
+    ended: bool = False
+    status: str = "open"
+    trajectories: list[Trajectory] = field(default_factory=list)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def summary(self) -> dict[str, Any]:
+        return {"session_id": self.id, "status": self.status, "calls": len(self.chat.conversation.calls),
+                "tokens": self.chat.conversation.num_tokens, "metadata": self.metadata,
+                "trajectories": len(self.trajectories)}
+
+
+class Gateway:
+    """Sessions over one engine and tokenizer; see the module docstring.
+
+    ``engine``: the ``InferenceClient`` for sessions opened without their own (None: every
+    session must bring one); ``tokenizer``: model directory, tokenizer or ``ChatRenderer``;
+    ``out``: folder for ``trajectories.jsonl`` (None: not written); ``on_episode``: called with
+    each ended session's trajectories; ``max_session_tokens``, ``default_max_tokens``,
+    ``context_length``: as ``ChatClient``'s; ``session_timeout_s``: idle seconds before a
+    session is ended as failed; ``max_sessions``: open at once; ``close_engine``: ``aclose``
+    closes ``engine`` too (the gateway made it).
+    """
+
+    def __init__(self, engine: InferenceClient | None, tokenizer: str | Path | Any, *, out: str | Path | None = None,
+                 on_episode: EpisodeHook | None = None, model: str = "agentrl", max_session_tokens: int | None = 65536,
+                 default_max_tokens: int = 1024, context_length: int | None = None,
+                 session_timeout_s: float = 600.0, max_sessions: int = 4096, keep_ended: int = 10_000,
+                 close_engine: bool = False) -> None:
+        self.engine = engine
+        self.close_engine = close_engine
+        self.renderer = tokenizer if isinstance(tokenizer, ChatRenderer) else ChatRenderer(tokenizer)
+        self.out = Path(out) if out is not None else None
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.on_episode = on_episode
+        self.model = model
+        self.max_session_tokens = max_session_tokens
+        self.default_max_tokens = default_max_tokens
+        self.context_length = context_length
+        self.session_timeout_s = session_timeout_s
+        self.max_sessions = max_sessions
+        self.admitting = True
+        self.admission: Callable[[Mapping[str, Any]], bool] | None = None  # a training loop's bound
+        self.stats = {"sessions_opened": 0, "sessions_ended": 0, "sessions_timed_out": 0, "sessions_failed": 0,
+                      "sessions_refused": 0, "completions": 0, "trajectories_written": 0}
+        self._by_id: dict[str, Session] = {}
+        self._by_key: dict[str, Session] = {}
+        self._ended: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._keep_ended = keep_ended
+        self._write_lock = threading.Lock()
+        self._reaper: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ sessions
+
+    def admit(self, admitting: bool) -> None:
+        """Open (True) or close (False) the gateway to new sessions."""
+        self.admitting = admitting
+
+    def admits(self, metadata: Mapping[str, Any]) -> bool:
+        """Whether a session with ``metadata`` may open now: the gateway is admitting, and the
+        ``admission`` predicate, when set (a training run's staleness bound), agrees. A True
+        from the predicate reserves the place: call this only to open the session."""
+        return self.admitting and (self.admission is None or self.admission(metadata))
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._by_id)
+
+    def open_session(self, metadata: Mapping[str, Any] | None = None, *, engine: InferenceClient | None = None,
+                     stepper: Stepper | None = None) -> Session:
+        """A new session (its ``key`` is the agent's API key). Raises ``RolloutError`` when full."""
+        if len(self._by_id) >= self.max_sessions:
+            self.stats["sessions_refused"] += 1
+            raise RolloutError(f"{len(self._by_id)} sessions are open, the most this gateway holds; end some first")
+        engine = engine or self.engine
+        if engine is None:
+            raise RolloutError("this gateway has no default engine; open the session with engine=...")
+        chat = ChatClient(engine, self.renderer, model=self.model, context_length=self.context_length,
+                          default_max_tokens=self.default_max_tokens, max_tokens=self.max_session_tokens)
+        session = Session(f"sess_{uuid.uuid4().hex}", f"sk-agentrl-{secrets.token_urlsafe(24)}",
+                          dict(metadata or {}), chat, stepper=stepper)
+        session._idle.set()
+        self._by_id[session.id] = session
+        self._by_key[session.key] = session
+        self.stats["sessions_opened"] += 1
+        self._start_reaper()
+        return session
+
+    def by_key(self, key: str) -> Session | None:
+        return self._by_key.get(key)
+
+    def by_id(self, session_id: str) -> Session | None:
+        return self._by_id.get(session_id)
+
+    def ended_summary(self, session_id: str) -> dict[str, Any] | None:
+        return self._ended.get(session_id)
+
+    async def call(self, session: Session, route: Callable[[ChatClient], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Run one generation call of ``session`` (``route(session.chat)``), keeping its bookkeeping."""
+        if session.ended:
+            raise RolloutError(f"session {session.id} has ended")
+        session.inflight += 1
+        session._idle.clear()
+        session.last_used = time.monotonic()
+        try:
+            answer = await route(session.chat)
+            session.failure = None
+            self.stats["completions"] += 1
+            return answer
+        except (ServerUnavailable, ServerError, TimeoutError) as e:  # not the request's fault: the episode's
+            session.failure = (TrajectoryStatus.INFERENCE_ERROR, f"{type(e).__name__}: {e}"[:2000])
+            raise
+        finally:
+            session.inflight -= 1
+            session.last_used = time.monotonic()
+            if session.inflight == 0:
+                session._idle.set()
+
+    async def end_session(self, session_id: str, *, discount: float | None = None, style: ExportStyle = "concat",
+                          status: TrajectoryStatus | None = None, error: str = "") -> list[Trajectory]:
+        """End a session: its trajectories (written and handed to ``on_episode``). ``status``
+        marks them failed (the tokens are kept); a session whose last call failed is failed."""
+        session = self._by_id.get(session_id)
+        if session is None or session.ended:
+            raise RolloutError(f"no open session {session_id!r}")
+        session.ended = True
+        try:
+            async with asyncio.timeout(60):
+                await session._idle.wait()  # calls in flight finish first
+        except TimeoutError:
+            log.warning("session %s ended with calls still in flight; they are not recorded", session_id)
+        self._by_id.pop(session.id, None)
+        self._by_key.pop(session.key, None)
+        chat = session.chat
+        if discount is not None:
+            chat.apply_reward_discount(discount)
+        trajectories = chat.export_trajectories(style)
+        if status is None and session.failure is not None:
+            status, error = session.failure
+        if status is not None and status is not TrajectoryStatus.OK:
+            trajectories = trajectories or [Trajectory.failed(status)]
+            for t in trajectories:
+                t.status, t.error = status, error
+            self.stats["sessions_timed_out" if status is TrajectoryStatus.TIMEOUT else "sessions_failed"] += 1
+        for t in trajectories:
+            t.episode_id = session.id
+        session.trajectories = trajectories
+        session.status = "ended" if status is None else status.value
+        self.stats["sessions_ended"] += 1
+        self._ended[session.id] = session.summary()
+        while len(self._ended) > self._keep_ended:
+            self._ended.popitem(last=False)
+        await self._deliver(session, trajectories)
+        return trajectories
+
+    async def _deliver(self, session: Session, trajectories: list[Trajectory]) -> None:
+        if self.out is not None and trajectories:
+            lines = "".join(json.dumps({**t.to_dict(), "session_id": session.id, "metadata": session.metadata}) + "\n"
+                            for t in trajectories)
+            await asyncio.to_thread(self._append, lines)
+            self.stats["trajectories_written"] += len(trajectories)
+        if self.on_episode is not None:
+            result = self.on_episode(trajectories, session)
+            if inspect.isawaitable(result):
+                await result
+
+    def _append(self, lines: str) -> None:
+        assert self.out is not None
+        with self._write_lock, (self.out / "trajectories.jsonl").open("a", encoding="utf-8") as f:
+            f.write(lines)
+
+    # ------------------------------------------------------------------ idle sessions
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="gateway-session-reaper")
+
+    async def _reap(self) -> None:
+        period = max(0.05, min(5.0, self.session_timeout_s / 4))
+        while self._by_id:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for s in [s for s in self._by_id.values() if s.inflight == 0 and not s.ended
+                      and now - s.last_used > self.session_timeout_s]:
+                try:
+                    await self.end_session(s.id, status=TrajectoryStatus.TIMEOUT,
+                                           error=f"session idle for over {self.session_timeout_s} s")
+                except Exception:  # one bad hook must not stop the reaper
+                    log.exception("ending idle session %s failed", s.id)
+
+    async def aclose(self, *, status: TrajectoryStatus = TrajectoryStatus.TIMEOUT) -> None:
+        """End every open session as failed (``status``), then stop the reaper."""
+        for s in list(self._by_id.values()):
+            if not s.ended:
+                await self.end_session(s.id, status=status, error="the gateway shut down before the session ended")
+        if self._reaper is not None:
+            self._reaper.cancel()
+        if self.close_engine and self.engine is not None and hasattr(self.engine, "aclose"):
+            await self.engine.aclose()

@@ -1,0 +1,9 @@
+"""A training run: its config, the local launcher of its processes, and the loop each rank runs.
+
+    config.py    RunConfig: every section of ``agentrl train CONFIG``; check_run_config
+    launcher.py  start the inference servers and the torchrun trainer ranks, watch, stop
+    loop.py      ``python -m agentrl.run.loop RUN_DIR``: the asynchronous RL loop of one rank
+    metrics.py   RunLog: metrics.jsonl, TensorBoard, trajectory samples, curves.png
+
+This package sits above the rollout side and the trainer, which it joins; only the CLI is above it.
+"""

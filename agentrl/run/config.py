@@ -1,0 +1,221 @@
+"""RunConfig: one YAML file for a whole training run (``agentrl train CONFIG [key=value ...]``).
+
+What it is: the sections of a run as typed, documented dataclasses — ``inference`` (servers
+to start or to use), ``rollout`` (data, workflow, groups, concurrency, sampling), ``trainer``
+(``agentrl.trainer.TrainerConfig``, η included), ``eval``, ``checkpoint``, ``logging``,
+``sandbox`` — and ``check_run_config``, which refuses what cannot exist (a missing model
+directory, an unknown env id or workflow, more GPUs than present) before anything starts,
+in one line naming the key. ``agentrl train --help-config`` prints every key with its help.
+What it is not: the launcher (``agentrl.run.launcher``) or the loop (``agentrl.run.loop``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.api import SamplingParams
+from agentrl.config import option
+from agentrl.errors import ConfigError
+from agentrl.trainer.config import TrainerConfig
+
+
+@dataclass
+class SamplingConfig:
+    """How the policy samples during rollouts (SGLang's sampling vocabulary)."""
+
+    temperature: float = option(1.0, ge=0.0, help="sampling temperature; 0 is greedy")
+    top_p: float = option(1.0, gt=0.0, le=1.0, help="nucleus sampling mass")
+    top_k: int = option(-1, ge=-1, help="keep the k most likely tokens; -1 keeps all")
+    max_new_tokens: int = option(256, ge=1, help="token budget of one generation call")
+
+    def params(self, seed: int | None = None) -> SamplingParams:
+        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                              top_p=self.top_p, top_k=self.top_k, seed=seed)
+
+
+@dataclass
+class InferenceConfig:
+    """Where generation happens."""
+
+    servers: list[str] = option([], help="URLs of running servers (SGLang or agentrl serve); empty: start our own")
+    engine: str = option("agentrl", choices=("agentrl", "sglang"),
+                         help="what to start when servers is empty: agentrl serve (CPU or GPU), or "
+                              "python -m sglang.launch_server (needs the sglang extra and a GPU)")
+    num_servers: int = option(1, ge=1, help="servers to start")
+    threads: int = option(1, ge=1, help="agentrl serve: torch threads of each server")
+    max_running_requests: int = option(256, ge=1, help="agentrl serve: requests decoded together")
+    extra_args: list[str] = option([], help="more command-line arguments for each started server")
+    request_timeout_s: float = option(600.0, gt=0, help="seconds one generation call may take")
+    startup_timeout_s: float = option(300.0, gt=0, help="seconds a started server may take to be ready")
+    restart_failed: bool = option(True, help="restart a started server that dies (the client re-syncs its weights)")
+
+
+@dataclass
+class RolloutConfig:
+    """What is played, and how far generation may run ahead of training."""
+
+    source: str = option("workflow", choices=("workflow", "gateway"),
+                         help="workflow: the executor plays rows of the dataset with the workflow; gateway: "
+                              "agents play on their own through the run's OpenAI-compatible gateway")
+    workflow: str = option("workflows.env:EnvWorkflow", help="import path of the Workflow class")
+    workflow_args: dict[str, Any] = option({}, help="keyword arguments of the workflow (env_id, env kwargs, ...)")
+    dataset: str = option("", help="rows to play: a .jsonl file, or the import path of a function (seed) -> "
+                                   "list of rows (required)")
+    shuffle: bool = option(True, help="visit the rows in a seeded random order, reshuffled every epoch")
+    group_size: int = option(8, ge=1, help="n: episodes per prompt, one GRPO group")
+    batch_size: int = option(16, ge=1, help="B: groups per train step")
+    max_concurrent: int = option(256, ge=1, help="episodes in flight at once (whole groups)")
+    filter_equal_rewards: bool = option(False, help="drop groups whose rewards are all equal and admit "
+                                                    "another prompt (DAPO's dynamic sampling); counted")
+    episode_timeout_s: float | None = option(None, gt=0, help="an episode running longer is a TIMEOUT failure")
+    sampling: SamplingConfig = option(SamplingConfig, help="sampling during rollouts")
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation (greedy by default) before training, every N steps, and at the end."""
+
+    dataset: str | None = option(None, help="rows to evaluate on (like rollout.dataset); none: no evaluation")
+    limit: int | None = option(None, ge=1, help="evaluate on the first N rows only")
+    every_steps: int = option(0, ge=0, help="evaluate every N steps too (0: only before and after)")
+    k: int = option(1, ge=1, help="samples per problem (pass@k for every k' <= k is reported)")
+    workflow_args: dict[str, Any] = option({}, help="workflow arguments that differ for evaluation")
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0),
+                                     metadata={"help": "sampling for evaluation (greedy by default)"})
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = option(10, ge=0, help="save a resumable checkpoint every N steps (0: only at the end)")
+    keep_last: int = option(2, ge=1, help="checkpoints kept on disk")
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = option(True, help="write TensorBoard event files to RUN_DIR/tensorboard")
+    wandb_project: str | None = option(None, help="also log to this Weights & Biases project (needs wandb)")
+    trajectories_per_step: int = option(16, ge=0, help="trajectories of each step kept in RUN_DIR/trajectories")
+    progress: bool = option(True, help="a live progress line on the terminal")
+
+
+@dataclass
+class SandboxConfig:
+    backend: str = option("", help="sandbox of code envs: local, docker, a service URL; empty: the env's default")
+
+
+@dataclass
+class GatewayConfig:
+    """The run's OpenAI-compatible gateway (``rollout.source: gateway``)."""
+
+    host: str = option("127.0.0.1", help="address to listen on (not loopback: an API key is required)")
+    port: int = option(0, ge=0, le=65535, help="port; 0 picks a free one (RUN_DIR/gateway.json says which)")
+    api_key_env: str = option("AGENTRL_GATEWAY_API_KEY", help="environment variable holding the admin key "
+                                                               "that opens sessions (unset: no key)")
+    session_timeout_s: float = option(600.0, gt=0, help="a session idle this long ends as failed data")
+    max_session_tokens: int = option(65536, ge=1, help="tokens one session may use")
+
+
+@dataclass
+class RunConfig:
+    """A training run: ``agentrl train CONFIG [key=value ...]``."""
+
+    model: str = option(help="HF checkpoint directory of the initial policy (config.json, weights, tokenizer)")
+    run_dir: str = option("runs/run", help="where everything of the run goes (config, metrics, checkpoints)")
+    steps: int = option(100, ge=1, help="train steps (policy versions) to run")
+    max_minutes: float | None = option(None, gt=0, help="stop (and save) after this much wall time")
+    seed: int = option(0, help="seed of the data order and of the trainer")
+    world_size: int = option(1, ge=1, help="trainer ranks (processes under torchrun)")
+    device: str = option("cpu", choices=("cpu", "cuda"), help="where the trainer ranks run")
+    threads: int = option(1, ge=1, help="torch threads of each trainer rank")
+    inference: InferenceConfig = option(InferenceConfig, help="inference servers")
+    rollout: RolloutConfig = option(RolloutConfig, help="rollouts")
+    trainer: TrainerConfig = option(TrainerConfig, help="the trainer (η is trainer.max_staleness)")
+    eval: EvalConfig = option(EvalConfig, help="evaluation")
+    checkpoint: CheckpointConfig = option(CheckpointConfig, help="checkpoints")
+    logging: LoggingConfig = option(LoggingConfig, help="metrics and samples")
+    sandbox: SandboxConfig = option(SandboxConfig, help="sandboxes")
+    gateway: GatewayConfig = option(GatewayConfig, help="the gateway (rollout.source: gateway)")
+
+
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
+
+
+def dataset_file(spec: str) -> Path | None:
+    """The file a dataset spec names — a path, or the name of a file shipped in ``data/`` —
+    or None when the spec is an import path (``module:function``)."""
+    if not spec.endswith(DATA_SUFFIXES):
+        return None
+    if Path(spec).is_file():
+        return Path(spec)
+    from agentrl.env.datasets import data_path
+
+    return data_path(spec)  # raises ConfigError naming what data/ holds
+
+
+def check_run_config(cfg: RunConfig) -> None:
+    """Refuse, before anything starts, what cannot work; each error names its config key."""
+    from agentrl.plugins import load_object
+
+    model = Path(cfg.model)
+    if not (model / "config.json").is_file():
+        raise ConfigError(f"config key 'model': {cfg.model!r} is not a model directory (no config.json); "
+                          "build the demo one with `agentrl model tiny --out DIR`")
+    if cfg.rollout.source == "gateway":
+        import ipaddress
+        import os
+
+        host = cfg.gateway.host
+        loopback = host == "localhost" or (host.replace(".", "").isdigit() and ipaddress.ip_address(host).is_loopback)
+        if not loopback and not os.environ.get(cfg.gateway.api_key_env):
+            raise ConfigError(f"config key 'gateway.host': {host!r} is not a loopback address and "
+                              f"${cfg.gateway.api_key_env} holds no API key; set one, or serve on 127.0.0.1")
+    elif not cfg.rollout.dataset:
+        raise ConfigError("config key 'rollout.dataset' is required: a .jsonl file or 'module:function' "
+                          "giving the rows to play (e.g. envs.arith:training_rows)")
+    try:
+        load_object(cfg.rollout.workflow)
+    except ConfigError as e:
+        raise ConfigError(f"config key 'rollout.workflow': {e}") from e
+    # the datasets first: a module that provides rows may also register its environment
+    for key, spec in (("rollout.dataset", cfg.rollout.dataset), ("eval.dataset", cfg.eval.dataset)):
+        if not spec:
+            continue
+        try:
+            if dataset_file(spec) is None:
+                load_object(spec)
+        except ConfigError as e:
+            raise ConfigError(f"config key {key!r}: {e}") from e
+    env_id = cfg.rollout.workflow_args.get("env_id")
+    if env_id is not None:
+        import gymnasium
+
+        from agentrl.plugins import register_envs
+
+        register_envs()
+        if env_id not in gymnasium.registry:
+            import difflib
+
+            close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; `agentrl envs` lists them"
+            raise ConfigError(f"config key 'rollout.workflow_args.env_id': no environment {env_id!r}{hint}")
+    if cfg.device == "cuda" or cfg.inference.engine == "sglang":
+        import torch
+
+        have = torch.cuda.device_count()
+        need = cfg.world_size if cfg.device == "cuda" else 0
+        if cfg.inference.engine == "sglang" and not cfg.inference.servers:
+            need += cfg.inference.num_servers
+        if need > have:
+            raise ConfigError(f"config keys 'device'/'world_size'/'inference': the run needs {need} GPUs, "
+                              f"this machine has {have}")
+    if cfg.inference.engine == "sglang" and not cfg.inference.servers:
+        import importlib.util
+
+        if importlib.util.find_spec("sglang") is None:
+            raise ConfigError("config key 'inference.engine': sglang is not installed "
+                              "(pip install 'agentrl[sglang]' on a GPU machine), or give inference.servers")
+    if cfg.rollout.max_concurrent < cfg.rollout.group_size:
+        raise ConfigError(f"config key 'rollout.max_concurrent': {cfg.rollout.max_concurrent} cannot hold one "
+                          f"group of rollout.group_size={cfg.rollout.group_size} episodes")

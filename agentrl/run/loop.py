@@ -1,0 +1,417 @@
+"""The training loop of ``agentrl train``: one process per trainer rank, under torchrun.
+
+What it is: ``python -m agentrl.run.loop RUN_DIR`` (the launcher runs it under ``torchrun``
+after writing ``RUN_DIR/config.yaml`` and ``RUN_DIR/servers.json``). Every rank builds the
+``Actor``; rank 0 also runs, on one event loop, the rollout executor (episodes against the
+inference servers through ``RemoteEngine``) and the trainer's side of each step, so
+generation never waits for training:
+
+    eval (before) → executor.start()
+    loop: batch = await next_batch()  (B finished groups; generation goes on meanwhile)
+          → broadcast to every rank → prepare_batch → Actor.train_step (in a thread)
+          → WeightPublisher: stage (every rank) → pause → update → continue (rank 0)
+          → executor.set_version(v) (admission moves on) → metrics, samples
+          → every N steps: checkpoint (trainer shards + the executor's state)
+    eval (after) → final checkpoint → curves.png, summary.json
+
+The other ranks follow rank 0's commands (``train``, ``checkpoint``, ``stop``) broadcast
+with ``torch.distributed``. Resuming (``RUN_DIR/checkpoints/latest`` exists): every rank
+loads the trainer state, rank 0 restores the executor (data cursor, counters, the groups
+admitted but not trained on) and the episode log replays their generations; the restored
+weights are published to the servers first, so they serve the checkpoint's policy.
+
+What it is not: the process launcher (``agentrl.run.launcher``) or the config
+(``agentrl.run.config``). Main hook: ``main([RUN_DIR])``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("agentrl.train")
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of a run (``checkpoints/latest`` names it), or None."""
+    pointer = run_dir / CHECKPOINTS / LATEST
+    if not pointer.is_file():
+        return None
+    path = run_dir / CHECKPOINTS / pointer.read_text().strip()
+    return path if (path / "rollout.json").is_file() else None
+
+
+def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = None) -> Any:
+    """The configured workflow, given the model's tokenizer and ``sampling`` (when it takes them)."""
+    import inspect
+
+    from agentrl.plugins import load_object
+
+    cls = load_object(cfg.rollout.workflow)
+    kwargs = {**cfg.rollout.workflow_args, **(overrides or {})}
+    params = inspect.signature(cls).parameters
+    if "tokenizer" in params and "tokenizer" not in kwargs:
+        kwargs["tokenizer"] = cfg.model
+    if "sampling" in params and "sampling" not in kwargs:
+        kwargs["sampling"] = sampling
+    if cfg.sandbox.backend and "env_kwargs" in params:
+        kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.backend, **(kwargs.get("env_kwargs") or {})}
+    return cls(**kwargs)
+
+
+def load_rows(spec: str, seed: int) -> list[dict[str, Any]]:
+    """The rows of ``rollout.dataset``/``eval.dataset``: a data file (a path, or a file shipped in
+    ``data/``), or ``module:function(seed)``."""
+    from agentrl.errors import ConfigError
+    from agentrl.plugins import load_object
+    from agentrl.run.config import dataset_file
+
+    path = dataset_file(spec)
+    if path is not None:
+        from agentrl.env.datasets import load_rows as read
+
+        return list(read(path))
+    rows = load_object(spec)(seed)
+    rows = list(rows)
+    if not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(f"dataset {spec!r} must give dicts (one row per episode)")
+    return rows
+
+
+class Trainer:
+    """Rank-local state of the loop: the actor, the publisher, and (rank 0) the rollout side."""
+
+    def __init__(self, run_dir: Path, cfg: Any) -> None:
+        import torch
+
+        from agentrl.trainer.actor import Actor, init_distributed
+        from agentrl.trainer.publish import DiskTransport, WeightPublisher
+
+        self.run_dir, self.cfg = run_dir, cfg
+        torch.set_num_threads(cfg.threads)
+        self.rank, self.world_size, _ = init_distributed()
+        self.actor = Actor(cfg.model, cfg.trainer)
+        self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2)
+        self.engine = None
+        self.publisher = WeightPublisher(self.transport, None)
+
+    # ------------------------------------------------------------------ collectives
+
+    def command(self, cmd: dict[str, Any] | None) -> dict[str, Any]:
+        """Rank 0's command, on every rank."""
+        import torch.distributed as dist
+
+        box = [cmd]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def train(self, trajectories: list | None) -> tuple[dict[str, float], list, dict[int, dict[str, Any]]]:
+        """One train step on every rank; returns the actor's statistics, the trajectories kept for
+        the loss, and per-token facts of the first few for the sample (before the update: the
+        trainer's log-probabilities and entropies; the advantage)."""
+        from agentrl.trainer.batch import broadcast_trajectories, prepare_batch
+
+        trajectories = broadcast_trajectories(trajectories)
+        batch = prepare_batch(trajectories, version=self.actor.version, config=self.cfg.trainer)
+        sample: dict[int, dict[str, Any]] = {}
+        n = min(self.cfg.logging.trajectories_per_step, len(batch))
+        if n:
+            from agentrl.trainer.batch import TrainBatch
+
+            head = TrainBatch(batch.sequences[:n], batch.version)
+            for i, (lp, ent) in self.actor.compute_token_stats(head).items():
+                sample[i] = {"trainer_logprobs": lp.tolist(), "entropy": ent.tolist()}
+            for i, seq in enumerate(batch.sequences[:n]):
+                on = seq["loss_mask"] > 0  # the advantage is one number on the loss tokens
+                sample.setdefault(i, {})["advantage"] = float(seq["advantages"][on][0]) if bool(on.any()) else 0.0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            stats = self.actor.train_step(batch)
+        for w in caught:
+            log.warning("step %d: %s", self.actor.version, w.message)
+        return stats, batch.trajectories, sample
+
+    def checkpoint(self, step: int) -> Path:
+        from agentrl.trainer.checkpoint import save_checkpoint
+
+        path = self.run_dir / CHECKPOINTS / f"step_{step:06d}"
+        save_checkpoint(self.actor, path / "trainer")
+        return path
+
+    def restore(self, path: Path) -> dict:
+        from agentrl.trainer.checkpoint import load_checkpoint
+
+        return load_checkpoint(self.actor, path / "trainer")
+
+    # ------------------------------------------------------------------ other ranks
+
+    def follow(self) -> None:
+        """Ranks > 0: do what rank 0 says until it says stop."""
+        while True:
+            cmd = self.command(None)
+            if cmd["op"] == "train":
+                self.train(None)
+            elif cmd["op"] == "publish":
+                asyncio.run(self.publisher.apublish(self.actor.model, self.actor.version))
+            elif cmd["op"] == "checkpoint":
+                self.checkpoint(cmd["step"])
+            elif cmd["op"] == "stop":
+                return
+
+
+async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
+    """Rank 0: the rollout side and the schedule of the steps."""
+    from rich.console import Console
+
+    from agentrl.inference.client import RemoteEngine
+    from agentrl.rollout.evaluate import evaluate
+    from agentrl.rollout.executor import RolloutExecutor, RowSource
+    from agentrl.rollout.journal import EpisodeLog
+    from agentrl.run.metrics import RunLog, batch_metrics, plot_curves
+    from agentrl.trainer.publish import WeightPublisher
+
+    cfg, run_dir, actor = tr.cfg, tr.run_dir, tr.actor
+    console = Console(stderr=True, soft_wrap=True)
+    decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
+
+    servers = json.loads((run_dir / "servers.json").read_text())["servers"]
+    engine = RemoteEngine(servers, timeout=cfg.inference.request_timeout_s, version=actor.version)
+    tr.engine = engine
+    runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
+                    trajectories_per_step=cfg.logging.trajectories_per_step,
+                    resume_step=actor.version if resume_from else None)
+    external = cfg.rollout.source == "gateway"
+    workflow = rows = None
+    if not external:  # the rows first: a dataset's module may register the environment the workflow makes
+        rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
+        workflow = build_workflow(cfg, cfg.rollout.sampling.params())
+    state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
+    keep = None
+    if state is not None:
+        pending = {int(i) for i in state["pending"]}
+        keep = lambda key: int(key.split(":")[0]) in pending or int(key.split(":")[0]) >= state["cursor"]  # noqa: E731
+    episode_log = EpisodeLog(run_dir / "rollout" / "episodes.jsonl", keep=keep)
+    executor = RolloutExecutor(workflow, engine, rows, group_size=cfg.rollout.group_size,
+                               batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
+                               max_concurrent=cfg.rollout.max_concurrent,
+                               filter_equal_rewards=cfg.rollout.filter_equal_rewards,
+                               episode_timeout_s=cfg.rollout.episode_timeout_s, episode_log=episode_log,
+                               run_id=run_dir.name)
+    tr.publisher = WeightPublisher(tr.transport, engine, before_pause=executor.pause_admission,
+                                   after_resume=executor.resume_admission)
+    eval_wf = eval_rows = None
+    if cfg.eval.dataset:
+        eval_wf = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
+        eval_rows = load_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
+    summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text()) if resume_from and (
+        run_dir / "summary.json").exists() else {}
+
+    async def run_eval(step: int, label: str) -> float | None:
+        if eval_wf is None:
+            return None
+        t0 = time.perf_counter()
+        report = await evaluate(eval_wf, engine, eval_rows, k=cfg.eval.k, concurrency=cfg.rollout.max_concurrent)
+        scores = report.summary()
+        summary["eval_s"] = time.perf_counter() - t0
+        runlog.log(step, {f"eval/{k}": v for k, v in scores.items()} | {"eval/seconds": time.perf_counter() - t0})
+        console.print(f"eval {label} (step {step}): pass@1 [bold]{scores['pass@1']:.3f}[/] "
+                      f"± {scores['pass@1_ci95']:.3f} on {report.problems} held-out problems")
+        return scores["pass@1"]
+
+    async def publish(cmd: bool = True) -> Any:
+        if cmd and tr.world_size > 1:
+            await asyncio.to_thread(tr.command, {"op": "publish"})
+        return await tr.publisher.apublish(actor.model, actor.version)
+
+    start_step = actor.version
+    started = time.perf_counter()
+    if state is not None:
+        executor.restore(state, actor.version)
+        console.print(f"resumed from {resume_from.name}: version {actor.version}, "
+                      f"{len(state['pending'])} groups to finish, {len(episode_log.keys())} logged episodes")
+        await publish()  # the servers start from the base model: give them the checkpoint's weights
+    elif "eval_before" not in summary:
+        summary["eval_before"] = await run_eval(0, "before")
+    summary.setdefault("steps", 0)
+    stack = contextlib.AsyncExitStack()
+    if external:
+        await serve_gateway(stack, cfg, run_dir, engine, executor, console)
+    else:
+        await executor.start()
+    t_last = time.perf_counter()
+    trainer_idle = 0.0
+    gen_busy_last = executor.generation_busy_s()
+    step = start_step
+    trained: list = []  # groups trained on since the last checkpoint: the log forgets them there
+    try:
+        while step < cfg.steps:
+            if cfg.max_minutes is not None and (time.perf_counter() - started) / 60 + _eta(summary) > cfg.max_minutes:
+                console.print(f"stopping: the next step would pass max_minutes={cfg.max_minutes}")
+                break
+            batch = await executor.next_batch()
+            trained.extend(batch.groups)
+            trainer_idle += batch.wait_s
+            trajectories = batch.trajectories
+            if tr.world_size > 1:
+                await asyncio.to_thread(tr.command, {"op": "train"})
+            t0 = time.perf_counter()
+            stats, kept, sample = await asyncio.to_thread(tr.train, trajectories)
+            t1 = time.perf_counter()
+            record = await publish()
+            step = actor.version
+            executor.set_version(step)
+            now = time.perf_counter()
+            wall = now - t_last
+            gen_busy = executor.generation_busy_s()
+            metrics = batch_metrics(trajectories, step - 1)
+            metrics.update({(k if k.startswith("batch/") else f"train/{k}"): v for k, v in stats.items()})
+            sampled = metrics.get("rollout/sampled_tokens", 0.0)
+            metrics.update({
+                "perf/step_s": wall, "perf/train_s": t1 - t0, "perf/trainer_wait_s": batch.wait_s,
+                "perf/weight_stage_s": record.stage_s, "perf/weight_pause_s": record.paused_s,
+                "perf/generation_tokens_per_s": sampled / max(wall, 1e-9),
+                "perf/train_tokens_per_s": sum(len(t) for t in kept) / max(t1 - t0, 1e-9),
+                "perf/trainer_idle_fraction": batch.wait_s / max(wall, 1e-9),
+                "perf/generator_idle_fraction": 1.0 - min(1.0, (gen_busy - gen_busy_last) / max(wall, 1e-9)),
+                "rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
+                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()},
+                "perf/elapsed_min": (now - started) / 60,
+            })
+            gen_busy_last, t_last = gen_busy, now
+            runlog.log(step, metrics)
+            runlog.sample(step, kept, decode, sample)
+            console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
+                          f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
+                          f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")
+            summary["steps"] = step
+            summary["step_s_mean"] = (summary.get("step_s_mean", wall) * 0.8 + wall * 0.2)
+            if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:
+                await run_eval(step, f"at step {step}")
+            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
+                await save(tr, executor, episode_log, step, summary, trained)
+            if step % 10 == 0:
+                plot_curves(run_dir)
+        await executor.stop()
+        summary["eval_after"] = await run_eval(step, "after")
+        await save(tr, executor, episode_log, step, summary, trained)
+    finally:
+        await executor.stop()
+        await stack.aclose()
+        if tr.world_size > 1:
+            await asyncio.to_thread(tr.command, {"op": "stop"})
+        episode_log.close()
+        runlog.close()
+        await engine.aclose()
+        for wf in (workflow, eval_wf):
+            if wf is not None and hasattr(wf, "aclose"):
+                await wf.aclose()
+    summary["minutes"] = summary.get("minutes", 0.0) + (time.perf_counter() - started) / 60
+    summary["run_dir"] = str(run_dir)
+    summary["counters"] = dict(executor.counters)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    plot_curves(run_dir)
+    return summary
+
+
+def token_decoder(model: str) -> Any:
+    """``decode(ids) -> text`` with the model's tokenizer, special tokens kept (for samples)."""
+    from agentrl.rollout.renderer import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
+async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Path, engine: Any, executor: Any,
+                        console: Any) -> None:
+    """``rollout.source: gateway``: serve the run's gateway (until ``stack`` closes); its sessions
+    are admitted within the staleness bound and their episodes become the executor's groups."""
+    from agentrl.launch.services import background_server
+    from agentrl.rollout.external import GatewayEpisodes
+    from agentrl.rollout.gateway import build_app
+    from agentrl.rollout.sessions import Gateway
+
+    bridge = GatewayEpisodes(executor, cfg.rollout.group_size)
+    gateway = Gateway(engine, cfg.model, out=run_dir / "gateway", on_episode=bridge.on_episode,
+                      session_timeout_s=cfg.gateway.session_timeout_s, max_session_tokens=cfg.gateway.max_session_tokens,
+                      default_max_tokens=cfg.rollout.sampling.max_new_tokens)
+    gateway.admission = bridge.admits
+    stack.push_async_callback(gateway.aclose)
+    api_key = os.environ.get(cfg.gateway.api_key_env) or None
+    url = await stack.enter_async_context(background_server(build_app(gateway, api_key=api_key), cfg.gateway.host,
+                                                            cfg.gateway.port))
+    (run_dir / "gateway.json").write_text(json.dumps({"url": url, "api_key_env": cfg.gateway.api_key_env}))
+    console.print(f"gateway ready on {url} (sessions: POST {url}/v1/sessions)")
+
+
+def _eta(summary: dict[str, Any]) -> float:
+    """Minutes the next step and the final evaluation will take (as measured so far)."""
+    return (summary.get("step_s_mean", 0.0) + summary.get("eval_s", 0.0)) / 60
+
+
+async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary: dict[str, Any],
+               trained: list) -> None:
+    """Checkpoint: the trainer's shards (every rank), the executor's state, then the pointer; the
+    episode log then forgets the groups trained on (a resume never needs them again)."""
+    if tr.world_size > 1:
+        await asyncio.to_thread(tr.command, {"op": "checkpoint", "step": step})
+    path = await asyncio.to_thread(tr.checkpoint, step)
+    (path / "rollout.json").write_text(json.dumps(executor.state()))
+    (tr.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    pointer = tr.run_dir / CHECKPOINTS / LATEST
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(path.name)
+    os.replace(tmp, pointer)
+    episode_log.forget([f"{g.index}:{k}" for g in trained for k in range(executor.group_size)])
+    trained.clear()
+    episode_log.compact()
+    kept = sorted(p for p in (tr.run_dir / CHECKPOINTS).glob("step_*") if p.is_dir())
+    for old in kept[: -tr.cfg.checkpoint.keep_last]:
+        if old != path:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentrl.config import load_config
+    from agentrl.run.config import RunConfig
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m agentrl.run.loop RUN_DIR   (run by `agentrl train` under torchrun)", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    run_dir = Path(args[0])
+    cfg = load_config(RunConfig, run_dir / "config.yaml")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    tr = Trainer(run_dir, cfg)
+    resume_from = latest_checkpoint(run_dir)
+    if resume_from is not None:
+        tr.restore(resume_from)
+    if tr.rank == 0:
+        summary = asyncio.run(lead(tr, resume_from))
+        print("agentrl train: summary " + json.dumps(summary), flush=True)
+    else:
+        tr.follow()
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

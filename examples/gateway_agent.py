@@ -1,0 +1,88 @@
+"""An agent that trains the model by calling it: plain OpenAI SDK + HTTP against a run's gateway.
+
+    agentrl train examples/arith_grpo.yaml rollout.source=gateway run_dir=runs/gw &
+    python examples/gateway_agent.py --gateway "$(jq -r .url runs/gw/gateway.json)" [--groups 50]
+
+The run (``rollout.source: gateway``) serves an OpenAI-compatible gateway and trains on
+whatever episodes agents play through it. This agent brings its own tasks and its own
+reward, as an agent in production would: for each task it opens ``--samples`` sessions of one
+group (``{"metadata": {"group": ...}}``: one GRPO group), asks the model the question with the
+unmodified ``openai`` SDK, scores the answer itself, posts the reward and ends the session.
+When the trainer is as far behind as the run's staleness bound allows, the gateway answers
+429 with ``Retry-After`` and the agent waits. Nothing here imports agentrl: the same loop
+works from any language. It stops after ``--groups`` tasks, or when the run is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import sys
+import time
+
+import httpx
+from openai import APIConnectionError, OpenAI
+
+
+def open_session(http: httpx.Client, gateway: str, group: str) -> dict | None:
+    """A new session of ``group``, waiting out 429s; None once the gateway is gone."""
+    while True:
+        try:
+            r = http.post(f"{gateway}/v1/sessions", json={"metadata": {"group": group}})
+        except httpx.TransportError:
+            return None
+        if r.status_code == 429:
+            print("429: the trainer is catching up", file=sys.stderr, flush=True)
+            time.sleep(float(r.headers.get("Retry-After", "1")))
+            continue
+        r.raise_for_status()
+        return r.json()
+
+
+def play(http: httpx.Client, gateway: str, group: str, a: int, b: int, c: int) -> float | None:
+    """One episode: ask, score, reward, end. None once the run (and its gateway) is gone."""
+    session = open_session(http, gateway, group)
+    if session is None:
+        return None
+    client = OpenAI(base_url=session["base_url"], api_key=session["api_key"], max_retries=0)
+    try:
+        reply = client.chat.completions.create(model="policy", max_tokens=12, temperature=1.0,
+                                               messages=[{"role": "user", "content": f"What is {a}+{b}+{c}?"}])
+        boxed = re.findall(r"\\boxed\{(-?\d+)\}", reply.choices[0].message.content or "")
+        reward = 1.0 if boxed and int(boxed[-1]) == a + b + c else 0.0
+        auth = {"Authorization": f"Bearer {session['api_key']}"}
+        http.post(f"{gateway}/v1/sessions/{session['session_id']}/reward", json={"reward": reward}, headers=auth)
+        http.post(f"{gateway}/v1/sessions/{session['session_id']}/end", json={}, headers=auth)
+    except (httpx.TransportError, APIConnectionError):
+        return None
+    return reward
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gateway", required=True, help="the run's gateway URL (RUN_DIR/gateway.json)")
+    p.add_argument("--groups", type=int, default=50, help="tasks to play")
+    p.add_argument("--samples", type=int, default=16, help="episodes per task (the run's rollout.group_size)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    admin = os.environ.get("AGENTRL_GATEWAY_API_KEY")
+    headers = {"Authorization": f"Bearer {admin}"} if admin else {}
+    played = 0
+    with httpx.Client(headers=headers, timeout=300) as http:
+        for g in range(args.groups):
+            a, b, c = (rng.randint(0, 99) for _ in range(3))
+            rewards = [play(http, args.gateway, f"{args.seed}-{g}", a, b, c) for _ in range(args.samples)]
+            if any(r is None for r in rewards):
+                break
+            played += 1
+            print(json.dumps({"group": g, "mean_reward": sum(rewards) / len(rewards)}), flush=True)
+    print(json.dumps({"groups_played": played}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""TokenConversation and the ChatClient's bookkeeping, on the tiny tokenizer with a scripted engine
+(the one fake here: an InferenceClient that answers with given token ids, for the logic alone).
+
+The bug stories: a multi-turn conversation re-tokenized differently from what was sampled;
+a branch of a conversation trained twice; rewards attached to the wrong call."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.api import NOT_SAMPLED, Completion, SamplingParams
+from agentrl.api import ChatClient as ChatClientProtocol
+from agentrl.errors import RequestRejected, RolloutError
+from agentrl.rollout.chat_client import ChatClient
+from agentrl.rollout.conversation import TokenConversation
+from agentrl.rollout.renderer import ChatRenderer
+
+
+class ScriptedEngine:
+    """Answers each generate() with the next scripted reply (text, encoded, + <|end|>), version 3."""
+
+    def __init__(self, renderer: ChatRenderer, replies: list[str]) -> None:
+        self.renderer, self.replies, self.prompts = renderer, list(replies), []
+
+    async def generate(self, input_ids, sampling: SamplingParams) -> Completion:
+        self.prompts.append(list(input_ids))
+        ids = self.renderer.encode(self.replies.pop(0)) + [self.renderer.eos_token_id]
+        ids = ids[: sampling.max_new_tokens]
+        return Completion(ids, [-0.5] * len(ids), [3] * len(ids), "stop", self.renderer.eos_token_id)
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_model_dir):
+    return ChatRenderer(tiny_model_dir)
+
+
+def done(ids):
+    return Completion(list(ids), [-0.25] * len(ids), [1] * len(ids), "stop")
+
+
+def test_each_call_extends_the_tokens_already_sampled(renderer):
+    conv = TokenConversation(renderer)
+    m1 = [{"role": "user", "content": "What is 1+2?"}]
+    p1 = conv.prompt(renderer.render(m1))
+    sampled = renderer.encode("\\boxed{3}") + [renderer.eos_token_id]
+    c1 = conv.record(p1, done(sampled))
+    m2 = [*m1, {"role": "assistant", "content": "\\boxed{3}"}, {"role": "user", "content": "And 2+2?"}]
+    p2 = conv.prompt(renderer.render(m2))
+    assert p2.extends and p2.ids[: c1.end] == p1.ids + sampled  # earlier tokens kept as sampled
+    assert renderer.decode(p2.delta_ids) == "<|user|>And 2+2?<|end|><|assistant|>"
+    c2 = conv.record(p2, done(renderer.encode("\\boxed{4}")))
+    [t] = conv.export("concat")
+    assert t.input_ids == p2.ids + renderer.encode("\\boxed{4}")
+    assert t.loss_mask == [0] * len(p1.ids) + [1] * len(sampled) + [0] * len(p2.delta_ids) + [1] * 9
+    assert [v for v, m in zip(t.versions, t.loss_mask, strict=True) if not m] == [NOT_SAMPLED] * (len(t) - t.num_sampled)
+    assert (c1.segment is c2.segment) and t.num_turns == 2 and t.metrics["segments_per_episode"] == 1.0
+
+
+def test_edited_history_starts_a_segment_and_a_branch_trains_each_token_once(renderer):
+    conv = TokenConversation(renderer)
+    m1 = [{"role": "user", "content": "Hi"}]
+    c1 = conv.record(conv.prompt(renderer.render(m1)), done(renderer.encode("A") + [257]))
+    follow = [*m1, {"role": "assistant", "content": "A"}, {"role": "user", "content": "more"}]
+    c2 = conv.record(conv.prompt(renderer.render(follow)), done(renderer.encode("B") + [257]))
+    # a second continuation from c1's state: a branch, not a third turn on top of c2
+    branch = [*m1, {"role": "assistant", "content": "A"}, {"role": "user", "content": "other"}]
+    c3 = conv.record(conv.prompt(renderer.render(branch)), done(renderer.encode("C") + [257]))
+    # the agent rewrote what the model said: nothing recorded extends, a fresh segment
+    edited = [*m1, {"role": "assistant", "content": "Z"}, {"role": "user", "content": "more"}]
+    c4 = conv.record(conv.prompt(renderer.render(edited)), done(renderer.encode("D") + [257]))
+    assert [c.segment.index for c in (c1, c2, c3, c4)] == [0, 0, 1, 2]
+    concat = conv.export("concat")
+    assert len(concat) == 3 and sum(t.num_sampled for t in concat) == 2 + 2 + 2 + 2
+    branch_t = concat[1]
+    assert branch_t.input_ids[: c1.end] == c1.segment.ids[: c1.end] and sum(branch_t.loss_mask[: c1.end]) == 0
+    assert renderer.decode(concat[2].input_ids).startswith("<|user|>Hi<|end|><|assistant|>Z<|end|>")
+    individual = conv.export("individual")
+    assert [t.num_sampled for t in individual] == [2, 2, 2, 2]
+    assert individual[1].input_ids == c2.segment.ids[: c2.end]
+
+
+def test_rewards_name_calls_and_discount_runs_backwards_over_calls(renderer):
+    conv = TokenConversation(renderer)
+    text = renderer.render([{"role": "user", "content": "q"}])
+    calls = [conv.record(conv.prompt(text), done([65, 257])) for _ in range(3)]
+    conv.set_reward(calls[0].id, 1.0)
+    conv.set_last_reward(2.0)
+    conv.alias(calls[1].id, "resp_x")
+    conv.set_reward("resp_x", 0.5)
+    conv.apply_reward_discount(0.5)
+    conv.apply_reward_discount(0.5)  # from the raw rewards: applying twice changes nothing
+    assert [t.reward for t in conv.export("individual")] == [1.0 + 0.5 * (0.5 + 0.5 * 2.0), 0.5 + 0.5 * 2.0, 2.0]
+    with pytest.raises(RolloutError, match="no completion 'nope'"):
+        conv.set_reward("nope", 1.0)
+    with pytest.raises(RolloutError, match="finite"):
+        conv.set_last_reward(float("nan"))
+    with pytest.raises(RolloutError, match=r"\[0, 1\]"):
+        conv.apply_reward_discount(1.5)
+
+
+def test_the_token_budget_refuses_a_prompt_that_does_not_fit(renderer):
+    conv = TokenConversation(renderer, max_tokens=20)
+    with pytest.raises(RolloutError, match="over its budget of 20 tokens"):
+        conv.prompt(renderer.render([{"role": "user", "content": "x" * 30}]))
+    prompt = conv.prompt(renderer.render([{"role": "user", "content": "x"}]))
+    assert conv.budget(prompt) == 20 - len(prompt.ids)
+
+
+async def test_chat_client_meets_the_protocol_and_answers_with_sdk_types(renderer):
+    from openai.types.chat import ChatCompletion
+
+    engine = ScriptedEngine(renderer, ['<tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}'
+                                       '</tool_call>', "\\boxed{3}"])
+    client = ChatClient(engine, renderer)
+    assert isinstance(client, ChatClientProtocol)
+    tools = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "expression": {"type": "string"}}, "required": ["expression"]}}}]
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is 1+2?"}]}]
+    r1 = await client.chat.completions.create(model="m", messages=messages, tools=tools, logprobs=True)
+    assert isinstance(r1, ChatCompletion) and r1.choices[0].finish_reason == "tool_calls"
+    call = r1.choices[0].message.tool_calls[0]
+    assert (call.function.name, call.function.arguments) == ("calculator", '{"expression": "1+2"}')
+    assert [lp.logprob for lp in r1.choices[0].logprobs.content] == [-0.5] * r1.usage.completion_tokens
+    messages += [r1.choices[0].message, {"role": "tool", "tool_call_id": call.id, "content": "3"}]
+    r2 = await client.chat.completions.create(model="m", messages=messages, tools=tools, max_completion_tokens=50)
+    assert r2.choices[0].message.content == "\\boxed{3}" and r2.usage.completion_tokens == 10
+    assert engine.prompts[1][: len(engine.prompts[0])] == engine.prompts[0]  # extended, not re-tokenized
+    client.set_last_reward(1.0)
+    [t] = client.export_trajectories()
+    assert t.reward == 1.0 and t.num_turns == 2 and set(t.versions) == {NOT_SAMPLED, 3}
+    with pytest.raises(RequestRejected, match="n=2 is not supported"):
+        await client.chat.completions.create(model="m", messages=messages, n=2)
+    with pytest.raises(RequestRejected, match="tool_choice 'required'"):
+        await client.chat.completions.create(model="m", messages=messages, tools=tools, tool_choice="required")
+    with pytest.raises(RequestRejected, match="temperature must be a number"):
+        await client.chat.completions.create(model="m", messages=messages, temperature="hot")

@@ -1,0 +1,64 @@
+"""pass@k: the unbiased estimator's pinned values, intervals, resuming and curating."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrl.api import NOT_SAMPLED, Trajectory, TrajectoryStatus
+from agentrl.rollout.evaluate import EvalReport, curate, episode_success, evaluate, pass_at_k
+
+
+def test_pass_at_k_unbiased_estimator():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 3, 2) == pytest.approx(1 - (7 * 6) / (10 * 9))
+    assert pass_at_k(10, 0, 5) == 0.0 and pass_at_k(10, 8, 3) == 1.0 and pass_at_k(4, 4, 4) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+
+
+def test_report_interval_and_table():
+    report = EvalReport(k=4, successes={0: 4, 1: 0, 2: 2, 3: 1})
+    mean, ci = report.pass_at(1)
+    assert mean == pytest.approx((1 + 0 + 0.5 + 0.25) / 4) and ci > 0
+    summary = report.summary()
+    assert set(summary) >= {"pass@1", "pass@2", "pass@4", "pass@1_ci95"} and summary["pass@4"] == 0.75
+
+
+def test_success_reads_the_env_metric_else_the_reward():
+    t = Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=0.3, metrics={"success": 0.0})
+    assert not episode_success([t])
+    assert episode_success([Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=0.3)])
+    assert not episode_success([Trajectory.failed(TrajectoryStatus.ENV_ERROR)]) and not episode_success(None)
+
+
+class Parity:
+    calls = 0
+
+    async def arun_episode(self, client, row):
+        self.calls += 1
+        return [Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=float(row["i"] % 2))]
+
+
+async def test_evaluation_resumes_and_curates(tmp_path):
+    rows = [{"i": i} for i in range(6)]
+    wf = Parity()
+    out = tmp_path / "eval.jsonl"
+    report = await evaluate(wf, None, rows[:4], k=2, out=out)
+    assert wf.calls == 8 and report.successes == {0: 0, 1: 2, 2: 0, 3: 2}
+    report = await evaluate(wf, None, rows, k=2, out=out)  # the first four are in the file
+    assert wf.calls == 12 and report.problems == 6 and report.pass_at(1)[0] == 0.5
+    n = curate(rows, report, tmp_path / "hard.jsonl")
+    kept = [json.loads(line)["i"] for line in (tmp_path / "hard.jsonl").read_text().splitlines()]
+    assert n == 3 and kept == [0, 2, 4]
+
+
+class Broken:
+    async def arun_episode(self, client, row):
+        raise ValueError("a bug in the workflow")
+
+
+async def test_a_failing_episode_is_counted_not_fatal():
+    report = await evaluate(Broken(), None, [{"i": 0}, {"i": 1}], k=2)
+    assert report.successes == {0: 0, 1: 0} and report.failed_episodes == 4

@@ -1,0 +1,72 @@
+"""Training through the OpenAI API: `agentrl train` with `rollout.source: gateway`, agents of
+their own (the unmodified openai SDK, separate processes) playing, rewarding and ending
+sessions; 429 while the staleness bound says wait; an agent that disconnects mid-episode is
+counted as failed data, never trained on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from openai import OpenAI
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTRL = Path(sys.executable).parent / "agentrl"
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+    return json.loads(path.read_text())
+
+
+def test_agents_train_the_model_through_the_gateway(tmp_path):
+    run_dir = tmp_path / "run"
+    train = subprocess.Popen(
+        [str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={run_dir}", "rollout.source=gateway",
+         "steps=3", "rollout.batch_size=2", "rollout.group_size=4", "trainer.max_staleness=1",
+         "gateway.session_timeout_s=3", "eval.limit=20", "max_minutes=null", "checkpoint.every_steps=0",
+         "logging.trajectories_per_step=0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = wait_for(run_dir / "gateway.json", train)["url"]
+
+    # A group with one agent that disconnects mid-episode: it never ends its session.
+    with httpx.Client(timeout=120) as http:
+        for i in range(4):
+            s = http.post(f"{url}/v1/sessions", json={"metadata": {"group": "rude"}}).json()
+            client = OpenAI(base_url=s["base_url"], api_key=s["api_key"], max_retries=0)
+            client.chat.completions.create(model="policy", max_tokens=8,
+                                           messages=[{"role": "user", "content": "What is 1+2+3?"}])
+            if i == 0:
+                continue  # gone: no reward, no end
+            auth = {"Authorization": f"Bearer {s['api_key']}"}
+            http.post(f"{url}/v1/sessions/{s['session_id']}/reward", json={"reward": float(i % 2)}, headers=auth)
+            http.post(f"{url}/v1/sessions/{s['session_id']}/end", json={}, headers=auth)
+
+    agents = [subprocess.Popen([sys.executable, "examples/gateway_agent.py", "--gateway", url, "--groups", "8",
+                                "--samples", "4", "--seed", str(i)], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ})
+              for i in range(3)]
+    out, _ = train.communicate(timeout=900)
+    assert train.returncode == 0, out[-3000:]
+    logs = [a.communicate(timeout=120) for a in agents]
+    assert all(a.returncode == 0 for a in agents), logs
+    assert any("429" in err for _, err in logs)  # the bound held the agents back at least once
+
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["steps"] == 3
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/trajectories" in r]
+    assert len(steps) == 3 and all(r["batch/staleness_max"] <= 1 for r in steps)
+    assert sum(r.get("rollout/failed_timeout", 0) for r in steps) == 1  # the disconnected agent
+    assert sum(r["batch/num_kept"] for r in steps) == 3 * 2 * 4 - 1  # everything else trained on
+    recorded = (run_dir / "gateway" / "trajectories.jsonl").read_text().splitlines()
+    assert len(recorded) >= 3 * 2 * 4

@@ -1,0 +1,110 @@
+"""`agentrl train` when parts fail: a killed inference server is restarted and the run goes on; a
+SIGKILLed trainer rank stops the run cleanly and `--resume` loses nothing; an env that raises on
+30% of episodes is counted, not fatal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTRL = Path(sys.executable).parent / "agentrl"
+SMALL = ["eval.limit=20", "rollout.batch_size=4", "rollout.group_size=4", "max_minutes=null",
+         "logging.trajectories_per_step=0", "logging.tensorboard=false"]
+
+
+class Train:
+    """``agentrl train`` as a child process whose output lines are collected as they come."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        self.proc = subprocess.Popen([str(AGENTRL), "train", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
+
+    def wait_for(self, text: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"never saw {text!r}:\n{''.join(self.lines[-40:])}")
+            time.sleep(0.2)
+
+    def finish(self, timeout: float = 600) -> tuple[int, str]:
+        code = self.proc.wait(timeout)
+        time.sleep(0.2)
+        return code, "".join(self.lines)
+
+
+def pids_with(*words: str, without: str = "\0") -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if all(w in cmd for w in words) and without not in cmd:
+                out.append(int(d.name))
+    return out
+
+
+def test_a_killed_inference_server_is_restarted_and_the_run_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=5", "checkpoint.every_steps=0", *SMALL)
+    t.wait_for("step    2")
+    port = json.loads((run_dir / "servers.json").read_text())["servers"][0].rsplit(":", 1)[1]
+    victims = pids_with("agentrl", "serve", "--port", port)
+    assert len(victims) == 1
+    os.kill(victims[0], signal.SIGKILL)
+    code, out = t.finish()
+    assert code == 0, out[-3000:]
+    assert "died with exit code -9; restarting it" in out and "is back at" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["steps"] == 5 and summary["server_restarts"] == 1
+
+
+def test_a_killed_trainer_rank_stops_the_run_and_resume_loses_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=6", "checkpoint.every_steps=2", *SMALL)
+    t.wait_for("step    3")
+    rank = pids_with("agentrl.run.loop", str(run_dir), without="torch.distributed.run")
+    assert len(rank) == 1
+    os.kill(rank[0], signal.SIGKILL)
+    code, out = t.finish()
+    assert code == 2 and "the trainer ranks failed" in out, out[-3000:]
+    time.sleep(1)
+    port = json.loads((run_dir / "servers.json").read_text())["servers"][0].rsplit(":", 1)[1]
+    assert pids_with(str(run_dir)) == [] and pids_with("agentrl", "serve", "--port", port) == []  # nothing left
+    logged = len((run_dir / "rollout" / "episodes.jsonl").read_text().splitlines())
+    assert logged > 0
+
+    t = Train("--resume", str(run_dir))
+    code, out = t.finish()
+    assert code == 0, out[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["steps"] == 6 and summary["counters"]["episodes_replayed"] > 0
+    assert "resumed from step_000002" in out or "resumed from step_000004" in out
+
+
+def test_an_env_failing_on_30_percent_of_episodes_is_counted_not_fatal(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=3", "checkpoint.every_steps=0",
+              "rollout.dataset=flaky_arith:rows", "rollout.workflow_args.env_id=test/FlakyArith-v0",
+              "eval.dataset=null", *SMALL, env=env)
+    code, out = t.finish()
+    assert code == 0, out[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    failed = sum(r["rollout/failed"] for r in rows)
+    total = sum(r["rollout/trajectories"] for r in rows)
+    assert 0.15 < failed / total < 0.45, (failed, total)
+    assert all(r["batch/num_env_error"] == r["rollout/failed"] for r in rows)
+    assert all(r["train/loss"] == pytest.approx(r["train/loss"]) for r in rows)  # finite: a step was trained
