@@ -299,7 +299,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             summary["steps"] = step
             summary["step_s_mean"] = (summary.get("step_s_mean", wall) * 0.8 + wall * 0.2)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:
-                await run_eval(step, f"at step {step}")
+                await run_eval(step, "at")
             if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
                 await save(tr, executor, episode_log, step, summary, trained)
             if step % 10 == 0:
