@@ -33,7 +33,10 @@ How it behaves:
     (transport error, 5xx), its samples are re-run one request each.
   * **Behind a router.** With ``router=URL`` (SGLang's router in front of the same servers)
     every generation call goes to the router, which picks the worker; the weight-update
-    calls still go to every server directly (the router does not forward them).
+    calls still go to every server directly (the router does not forward them). Nothing is
+    batched then: the router's typed ``/generate`` refuses SGLang's batch form with
+    per-request sampling parameters or ids (422), so each request goes alone (a group still as
+    one request with ``n``).
   * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
     polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
     0.2 ms with ours) unless a ``transport`` is given.
@@ -130,7 +133,9 @@ class RemoteEngine:
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
-        self._batcher = GroupBatcher(self._post_generate, max_new_tokens=batch_max_new_tokens)
+        # sglang-router's typed /generate takes one sampling_params object and one rid string
+        # (a list of either is a 422), so behind it every request goes alone, in the plain form.
+        self._batcher = GroupBatcher(self._post_generate, max_new_tokens=-1 if router else batch_max_new_tokens)
         self._version = version
         self._last_update: tuple[str, int] | None = None
         self._unpaused = asyncio.Event()

@@ -86,3 +86,16 @@ async def test_generation_spreads_and_weight_updates_hold_behind_the_router(flee
     assert all(len(o.tokens) == 400 and o.finish_reason == "length" for o in outs)
     assert all(o.versions[0] == 0 and o.versions[-1] == 1 for o in outs)  # resumed through the router
     assert engine.stats["resumes"] >= 4 and after.versions == [1] * 4
+
+
+async def test_short_requests_of_one_tick_pass_the_router(fleet):
+    """A rollout's short requests arrive together; the router refuses SGLang's batch form with
+    per-request ids or sampling parameters (422), so behind it each one goes alone."""
+    router, _ = fleet
+    short = SamplingParams(max_new_tokens=6, temperature=1.0)
+    async with RemoteEngine(fleet[1], router=router.url, timeout=60) as engine:
+        singles = await asyncio.gather(*(engine.generate([*PROMPT, i], short) for i in range(8)))
+        group = await engine.generate_group(PROMPT, short, 4)
+        seeded = await engine.generate_group(PROMPT, SamplingParams(max_new_tokens=6, temperature=1.0, seed=7), 3)
+    assert all(len(c.tokens) == 6 for c in [*singles, *group, *seeded])
+    assert len({tuple(c.tokens) for c in seeded}) > 1  # seeds 7, 8, 9: not one sample three times
