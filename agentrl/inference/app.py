@@ -39,7 +39,9 @@ request-size limits beyond the model's context length.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,6 +53,28 @@ from agentrl.inference.state import ServeConfig, ServerState
 from agentrl.inference.wire import BadRequest, error_response
 
 log = logging.getLogger(__name__)
+
+
+class _ApiKey:
+    """ASGI middleware: with a key set, every route but ``/health*`` and ``/ready`` needs
+    ``Authorization: Bearer KEY`` (SGLang's rule for its ``--api-key``: probes need no secret)."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app = app
+        self.key = key.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and scope.get("method") != "OPTIONS" and not path.startswith(("/health", "/ready")):
+            header = dict(scope["headers"]).get(b"authorization", b"")
+            given = header[7:] if header[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(given, self.key):
+                response = JSONResponse({"error": {"message": "missing or wrong API key: send the header "
+                                                   "'Authorization: Bearer KEY' with the server's --api-key"}},
+                                        status_code=401)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
@@ -67,6 +91,8 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
 
     app = FastAPI(title="agentrl serve", lifespan=lifespan)
     app.state.server = state
+    if config.api_key:
+        app.add_middleware(_ApiKey, key=config.api_key)
 
     @app.exception_handler(BadRequest)
     async def _bad(_: Request, e: BadRequest):
