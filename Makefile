@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser sglang-frontend
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,23 @@ sandbox-image:
 	@if docker/ensure-engine.sh; then docker/build-sandbox-image.sh; \
 	elif [ -n "$$CI" ]; then echo "sandbox-image: CI is set and no Docker engine could be started" >&2; exit 1; \
 	else echo "sandbox-image: no Docker engine could be started; the Docker tests will skip" >&2; fi
+
+# The deployment images of docker-compose.yml — agentrl-trainer:cpu and agentrl-sandbox-service —
+# built on the sandbox image's debootstrap base when no registry answers (docker/build-images.sh).
+# Cached: nothing is rebuilt while the project's files are unchanged. docs/scaling.md uses them.
+images: sandbox-image
+	@if docker/ensure-engine.sh; then docker/build-images.sh; \
+	else echo "images: no Docker engine could be started" >&2; exit 1; fi
+
+# docker-compose (v1, Debian's) for tests/deploy, installed as root when missing.
+compose:
+	@if command -v docker-compose >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "compose: installing docker-compose (apt)" >&2; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			docker-compose; } >/dev/null; \
+	elif [ -n "$$CI" ]; then echo "compose: CI is set and docker-compose is missing" >&2; exit 1; \
+	else echo "compose: docker-compose is missing (apt-get install docker-compose); tests/deploy will fail" >&2; fi
 
 # The local sandbox's tools: bubblewrap (rootless jails) and libseccomp (every program's
 # seccomp filter), installed with apt when missing and we are root; fails when they cannot be
@@ -71,8 +88,9 @@ $(SGLANG_FRONTEND)/.installed: | $(BIN)/python
 
 sglang-frontend: $(SGLANG_FRONTEND)/.installed
 
-# ruff and the import contracts run inside the suite (tests/test_quality.py).
-test: install sandbox-image sandbox-tools browser sglang-frontend
+# ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
+# the images itself (cached) when a Docker engine answers.
+test: install sandbox-image sandbox-tools browser compose sglang-frontend
 	$(BIN)/python -m pytest -q -ra
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,

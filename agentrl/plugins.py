@@ -18,8 +18,10 @@ SANDBOX_BACKENDS = {
     "local": "sandboxes.local:LocalSandbox",
     "docker": "sandboxes.docker:DockerSandbox",
     "remote": "sandboxes.remote:RemoteSandbox",
+    "fleet": "sandboxes.fleet:SandboxFleet",
 }
-"""Short names of the sandbox backends; a URL (http://...) means the remote service."""
+"""Short names of the sandbox backends; a URL (http://...) means the remote service, and
+several URLs separated by commas a fleet of them."""
 
 ENV_PACKAGES = ("envs",)
 """Packages whose import registers ``agentrl/...`` environments with gymnasium."""
@@ -65,11 +67,14 @@ def register_envs() -> None:
 
 
 def make_sandbox(spec: Any = "local", **kwargs: Any) -> Any:
-    """A sandbox from a backend name, a URL of a sandbox service, an import path, or an
-    object that already is one (returned as is)."""
+    """A sandbox from a backend name, a URL of a sandbox service (several, comma-separated: a
+    fleet), an import path, or an object that already is one (returned as is)."""
     if not isinstance(spec, str):
         return spec
     if spec.startswith(("http://", "https://")):
+        urls = [u.strip() for u in spec.split(",") if u.strip()]
+        if len(urls) > 1:  # several services: programs are spread over them
+            return load_object(SANDBOX_BACKENDS["fleet"])(urls, **kwargs)
         return load_object(SANDBOX_BACKENDS["remote"])(spec, **kwargs)
     path = SANDBOX_BACKENDS.get(spec, spec)
     if ":" not in path and "." not in path:

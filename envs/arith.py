@@ -23,8 +23,9 @@ class ArithEnv(TextEnv):
 
     ## Description
     ``What is 17+72+97?``: the reply's last ``\\boxed{N}`` must hold the integer answer.
-    Problems come from ``agentrl.model.arith_data.generate_problems`` (held-out split by default, so
-    RL and evaluation never see the supervised data).
+    Problems come from ``agentrl.model.arith_data.generate_problems``: by default from its RL
+    pool (``split="rl"``), which the supervised data and the evaluation pool never share; an
+    evaluation passes ``split="eval"``.
 
     ## Action Space
     ``Text``: the assistant's reply, any Unicode string.
@@ -49,7 +50,7 @@ class ArithEnv(TextEnv):
 
     ## Arguments
     ``num_terms`` (default (3,)), ``max_operand`` (99), ``ops`` (("+",)), ``split``
-    ("heldout"): passed to ``generate_problems``; ``format_weight``; ``max_tokens``;
+    ("rl"; "eval" to evaluate): passed to ``generate_problems``; ``format_weight``; ``max_tokens``;
     ``max_wall_s``; ``render_mode``: "ansi" or None.
 
     ## Version History
@@ -61,7 +62,7 @@ class ArithEnv(TextEnv):
         num_terms: Sequence[int] = (3,),
         max_operand: int = 99,
         ops: Sequence[str] = ("+",),
-        split: str = "heldout",
+        split: str = "rl",
         format_weight: float = 0.0,
         max_tokens: int | None = None,
         max_wall_s: float | None = None,
@@ -105,12 +106,13 @@ class ArithEnv(TextEnv):
 
 
 def training_rows(seed: int, n: int = 20_000) -> list[dict[str, Any]]:
-    """Rows for RL on Arith-v0 (``rollout.dataset: envs.arith:training_rows``): held-out
-    ``a+b+c`` problems, in an order drawn from ``seed``."""
-    return [p.to_row() for p in generate_problems(n, seed=1_000_003 + seed)]
+    """Rows for RL on Arith-v0 (``rollout.dataset: envs.arith:training_rows``): ``a+b+c``
+    problems of the RL pool, in an order drawn from ``seed``; never an ``eval_rows`` problem."""
+    return [p.to_row() for p in generate_problems(n, seed=1_000_003 + seed, split="rl")]
 
 
 def eval_rows(seed: int, n: int = 1_000) -> list[dict[str, Any]]:
-    """Rows for evaluation (``eval.dataset: envs.arith:eval_rows``): held-out ``a+b+c``
-    problems, the same for every run whatever its seed."""
-    return [p.to_row() for p in generate_problems(n, seed=0)]
+    """Rows for evaluation (``eval.dataset: envs.arith:eval_rows``): ``a+b+c`` problems of the
+    evaluation pool (the ones ``build_info.json`` is measured on), the same for every run
+    whatever its seed."""
+    return [p.to_row() for p in generate_problems(n, seed=0, split="eval")]

@@ -37,12 +37,10 @@ from typing import Any
 from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus
 from agentrl.errors import InferenceError
 from agentrl.rollout.conversation import TokenConversation
-from agentrl.rollout.env_pool import EnvPool
-from agentrl.rollout.episode import guarded, sampling_params, step_metrics
-from agentrl.rollout.renderer import ChatRenderer
+from agentrl.rollout.episode import EnvEpisodes, step_metrics
 
 
-class EnvWorkflow:
+class EnvWorkflow(EnvEpisodes):
     """Reset, then generate and step until the env ends the episode; see the module docstring.
 
     ``env_id``: a registered env id; ``tokenizer``: a model directory or tokenizer object
@@ -62,20 +60,11 @@ class EnvWorkflow:
             raise ValueError(f"max_turns must be >= 1 or None, got {max_turns}")
         if not 0.0 <= discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {discount}")
-        self.renderer = ChatRenderer(tokenizer, chat_template_kwargs=chat_template_kwargs)
-        self.sampling = sampling_params(sampling)
-        self.envs = EnvPool(env_id, env_kwargs, max_idle=max_idle_envs)
+        super().__init__(env_id, tokenizer, sampling, env_kwargs, timeout_s=timeout_s,
+                         chat_template_kwargs=chat_template_kwargs, max_idle_envs=max_idle_envs)
         self.max_turns = max_turns
         self.max_context_tokens = max_context_tokens
-        self.timeout_s = timeout_s
         self.discount = discount
-
-    async def arun_episode(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory] | None:
-        return await guarded(self._play(client, row), timeout_s=self.timeout_s, what=f"{self.envs.env_id} episode")
-
-    async def aclose(self) -> None:
-        """Close the pooled envs (call once the run is over)."""
-        await self.envs.aclose()
 
     async def _play(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory]:
         async with self.envs.lease() as env:

@@ -26,12 +26,10 @@ from typing import Any
 
 from agentrl.api import NOT_SAMPLED, InferenceClient, SamplingParams, Trajectory
 from agentrl.errors import InferenceError
-from agentrl.rollout.env_pool import EnvPool
-from agentrl.rollout.episode import guarded, sampling_params, step_metrics
-from agentrl.rollout.renderer import ChatRenderer
+from agentrl.rollout.episode import EnvEpisodes, step_metrics
 
 
-class SingleTurnWorkflow:
+class SingleTurnWorkflow(EnvEpisodes):
     """Reset, one reply, one step; see the module docstring.
 
     ``env_id``: a registered env id; ``tokenizer``: a model directory or tokenizer object;
@@ -43,17 +41,8 @@ class SingleTurnWorkflow:
     def __init__(self, env_id: str, tokenizer: str | Path | Any, sampling: SamplingParams | Mapping | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, timeout_s: float = 600.0,
                  chat_template_kwargs: Mapping[str, Any] | None = None, max_idle_envs: int = 256) -> None:
-        self.renderer = ChatRenderer(tokenizer, chat_template_kwargs=chat_template_kwargs)
-        self.sampling = sampling_params(sampling)
-        self.envs = EnvPool(env_id, env_kwargs, max_idle=max_idle_envs)
-        self.timeout_s = timeout_s
-
-    async def arun_episode(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory] | None:
-        return await guarded(self._play(client, row), timeout_s=self.timeout_s, what=f"{self.envs.env_id} episode")
-
-    async def aclose(self) -> None:
-        """Close the pooled envs (call once the run is over)."""
-        await self.envs.aclose()
+        super().__init__(env_id, tokenizer, sampling, env_kwargs, timeout_s=timeout_s,
+                         chat_template_kwargs=chat_template_kwargs, max_idle_envs=max_idle_envs)
 
     async def _play(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory]:
         async with self.envs.lease() as env:

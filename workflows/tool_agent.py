@@ -33,9 +33,7 @@ from openai import NOT_GIVEN
 
 from agentrl.api import InferenceClient, SamplingParams, Trajectory
 from agentrl.rollout.chat_client import ChatClient
-from agentrl.rollout.env_pool import EnvPool
-from agentrl.rollout.episode import guarded, sampling_params, step_metrics
-from agentrl.rollout.renderer import ChatRenderer
+from agentrl.rollout.episode import EnvEpisodes, step_metrics
 from agentrl.toolcalls import ToolCall
 
 
@@ -70,7 +68,7 @@ class ToolAgent:
         return {**result, "done": False, "cut": True}
 
 
-class ToolAgentWorkflow:
+class ToolAgentWorkflow(EnvEpisodes):
     """``ToolAgent`` on a registered env; see the module docstring.
 
     ``env_id``, ``tokenizer``, ``sampling``, ``env_kwargs``: as ``EnvWorkflow``'s;
@@ -86,17 +84,10 @@ class ToolAgentWorkflow:
                  max_idle_envs: int = 256) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.renderer = ChatRenderer(tokenizer, chat_template_kwargs=chat_template_kwargs)
-        self.sampling = sampling_params(sampling)
-        self.envs = EnvPool(env_id, env_kwargs, max_idle=max_idle_envs)
-        self.max_turns, self.timeout_s, self.discount = max_turns, timeout_s, discount
+        super().__init__(env_id, tokenizer, sampling, env_kwargs, timeout_s=timeout_s,
+                         chat_template_kwargs=chat_template_kwargs, max_idle_envs=max_idle_envs)
+        self.max_turns, self.discount = max_turns, discount
         self.context_length = context_length
-
-    async def arun_episode(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory] | None:
-        return await guarded(self._play(client, row), timeout_s=self.timeout_s, what=f"{self.envs.env_id} episode")
-
-    async def aclose(self) -> None:
-        await self.envs.aclose()
 
     async def _play(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory]:
         chat = ChatClient(client, self.renderer, context_length=self.context_length, timeout_s=None)

@@ -3,10 +3,13 @@
     agentrl train CONFIG [key=value ...]          start a run (its run_dir must be new)
     agentrl train --resume RUN_DIR [key=value ...]  continue a run from its last checkpoint
     agentrl train --help-config                   every config key, its default and help
+    agentrl train CONFIG nnodes=N node_rank=R master_addr=A master_port=P   once per node
+    agentrl train CONFIG launcher=ray [ray.address=HOST:PORT]             on a running Ray cluster
 
 Starts the inference servers the config asks for (or uses given URLs), then the trainer
 ranks under torchrun (rank 0 runs the rollout executor), and stops all of them on exit,
-Ctrl-C or the failure of any one, saying which failed and why. Everything the run writes is
+Ctrl-C or the failure of any one, saying which failed and why (docs/scaling.md: several
+nodes, Ray, SGLang's router, Docker Compose). Everything the run writes is
 under its run_dir: config.yaml, metrics.jsonl, tensorboard/, trajectories/, checkpoints/,
 curves.png, summary.json, logs/. The last line printed is the run's summary as one JSON
 object (eval_before, eval_after, steps, minutes, run_dir, ...). Overrides on --resume allow
@@ -66,12 +69,15 @@ def run(args) -> int:
             raise ConfigError("give a config file: agentrl train CONFIG [key=value ...] (or --resume RUN_DIR)")
         cfg = load_config(RunConfig, config_path, overrides)
         run_dir = Path(cfg.run_dir)
-        if (run_dir / "metrics.jsonl").exists() or latest_checkpoint(run_dir) is not None:
+        if cfg.node_rank == 0 and ((run_dir / "metrics.jsonl").exists() or latest_checkpoint(run_dir) is not None):
             raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run; continue it with "
                               f"`agentrl train --resume {run_dir}`, or pick another with run_dir=...")
     check_run_config(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    if cfg.node_rank == 0:  # the other nodes' ranks read node 0's (run_dir is shared)
+        save_config(cfg, run_dir / "config.yaml")
+    if cfg.launcher == "ray":
+        from agentrl.run.ray_launcher import launch
     summary = launch(cfg, run_dir)
     print(json.dumps(summary), flush=True)
     return 0

@@ -31,6 +31,9 @@ How it behaves:
     seed + 1, ...``, since ``n`` copies of one seed would be ``n`` equal samples). Each sample
     that comes back aborted is resumed on its own, as above; if a group's request fails
     (transport error, 5xx), its samples are re-run one request each.
+  * **Behind a router.** With ``router=URL`` (SGLang's router in front of the same servers)
+    every generation call goes to the router, which picks the worker; the weight-update
+    calls still go to every server directly (the router does not forward them).
   * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
     polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
     0.2 ms with ours) unless a ``transport`` is given.
@@ -67,6 +70,10 @@ from agentrl.inference.transport import KeepAliveTransport
 log = logging.getLogger(__name__)
 
 _TRANSPORT_ERRORS = (httpx.TransportError,)
+
+
+def _base_url(address: str) -> str:
+    return address.rstrip("/") if "://" in address else f"http://{address.rstrip('/')}"
 
 
 @dataclass
@@ -109,13 +116,14 @@ class RemoteEngine:
     def __init__(self, addresses: Sequence[str] | str, *, timeout: float = 600.0, connect_timeout: float = 5.0,
                  control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
                  health_check_interval: float = 2.0, max_resumes: int = 1000,
-                 batch_max_new_tokens: int = 32, version: int = 0,
+                 batch_max_new_tokens: int = 32, version: int = 0, router: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None, api_key: str | None = None) -> None:
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:
             raise ValueError("RemoteEngine needs at least one server address, e.g. http://127.0.0.1:30000")
-        self._servers = [_Server(a.rstrip("/") if "://" in a else f"http://{a.rstrip('/')}") for a in addresses]
+        self._servers = [_Server(_base_url(a)) for a in addresses]
+        self._router = _Server(_base_url(router)) if router else None
         self.timeout, self.control_timeout = timeout, control_timeout
         self.max_retries, self.backoff = max_retries, backoff
         self.health_check_interval, self.max_resumes = health_check_interval, max_resumes
@@ -322,6 +330,9 @@ class RemoteEngine:
     # ------------------------------------------------------------------ servers
 
     async def _pick(self) -> _Server:
+        if self._router is not None:  # the router picks the worker; a failed call is retried through it
+            self._router.healthy = True
+            return self._router
         for round_ in range(self.max_retries + 1):
             now = time.monotonic()
             for s in self._servers:

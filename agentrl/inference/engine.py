@@ -248,6 +248,10 @@ class Engine:
                 "radix_cache_tokens": c.size if c else 0, "radix_cache_capacity": c.capacity if c else 0,
                 "radix_cache_evicted_tokens": c.evicted if c else 0}
 
+    def tokens_in_use(self) -> int:
+        """Prompt + output tokens of the requests in slots (what SGLang's ``/get_load`` calls num_tokens)."""
+        return sum(len(r.input_ids) + len(r.output_ids) for r in self._slots if r is not None)
+
     def is_live(self, rid: str) -> bool:
         return rid in self._live
 

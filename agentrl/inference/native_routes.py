@@ -4,11 +4,11 @@ What it is: ``native_routes(state)`` — ``POST /generate`` (single, batched, ``
 streamed), ``/pause_generation``, ``/continue_generation``, ``/abort_request``,
 ``/update_weights_from_disk``, ``/update_weight_version``, ``GET|POST /flush_cache``,
 ``GET /model_info`` (+ ``/get_model_info``), ``/server_info`` (+ ``/get_server_info``),
-``/health``, ``/health_generate``, ``/ready``, ``/v1/loads`` — with SGLang's field names and
-response shapes (``agentrl.inference.app`` lists where we knowingly differ). ``/flush_cache``
-empties the prefix cache; ``/get_server_info`` and ``/v1/loads`` report its hit rate. Validation and
-result shapes come from ``agentrl.inference.wire``. What it is not: the OpenAI routes
-(``openai_routes``).
+``/health``, ``/health_generate``, ``/ready``, ``/v1/loads``, ``/get_load`` (0.5.10's, which
+sglang-router polls) — with SGLang's field names and response shapes (``agentrl.inference.app``
+lists where we knowingly differ). ``/flush_cache`` empties the prefix cache; ``/get_server_info``
+and ``/v1/loads`` report its hit rate. Validation and result shapes come from
+``agentrl.inference.wire``. What it is not: the OpenAI routes (``openai_routes``).
 """
 
 from __future__ import annotations
@@ -164,6 +164,14 @@ def native_routes(state: ServerState) -> APIRouter:
     @router.get("/ready")
     async def ready():
         return Response(status_code=503 if state.engine.paused else 200)
+
+    @router.get("/get_load")
+    async def get_load():
+        # SGLang 0.5.10's shape, one entry per data-parallel rank; sglang-router polls it for its
+        # load-aware policies and GET /get_loads (num_tokens: prompt + output of running requests)
+        load = state.engine.load()
+        return [{"dp_rank": 0, "num_reqs": load["num_running_reqs"] + load["num_waiting_reqs"],
+                 "num_waiting_reqs": load["num_waiting_reqs"], "num_tokens": state.engine.tokens_in_use()}]
 
     @router.get("/v1/loads")
     async def loads():

@@ -9,7 +9,8 @@ ready=<name>)``, which returns once that line is printed, with the URL in ``url`
 line the child printed in ``lines`` (for error messages); ``stop()`` or the end of a ``with``
 block ends it. ``ServerProcess(model_dir)`` is the one for ``agentrl serve``, used by the
 demo, the benchmarks and the tests. ``free_port()`` is for the few programs (torchrun's
-rendezvous) that must be told a port instead of reporting one.
+rendezvous) that must be told a port instead of reporting one; ``stop_process(proc)`` ends
+any child (SIGTERM, then SIGKILL).
 
 What it is not: the apps themselves, nor a launcher for SGLang (``python -m
 sglang.launch_server`` on GPU machines; pass their URLs to ``RemoteEngine``).
@@ -172,13 +173,19 @@ class ServiceProcess:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 15 s."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen | None, grace_s: float = 15.0) -> None:
+    """End a child: SIGTERM, then SIGKILL if it is still there after ``grace_s`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
 
 
 SERVE_READY = "agentrl serve: ready on "

@@ -1,16 +1,18 @@
 """Integer arithmetic problems: the demo task family of the tiny model.
 
 What it is: a seeded generator of problems such as ``What is 17+72+97?`` (answer 186), the
-answer format ``\\boxed{N}`` and its extractor, the held-out split that keeps evaluation and
-RL problems out of the supervised data, and the ``calculator`` tool (its OpenAI schema and a
+answer format ``\\boxed{N}`` and its extractor, the splits (a held-out share that keeps
+evaluation and RL problems out of the supervised data, itself split into an evaluation pool
+and an RL pool that never overlap), and the ``calculator`` tool (its OpenAI schema and a
 safe evaluator) that tool-call traces and the tool-use environment share. Pure Python: it
 imports neither torch nor transformers. What it is not: an environment (``envs/`` wraps it)
 or a verifier of free-form math (``envs/math`` does that).
 
 Main hooks::
 
-    problems = generate_problems(1000, seed=0)                 # held-out split (eval / RL)
-    train = generate_problems(1000, seed=0, split="train")     # never overlaps the above
+    problems = generate_problems(1000, seed=0)                 # the evaluation pool
+    prompts = generate_problems(1000, seed=0, split="rl")      # the RL pool: never overlaps it
+    train = generate_problems(1000, seed=0, split="train")     # overlaps neither
     extract_answer(r"so \\boxed{186}") == 186
 
 How the tiny model was trained to see a problem (match it to get its trained accuracy):
@@ -33,7 +35,11 @@ from typing import Any
 
 QUESTION_TEMPLATE = "What is {expression}?"
 HELDOUT_PERCENT = 10  # share of all expressions reserved for evaluation and RL
-SPLITS = ("heldout", "train", "all")
+EVAL_PERCENT = 50  # share of the held-out expressions reserved for evaluation (the rest: RL)
+_MEMBERS = {"eval": ("eval",), "rl": ("rl",), "heldout": ("eval", "rl"), "train": ("train",),
+            "all": ("eval", "rl", "train")}  # each split's pools (see split_of)
+SPLITS = tuple(_MEMBERS)
+MAX_MISSES = 100_000  # consecutive draws outside the split before generate_problems gives up
 OPS = ("+", "-", "*")
 
 CALCULATOR_TOOL: dict[str, Any] = {
@@ -65,10 +71,23 @@ class ArithProblem:
         return {"question": self.question, "answer": str(self.answer), "expression": self.expression}
 
 
-def is_heldout(expression: str) -> bool:
-    """Whether ``expression`` belongs to the held-out split (a fixed hash, the same everywhere)."""
+def split_of(expression: str) -> str:
+    """The pool ``expression`` belongs to: ``"train"``, ``"eval"`` or ``"rl"``.
+
+    A fixed hash, the same on every machine and in every process: the first 8 bytes of the
+    expression's SHA-256 put ``HELDOUT_PERCENT`` % of all expressions in the held-out share,
+    the next 8 bytes put ``EVAL_PERCENT`` % of those in the evaluation pool and the rest in
+    the RL pool (independent bits, so each pool is a uniform sample of the held-out share).
+    """
     digest = hashlib.sha256(expression.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % 100 < HELDOUT_PERCENT
+    if int.from_bytes(digest[:8], "big") % 100 >= HELDOUT_PERCENT:
+        return "train"
+    return "eval" if int.from_bytes(digest[8:16], "big") % 100 < EVAL_PERCENT else "rl"
+
+
+def is_heldout(expression: str) -> bool:
+    """Whether ``expression`` is held out of supervised data (in the evaluation or the RL pool)."""
+    return split_of(expression) != "train"
 
 
 def generate_problems(
@@ -78,28 +97,37 @@ def generate_problems(
     num_terms: tuple[int, ...] = (3,),
     max_operand: int = 99,
     ops: tuple[str, ...] = ("+",),
-    split: str = "heldout",
+    split: str = "eval",
 ) -> list[ArithProblem]:
     """``n`` problems drawn from ``random.Random(seed)``: the same arguments give the same list.
 
     The defaults are the demo task: ``a+b+c`` with operands 0..99 (the tiny model's headline
     accuracy is measured on these; ``num_terms=(2,)`` is much easier for it).
     Each problem picks its number of terms uniformly from ``num_terms``, operands uniformly
-    from 0..max_operand and each operator uniformly from ``ops``. ``split`` keeps only
-    held-out expressions (``"heldout"``, for evaluation and RL), only the others
-    (``"train"``, for supervised data) or both (``"all"``). Problems may repeat when the
-    space is small (two terms under 100 hold only ~1,000 held-out expressions).
+    from 0..max_operand and each operator uniformly from ``ops``. ``split`` keeps only the
+    expressions of one pool (``split_of``): ``"eval"`` (the default: problems to measure a
+    model on), ``"rl"`` (prompts for RL, disjoint from ``"eval"``), ``"heldout"`` (both),
+    ``"train"`` (supervised data; disjoint from both) or ``"all"``. Problems may repeat when
+    the space is small (two terms under 100 hold ~500 expressions in each held-out pool).
     """
     _check_args(n, num_terms, max_operand, ops, split)
     rng = random.Random(seed)
+    members = _MEMBERS[split]
     out: list[ArithProblem] = []
+    misses = 0
     while len(out) < n:
         k = rng.choice(num_terms)
         operands = [rng.randint(0, max_operand) for _ in range(k)]
         operators = [rng.choice(ops) for _ in range(k - 1)]
         expression = str(operands[0]) + "".join(f"{o}{v}" for o, v in zip(operators, operands[1:], strict=True))
-        if split != "all" and is_heldout(expression) != (split == "heldout"):
+        if split_of(expression) not in members:
+            misses += 1
+            if misses > MAX_MISSES:
+                raise ValueError(f"{MAX_MISSES} draws in a row fell outside split {split!r}: this problem space "
+                                 "(num_terms, max_operand, ops) has (almost) no expressions in it; widen the "
+                                 "space or use split='all'")
             continue
+        misses = 0
         out.append(make_problem(expression))
     return out
 

@@ -14,27 +14,35 @@ The recipe (numbers measured on 2 CPU cores; see docs/DESIGN.md and TinyModelCon
   the whole cost here (matrix products are 63% of a step, at ~70 GFLOP/s per core): 3x is the
   narrowest MLP that keeps the model above a million parameters.
 - data: ``What is a+b+c?`` -> ``\\boxed{N}<|end|>`` (70%) and ``a+b`` (30%), operands 0..99,
-  from the *train* split only: evaluation and RL problems (the held-out split) never appear.
-  A fraction of the steps trains on tool-call traces instead: the calculator tool in the
-  system turn, the assistant calls ``calculator(expression)``, the tool turn returns the
+  from the *train* split only: the evaluation and RL pools (``arith_data.split_of``) never
+  appear. A fraction of the steps trains on tool-call traces instead: the calculator tool in
+  the system turn, the assistant calls ``calculator(expression)``, the tool turn returns the
   result, the assistant answers ``\\boxed{N}``. Loss on assistant tokens only.
 - optimizer: Muon on the hidden matrices and AdamW on embeddings and norms
   (``agentrl.optim.MuonAdamW``), peak lr 4e-3, linear warmup then cosine decay to
   ``min_lr_ratio`` of the peak over ``schedule_steps``; the schedule does not depend on
-  ``sft_steps``, so a build that stops at step k has the weights of a longer one at step k.
-  Muon is what brings the build under five minutes: held-out ``a+b+c`` accuracy climbs
-  steeply late in training, and with AdamW (lr 2e-3, the 4x MLP) that climb came at steps
-  650-750 of a 900-step schedule (22% at 650, 36% at 700, on 250 problems), a 350 s build.
-  With Muon and the 3x MLP the default build stops at step 600 of a 700-step schedule:
-  19.6% on 1,000 problems, 272 s in all (0.44 s a step; Muon's orthogonalization is
-  ~50 ms of it).
-- why it stops before the schedule ends: the same 600 steps with a 600-step schedule
-  reach 39.1%, but that fully decayed model did not improve under the demo's RL (groups
-  of 8: -6 points in 20 GRPO steps at lr 5e-5, +3 at 2e-5, collapse at 2e-4), while the
-  model stopped mid-schedule gains (19.8% -> 24.6% with groups of 8, -> 33.0% with the
-  demo's 16; 500 problems).
-- a fixed number of steps, never wall time: because of that steep climb a time budget
-  would make the starting point drift between machines.
+  ``sft_steps``, so a build that stops at step k has the weights of a longer one at step k
+  (byte for byte: a 700-step run saved at step 650 equals the default build). Muon gets
+  there in fewer steps than AdamW did (with a 4x MLP AdamW needed ~700 steps of a 900-step
+  schedule). The default build stops at step 650 of a 700-step schedule: 15.1% on the
+  1,000 evaluation problems, 348 s on one thread of a lightly loaded 2-core machine (0.53 s
+  a step).
+- one thread by default: the weights depend on the thread count (the same count gives the
+  same bytes), and a 2-thread build on a 2-core machine that others also use crawls (no
+  step 500 after 40 minutes at load 6-19, where one thread took 0.9 s a step).
+- why step 650: late in training the model writes the hundreds and tens of ``a+b+c`` right
+  ~90% of the time but only brackets the units digit, and the *mean error* of that digit is
+  a stiff direction that each SFT step at lr ~5e-4 pushes around. Greedy accuracy follows
+  that offset, not what the model knows (evaluation pool; mean error of the greedy answer;
+  mean probability of the right answer; one thread): step 500 10.1% (-1.8; 0.09), 600
+  14.4% (+1.4; 0.16), 650 15.1% (-1.3; 0.17), 700 33.0% (-0.6; 0.26). RL removes such an offset within
+  10-20 steps and then keeps raising the probability of the right answer, so a model
+  stopped where it knows much but is off by a unit gains most: the demo's recipe takes
+  step 650 from 15.1% to 43.5-44.3% in 40 steps (mean error -0.2, right-answer probability
+  0.28), while in 60 steps the fully decayed step 700 gained ~15 points and the former
+  default (step 600 on two threads: 21.4%, +1.0 off) 13-16.
+- a fixed number of steps, never wall time: because of that offset a time budget would
+  make the starting point drift between machines.
 - what it does not learn in that budget: to copy the question's expression into the
   calculator call. It calls the tool in the right format almost every time, but with
   an expression of its own making (see ``tool_expression_rate`` in build_info.json).
@@ -118,7 +126,7 @@ class TinyModelConfig:
     hidden_size: int = option(128, help="model width (4 query / 2 key-value heads)", ge=16, le=1024)
     num_layers: int = option(5, help="transformer layers (5 x 128 wide, MLP 3x = 1.02 M parameters)", ge=1, le=24)
     mlp_ratio: int = option(3, help="MLP width as a multiple of hidden_size", ge=1, le=8)
-    sft_steps: int = option(600, help="optimizer steps; fixed, never a time budget", ge=1)
+    sft_steps: int = option(650, help="optimizer steps; fixed, never a time budget", ge=1)
     schedule_steps: int = option(700, help="length of the lr schedule; sft_steps may stop before its end",
                                  ge=1)
     batch_size: int = option(128, help="arithmetic sequences per step", ge=1)
@@ -138,7 +146,8 @@ class TinyModelConfig:
     eval_tool_problems: int = option(100, help="held-out problems asked with the calculator tool", ge=0)
     eval_seed: int = option(0, help="seed of the evaluation problems", ge=0)
     eval_batch_size: int = option(250, help="prompts per generation batch at evaluation", ge=1)
-    threads: int = option(2, help="torch CPU threads (results are reproducible for a fixed value)", ge=1)
+    threads: int = option(1, help="torch CPU threads; the weights depend on it (same value, same bytes). "
+                                  "1: a 2-thread build on a busy 2-core machine crawls", ge=1)
 
     def __post_init__(self) -> None:
         if self.sft_steps > self.schedule_steps:
@@ -423,7 +432,7 @@ def tool_metrics(model, tok, problems: list[ArithProblem], batch_size: int = 250
 
 def evaluate(model, tok, *, problems: int, seed: int = 0, sample: int | None = None,
              tool_problems: int = 0, batch_size: int = 250) -> dict[str, Any]:
-    """Greedy accuracy on held-out a+b+c (the headline), a+b, and with the calculator tool."""
+    """Greedy accuracy on a+b+c of the evaluation pool (the headline), a+b, and with the calculator tool."""
     held = generate_problems(problems, seed)
     correct = arith_correct(model, tok, held, batch_size)
     info: dict[str, Any] = {"accuracy": sum(correct) / max(1, problems), "eval_problems": problems, "eval_seed": seed}

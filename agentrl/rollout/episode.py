@@ -7,18 +7,25 @@ cancelled. ``sampling_params(value)`` reads the ``sampling`` a workflow is confi
 (a ``SamplingParams``, a mapping of its fields, or None for the defaults). ``step_metrics``
 turns what an env's last step said into the float metrics a trajectory carries.
 
+``EnvEpisodes`` is what the env-backed workflows share: the chat renderer, the sampling
+settings, a pool of envs leased per episode, and one guarded episode per ``arun_episode``
+(the subclass writes ``_play``).
+
 What it is not: an episode loop (``workflows/``) or the executor that runs many.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from agentrl.api import SamplingParams, Trajectory, TrajectoryStatus
+from agentrl.api import InferenceClient, SamplingParams, Trajectory, TrajectoryStatus
 from agentrl.errors import AgentRLError, ConfigError, InferenceError, SandboxError
+from agentrl.rollout.env_pool import EnvPool
+from agentrl.rollout.renderer import ChatRenderer
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +81,33 @@ def step_metrics(info: Mapping[str, Any], *, terminated: bool, truncated: bool) 
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"reward/{name}"] = float(value)
     return out
+
+
+class EnvEpisodes(abc.ABC):
+    """Base of the workflows that play a registered env: ``arun_episode`` runs the subclass's
+    ``_play(client, row)`` under ``timeout_s`` with failures as data; ``aclose`` closes the envs.
+
+    ``env_id``: a registered env id; ``tokenizer``: a model directory, tokenizer or renderer;
+    ``sampling``: ``SamplingParams`` or a mapping of its fields, per reply; ``env_kwargs``: for
+    ``gymnasium.make``; ``chat_template_kwargs``: extra template variables; ``max_idle_envs``:
+    envs kept for reuse.
+    """
+
+    def __init__(self, env_id: str, tokenizer: Any, sampling: SamplingParams | Mapping[str, Any] | None = None,
+                 env_kwargs: Mapping[str, Any] | None = None, *, timeout_s: float = 900.0,
+                 chat_template_kwargs: Mapping[str, Any] | None = None, max_idle_envs: int = 256) -> None:
+        self.renderer = ChatRenderer(tokenizer, chat_template_kwargs=chat_template_kwargs)
+        self.sampling = sampling_params(sampling)
+        self.envs = EnvPool(env_id, env_kwargs, max_idle=max_idle_envs)
+        self.timeout_s = timeout_s
+
+    async def arun_episode(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory] | None:
+        return await guarded(self._play(client, row), timeout_s=self.timeout_s, what=f"{self.envs.env_id} episode")
+
+    async def aclose(self) -> None:
+        """Close the pooled envs (call once the run is over)."""
+        await self.envs.aclose()
+
+    @abc.abstractmethod
+    async def _play(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory]:
+        """One episode of ``row`` (failures may raise: ``arun_episode`` turns them into data)."""

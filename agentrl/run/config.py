@@ -35,6 +35,10 @@ class SamplingConfig:
                               top_p=self.top_p, top_k=self.top_k, seed=seed)
 
 
+ROUTERS = ("client", "sglang")
+LAUNCHERS = ("local", "ray")
+
+
 @dataclass
 class InferenceConfig:
     """Where generation happens."""
@@ -50,6 +54,11 @@ class InferenceConfig:
     request_timeout_s: float = option(600.0, gt=0, help="seconds one generation call may take")
     startup_timeout_s: float = option(300.0, gt=0, help="seconds a started server may take to be ready")
     restart_failed: bool = option(True, help="restart a started server that dies (the client re-syncs its weights)")
+    router: str = option("client", choices=ROUTERS,
+                         help="client: RemoteEngine sends each call to the server with the fewest in flight; "
+                              "sglang: start SGLang's router (pip install sglang-router) in front of the servers "
+                              "and generate through it (weight updates still go to every server)")
+    router_args: list[str] = option([], help="more arguments for the router, e.g. [--policy, power_of_two]")
 
 
 @dataclass
@@ -103,6 +112,23 @@ class LoggingConfig:
 @dataclass
 class SandboxConfig:
     backend: str = option("", help="sandbox of code envs: local, docker, a service URL; empty: the env's default")
+    services: list[str] = option([], help="URLs of sandbox services (agentrl sandbox serve); programs are spread "
+                                          "over them (the least busy first); replaces backend when given")
+
+    def spec(self) -> str:
+        """What code envs get as their ``sandbox`` argument ("" when the env's default applies);
+        several services are one comma-separated spec (``agentrl.plugins.make_sandbox``)."""
+        return ",".join(self.services) if self.services else self.backend
+
+
+@dataclass
+class RayConfig:
+    """``launcher: ray``: where and how the run's processes are placed on a Ray cluster."""
+
+    address: str = option("auto", help="the cluster to join: auto (RAY_ADDRESS, else the one `ray start --head` "
+                                       "started on this machine) or ray://HOST:PORT / HOST:PORT")
+    placement_strategy: str = option("PACK", choices=("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+                                     help="how the trainer ranks' placement group spreads over nodes")
 
 
 @dataclass
@@ -126,7 +152,18 @@ class RunConfig:
     steps: int = option(100, ge=1, help="train steps (policy versions) to run")
     max_minutes: float | None = option(None, gt=0, help="stop (and save) after this much wall time")
     seed: int = option(0, help="seed of the data order and of the trainer")
-    world_size: int = option(1, ge=1, help="trainer ranks (processes under torchrun)")
+    world_size: int = option(1, ge=1, help="trainer ranks in all (processes under torchrun, split evenly over nnodes)")
+    nnodes: int = option(1, ge=1, help="nodes the trainer ranks span (torchrun --nnodes); run `agentrl train` "
+                                       "once per node, run_dir on a filesystem all of them share")
+    node_rank: int = option(0, ge=0, help="this node (torchrun --node-rank); node 0 starts the inference servers "
+                                          "and holds rank 0")
+    master_addr: str = option("127.0.0.1", help="an address of node 0 every node reaches (torchrun --master-addr)")
+    master_port: int | None = option(None, ge=1, le=65535, help="rendezvous port on node 0 (torchrun "
+                                                                "--master-port); required with nnodes > 1; "
+                                                                "null: a free port")
+    launcher: str = option("local", choices=LAUNCHERS, help="local: processes on this machine (torchrun); ray: "
+                                                            "actors on a running Ray cluster (pip install "
+                                                            "'agentrl[ray]')")
     device: str = option("cpu", choices=("cpu", "cuda"), help="where the trainer ranks run")
     threads: int = option(1, ge=1, help="torch threads of each trainer rank")
     inference: InferenceConfig = option(InferenceConfig, help="inference servers")
@@ -136,6 +173,7 @@ class RunConfig:
     checkpoint: CheckpointConfig = option(CheckpointConfig, help="checkpoints")
     logging: LoggingConfig = option(LoggingConfig, help="metrics and samples")
     sandbox: SandboxConfig = option(SandboxConfig, help="sandboxes")
+    ray: RayConfig = option(RayConfig, help="launcher: ray")
     gateway: GatewayConfig = option(GatewayConfig, help="the gateway (rollout.source: gateway)")
 
 
@@ -200,12 +238,21 @@ def check_run_config(cfg: RunConfig) -> None:
             close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "; `agentrl envs` lists them"
             raise ConfigError(f"config key 'rollout.workflow_args.env_id': no environment {env_id!r}{hint}")
-    if cfg.device == "cuda" or cfg.inference.engine == "sglang":
+        if cfg.sandbox.spec() and not takes_sandbox(env_id):
+            key = "sandbox.services" if cfg.sandbox.services else "sandbox.backend"
+            raise ConfigError(f"config key {key!r}: the environment {env_id!r} takes no sandbox argument; "
+                              "leave the sandbox keys empty for it (they are for code environments)")
+    for url in cfg.sandbox.services:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"config key 'sandbox.services': {url!r} is not a URL of a sandbox service "
+                              "(http://HOST:PORT, as `agentrl sandbox serve` prints it)")
+    check_placement(cfg)
+    if cfg.launcher == "local" and (cfg.device == "cuda" or cfg.inference.engine == "sglang"):
         import torch
 
         have = torch.cuda.device_count()
-        need = cfg.world_size if cfg.device == "cuda" else 0
-        if cfg.inference.engine == "sglang" and not cfg.inference.servers:
+        need = cfg.world_size // cfg.nnodes if cfg.device == "cuda" else 0
+        if cfg.inference.engine == "sglang" and not cfg.inference.servers and cfg.node_rank == 0:
             need += cfg.inference.num_servers
         if need > have:
             raise ConfigError(f"config keys 'device'/'world_size'/'inference': the run needs {need} GPUs, "
@@ -219,3 +266,43 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.rollout.max_concurrent < cfg.rollout.group_size:
         raise ConfigError(f"config key 'rollout.max_concurrent': {cfg.rollout.max_concurrent} cannot hold one "
                           f"group of rollout.group_size={cfg.rollout.group_size} episodes")
+
+
+def check_placement(cfg: RunConfig) -> None:
+    """The keys that say where processes go: nodes, launcher, router."""
+    import importlib.util
+
+    if cfg.world_size % cfg.nnodes:
+        raise ConfigError(f"config key 'world_size': {cfg.world_size} ranks cannot be split evenly over "
+                          f"nnodes={cfg.nnodes} (torchrun runs the same number of ranks on every node)")
+    if cfg.node_rank >= cfg.nnodes:
+        raise ConfigError(f"config key 'node_rank': {cfg.node_rank} is not below nnodes={cfg.nnodes}")
+    if cfg.nnodes > 1 and cfg.master_port is None:
+        raise ConfigError("config key 'master_port': nnodes > 1 needs a fixed rendezvous port that every node "
+                          "is given (and master_addr, an address of node 0 they all reach)")
+    if cfg.launcher == "ray":
+        if cfg.nnodes > 1:
+            raise ConfigError("config key 'nnodes': with launcher=ray, Ray places the ranks; leave nnodes at 1 "
+                              "and run `agentrl train` once, on a node of the cluster")
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("config key 'launcher': ray is not installed (pip install 'agentrl[ray]')")
+    if cfg.inference.router == "sglang" and importlib.util.find_spec("sglang_router") is None:
+        raise ConfigError("config key 'inference.router': sglang-router is not installed "
+                          "(pip install 'agentrl[router]')")
+
+
+def takes_sandbox(env_id: str) -> bool:
+    """Whether the registered environment's constructor takes a ``sandbox`` argument."""
+    import inspect
+
+    import gymnasium
+
+    from agentrl.plugins import load_object
+
+    entry = gymnasium.spec(env_id).entry_point
+    make = load_object(entry) if isinstance(entry, str) else entry
+    try:
+        params = inspect.signature(make).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: assume it does
+        return True
+    return any(p.name == "sandbox" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

@@ -11,8 +11,15 @@ the run. On exit, Ctrl-C or any failure every child is stopped and the error nam
 that failed with the end of its output. Logs: ``RUN_DIR/logs/server-N.log`` and
 ``RUN_DIR/logs/trainer.log``; the trainer's output is also echoed to the terminal.
 
-What it is not: a cluster scheduler. Other launchers (Ray, Slurm) would start the same
-``agentrl.run.loop`` ranks and pass the same ``servers.json``.
+Several nodes (``nnodes > 1``): ``agentrl train`` runs once per node with its ``node_rank``;
+node 0 starts the servers (and the router) and writes ``servers.json``, every node starts its
+share of the ranks under ``torchrun --nnodes N --node-rank R --master-addr A --master-port P``
+(``torchrun_command``), and ``run_dir`` must be on a filesystem every node sees (weights and
+checkpoints go there too). With ``inference.router: sglang`` SGLang's router is started in
+front of the servers (``agentrl.run.router``).
+
+What it is not: a cluster scheduler. ``agentrl.run.ray_launcher`` starts the same
+``agentrl.run.loop`` ranks and servers as Ray actors and writes the same ``servers.json``.
 """
 
 from __future__ import annotations
@@ -29,16 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import AgentRLError, ServerUnavailable, TrainerError
-from agentrl.launch.services import ServerProcess, ServiceProcess, free_port
+from agentrl.launch.services import ServerProcess, ServiceProcess, free_port, stop_process
 
 
 class ManagedServer:
     """One inference server the run started, restartable on its port."""
 
-    def __init__(self, index: int, cfg: Any, log_dir: Path) -> None:
-        self.index, self.cfg, self.log_dir = index, cfg, log_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(self, index: int, cfg: Any, log_dir: Path, host: str = "127.0.0.1") -> None:
+        self.index, self.cfg, self.log_dir, self.host = index, cfg, log_dir, host
+        self.port = free_port(host)
+        self.url = f"http://{host}:{self.port}"
         self.process: ServiceProcess | subprocess.Popen | None = None
         self.restarts = 0
 
@@ -47,19 +54,24 @@ class ManagedServer:
         log_path = self.log_dir / f"server-{self.index}.log"
         if inf.engine == "agentrl":
             self.process = ServerProcess(
-                self.cfg.model, "--port", str(self.port), "--weight-version", "0",
+                self.cfg.model, "--host", self.host, "--port", str(self.port), "--weight-version", "0",
                 "--max-running-requests", str(inf.max_running_requests), "--device", self.cfg.device,
                 "--seed", str(self.cfg.seed + self.index), *inf.extra_args,
                 threads=inf.threads, startup_timeout=inf.startup_timeout_s, log_path=log_path)
         else:
-            cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.cfg.model, "--host", "127.0.0.1",
+            cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.cfg.model, "--host", self.host,
                    "--port", str(self.port), "--weight-version", "0", "--random-seed", str(self.cfg.seed + self.index),
                    *inf.extra_args]
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(self.cfg.world_size + self.index)} \
-                if self.cfg.device == "cuda" else None
+            env = self.gpu_env()
             log = open(log_path, "a")  # noqa: SIM115 (kept open for the child's lifetime)
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
             wait_healthy(self.url, self.process, inf.startup_timeout_s, log_path)
+
+    def gpu_env(self) -> dict[str, str] | None:
+        """The environment of an SGLang server: the GPU after the trainer ranks' (None: inherited)."""
+        if self.cfg.device != "cuda":
+            return None
+        return {**os.environ, "CUDA_VISIBLE_DEVICES": str(self.cfg.world_size // self.cfg.nnodes + self.index)}
 
     def poll(self) -> int | None:
         proc = self.process.proc if isinstance(self.process, ServiceProcess) else self.process
@@ -68,12 +80,8 @@ class ManagedServer:
     def stop(self) -> None:
         if isinstance(self.process, ServiceProcess):
             self.process.stop()
-        elif self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        else:
+            stop_process(self.process)
 
     def tail(self) -> str:
         path = self.log_dir / f"server-{self.index}.log"
@@ -107,6 +115,7 @@ class Run:
         self.log_dir = run_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.servers: list[ManagedServer] = []
+        self.router: Any = None
         self.trainer: subprocess.Popen | None = None
         self.trainer_lines: list[str] = []
         self.events: list[str] = []
@@ -117,6 +126,8 @@ class Run:
 
     def start_servers(self) -> list[str]:
         inf = self.cfg.inference
+        if self.cfg.node_rank > 0:
+            return []  # node 0 starts them and writes servers.json
         if inf.servers:
             return list(inf.servers)
         for i in range(inf.num_servers):
@@ -126,11 +137,22 @@ class Run:
             self.say(f"inference server {i} ready at {server.url} ({inf.engine})")
         return [s.url for s in self.servers]
 
+    def start_router(self, urls: list[str]) -> str | None:
+        if self.cfg.inference.router != "sglang" or self.cfg.node_rank > 0:
+            return None
+        from agentrl.run.router import SGLangRouter
+
+        self.router = SGLangRouter(urls, self.cfg.inference, self.log_dir / "router.log")
+        self.router.start()
+        self.say(f"SGLang router ready at {self.router.url} in front of {len(urls)} server(s)")
+        return self.router.url
+
     def start_trainer(self) -> None:
         cfg = self.cfg
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(cfg.world_size),
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-               "-m", "agentrl.run.loop", str(self.run_dir)]
+        cmd = torchrun_command(cfg, self.run_dir)
+        if cfg.nnodes > 1:
+            self.say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.world_size // cfg.nnodes} rank(s), rendezvous at "
+                     f"{cfg.master_addr}:{cfg.master_port}")
         env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "TOKENIZERS_PARALLELISM": "false",
                "PYTHONUNBUFFERED": "1"}
         self.trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -154,20 +176,7 @@ class Run:
         """Until the trainer ends: restart dead servers (or fail); returns the trainer's exit code."""
         assert self.trainer is not None
         while self.trainer.poll() is None:
-            for server in self.servers:
-                code = server.poll()
-                if code is None:
-                    continue
-                if not self.cfg.inference.restart_failed:
-                    raise ServerUnavailable(f"inference server {server.index} ({server.url}) died with exit code "
-                                            f"{code}; its last output:\n{server.tail()}")
-                self.say(f"inference server {server.index} ({server.url}) died with exit code {code}; restarting it")
-                server.restarts += 1
-                try:
-                    server.start()
-                except AgentRLError as e:
-                    raise ServerUnavailable(f"inference server {server.index} could not be restarted: {e}") from e
-                self.say(f"inference server {server.index} is back at {server.url}")
+            watch_servers(self.servers, self.router, self.cfg.inference.restart_failed, self.say)
             time.sleep(poll_s)
         self._pump.join(timeout=10)
         return self.trainer.returncode
@@ -180,8 +189,47 @@ class Run:
             except subprocess.TimeoutExpired:
                 os.killpg(self.trainer.pid, signal.SIGKILL)
                 self.trainer.wait(10)
+        if self.router is not None:
+            self.router.stop()
         for server in self.servers:
             server.stop()
+
+
+def watch_servers(servers: list[Any], router: Any, restart_failed: bool, say: Callable[[str], None]) -> None:
+    """One look at a run's servers: a dead router stops the run; a dead server is restarted on its
+    port when ``restart_failed`` (else it stops the run). A server has ``index``, ``url``,
+    ``restarts``, ``poll()``, ``start()`` and ``tail()`` (``ManagedServer``, or the Ray launcher's
+    handle on one)."""
+    if router is not None and router.poll() is not None:
+        raise ServerUnavailable(f"the SGLang router ({router.url}) died; its last output:\n{router.tail()}")
+    for server in servers:
+        code = server.poll()
+        if code is None:
+            continue
+        if not restart_failed:
+            raise ServerUnavailable(f"inference server {server.index} ({server.url}) died with exit code "
+                                    f"{code}; its last output:\n{server.tail()}")
+        say(f"inference server {server.index} ({server.url}) died with exit code {code}; restarting it")
+        server.restarts += 1
+        try:
+            server.start()
+        except AgentRLError as e:
+            raise ServerUnavailable(f"inference server {server.index} could not be restarted: {e}") from e
+        say(f"inference server {server.index} is back at {server.url}")
+
+
+def torchrun_command(cfg: Any, run_dir: Path) -> list[str]:
+    """``torchrun`` for this node's share of the trainer ranks (``agentrl.run.loop RUN_DIR`` each)."""
+    port = cfg.master_port if cfg.master_port is not None else free_port()
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(cfg.nnodes),
+            "--node-rank", str(cfg.node_rank), "--nproc-per-node", str(cfg.world_size // cfg.nnodes),
+            "--master-addr", cfg.master_addr, "--master-port", str(port),
+            "-m", "agentrl.run.loop", str(run_dir)]
+
+
+def write_servers(run_dir: Path, urls: list[str], router: str | None) -> None:
+    """``servers.json``: where rank 0 generates (the router, if any) and whom it updates (the servers)."""
+    (run_dir / "servers.json").write_text(json.dumps({"servers": urls, "router": router}))
 
 
 def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -189,7 +237,8 @@ def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None
     run = Run(cfg, run_dir, echo=echo)
     try:
         urls = run.start_servers()
-        (run_dir / "servers.json").write_text(json.dumps({"servers": urls}))
+        if cfg.node_rank == 0:
+            write_servers(run_dir, urls, run.start_router(urls))
         run.start_trainer()
         code = run.watch()
         if code != 0:
@@ -198,6 +247,8 @@ def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None
                                f"{run.log_dir / 'trainer.log'}:\n{tail}")
     finally:
         run.stop()
+    if cfg.node_rank > 0:  # rank 0 (node 0) writes the run's summary
+        return {"node_rank": cfg.node_rank, "run_dir": str(run_dir), "events": run.events}
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["events"] = run.events

@@ -66,8 +66,8 @@ def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = N
         kwargs["tokenizer"] = cfg.model
     if "sampling" in params and "sampling" not in kwargs:
         kwargs["sampling"] = sampling
-    if cfg.sandbox.backend and "env_kwargs" in params:
-        kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.backend, **(kwargs.get("env_kwargs") or {})}
+    if cfg.sandbox.spec() and "env_kwargs" in params:
+        kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.spec(), **(kwargs.get("env_kwargs") or {})}
     return cls(**kwargs)
 
 
@@ -186,8 +186,9 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     console = Console(stderr=True, soft_wrap=True)
     decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
 
-    servers = json.loads((run_dir / "servers.json").read_text())["servers"]
-    engine = RemoteEngine(servers, timeout=cfg.inference.request_timeout_s, version=actor.version)
+    servers = json.loads((run_dir / "servers.json").read_text())
+    engine = RemoteEngine(servers["servers"], router=servers.get("router"), timeout=cfg.inference.request_timeout_s,
+                          version=actor.version)
     tr.engine = engine
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
                     trajectories_per_step=cfg.logging.trajectories_per_step,
@@ -410,6 +411,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     dist.destroy_process_group()
+    if tr.rank > 0:
+        # A follower on another node was seen aborting after its work, in C++ static destructors at
+        # interpreter exit ("terminate called without an active exception", no Python frame; 3 of
+        # ~25 two-node runs on a loaded machine), which fails its torchrun and leaves node 0's
+        # waiting 300 s at the exit barrier. Its work is done and its process group destroyed:
+        # it leaves without running those destructors.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -32,6 +32,23 @@ def test_arith_rewards_the_boxed_answer_and_logs_exact_format():
     env.close()
 
 
+def test_arith_rl_rows_and_sampled_tasks_never_hold_an_evaluation_problem():
+    from agentrl.model.arith_data import split_of
+    from envs.arith import eval_rows, training_rows
+
+    evaluation = {r["question"] for r in eval_rows(seed=3)}
+    assert evaluation == {r["question"] for r in eval_rows(seed=4)} and len(evaluation) > 980  # ~1% repeat
+    assert evaluation == {p.question for p in generate_problems(1000, seed=0)}  # what build_info measures
+    rl = training_rows(seed=3, n=5000)
+    assert not evaluation & {r["question"] for r in rl}
+    assert {split_of(r["expression"]) for r in rl} == {"rl"}
+    env = gymnasium.make("agentrl/Arith-v0")
+    sampled = [env.reset(seed=s)[0][0]["content"] for s in range(200)]
+    assert not evaluation & set(sampled)
+    assert all(split_of(q.removeprefix("What is ").removesuffix("?")) == "rl" for q in sampled)
+    env.close()
+
+
 def test_arith_seeded_problems_follow_the_generator_arguments():
     env = gymnasium.make("agentrl/Arith-v0", num_terms=[2], max_operand=9, ops=["*"])
     obs, _ = env.reset(seed=3)

@@ -15,6 +15,7 @@ from agentrl.model.arith_data import (
     generate_problems,
     is_heldout,
     make_problem,
+    split_of,
 )
 
 
@@ -38,6 +39,35 @@ def test_heldout_and_train_never_overlap():
     assert held and train
     assert not held & train
     assert all(is_heldout(e) for e in held) and not any(is_heldout(e) for e in train)
+
+
+def test_eval_and_rl_pools_are_disjoint_and_make_up_the_heldout_share():
+    evals = {p.expression for p in generate_problems(3000, seed=0)}  # the default: the evaluation pool
+    rl = {p.expression for p in generate_problems(3000, seed=0, split="rl")}
+    held = {p.expression for p in generate_problems(3000, seed=0, split="heldout")}
+    train = {p.expression for p in generate_problems(3000, seed=0, split="train")}
+    assert len(evals) > 2900 and len(rl) > 2900
+    assert not evals & rl and not (evals | rl) & train
+    assert all(split_of(e) == "eval" for e in evals) and all(split_of(e) == "rl" for e in rl)
+    assert {split_of(e) for e in held} == {"eval", "rl"} and all(is_heldout(e) for e in evals | rl)
+
+
+def test_pools_are_a_fixed_hash_of_the_expression():
+    # pinned: a change here would silently move problems between evaluation, RL and training data
+    pinned = {"90+85+80": "rl", "37+23+24": "eval", "10+89+69": "eval", "87+33+71": "rl",
+              "17+72+97": "train", "1+2": "train"}
+    assert {e: split_of(e) for e in pinned} == pinned
+
+
+def test_eval_pool_is_about_half_of_the_heldout_share():
+    held = generate_problems(4000, seed=2, split="heldout")
+    share = sum(split_of(p.expression) == "eval" for p in held) / len(held)
+    assert 0.45 < share < 0.55
+
+
+def test_an_empty_pool_is_an_error_not_a_hang():
+    with pytest.raises(ValueError, match="widen the space"):
+        generate_problems(1, seed=0, num_terms=(1,), max_operand=3, split="rl")
 
 
 def test_heldout_share_is_about_ten_percent():
