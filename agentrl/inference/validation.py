@@ -56,9 +56,13 @@ class Bounds:
 def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False, what: str = "") -> float:
     what = what or f"a number in {'(' if lo_open else '['}{lo}, {hi}]"
     check_type(name, value, (int, float), what)
-    if not (math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi):
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise BadRequest(f"{name} must be {what}, got an integer of {len(str(value))} digits") from None
+    if not (math.isfinite(number) and (number > lo if lo_open else number >= lo) and number <= hi):
         raise BadRequest(f"{name} must be {what}, got {value}")
-    return float(value)
+    return number
 
 
 def _integer(name: str, value: Any, lo: int, hi: int, what: str = "") -> int:
@@ -141,9 +145,10 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
     out["stop"] = _strings("sampling_params.stop", sp.get("stop"))
     regexes = _strings("sampling_params.stop_regex", sp.get("stop_regex"))
     for pattern in regexes:
-        if len(pattern.encode()) > MAX_STOP_REGEX_BYTES:
+        size = len(pattern.encode("utf-8", "surrogatepass"))
+        if size > MAX_STOP_REGEX_BYTES:
             raise BadRequest(f"sampling_params.stop_regex patterns are at most {MAX_STOP_REGEX_BYTES} bytes; "
-                             f"one has {len(pattern.encode())}")
+                             f"one has {size}")
         try:
             compiled(pattern)
         except (re.error, RecursionError, OverflowError) as e:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -53,17 +54,32 @@ async def read_json(http: Request, limit: int, *, allow_empty: bool = False) -> 
     return parse_json_body(bytes(data), allow_empty=allow_empty)
 
 
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: half of a pair (valid), or alone (no Unicode text)."""
+
+
 def parse_json_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The JSON object in ``raw``, or a ``BadRequest``: not UTF-8, not JSON, an integer of more
+    than 4,300 digits (Python's limit), nesting deeper than the parser's recursion limit, a
+    lone surrogate escape (``"\\ud800"``: a string no UTF-8 answer could echo), not an object."""
     if not raw.strip():
         if allow_empty:
             return {}
         raise BadRequest("the request body is empty; send a JSON object")
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
         raise BadRequest(f"the request body is not valid JSON ({e}); send a JSON object") from e
+    except RecursionError:
+        raise BadRequest("the request body is not valid JSON (nested too deeply); send a JSON object") from None
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    if SURROGATE_ESCAPE.search(raw):  # rare: look whether a surrogate came without its pair
+        try:
+            json.dumps(body, ensure_ascii=False).encode()
+        except (UnicodeEncodeError, RecursionError):
+            raise BadRequest("the request body holds a lone surrogate escape (one of \\ud800-\\udfff without "
+                             "its pair), which is not Unicode text; send valid Unicode") from None
     return body
 
 

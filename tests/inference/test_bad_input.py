@@ -55,6 +55,16 @@ CASES = [
      "n > 1 is not supported with stream=true"),
     ("/v1/completions", {"prompt": "hi", "echo": True}, "echo is not supported"),
     ("/v1/completions", {"prompt": {"a": 1}}, "prompt must be"),
+    # each of these was a 500: a Python error (UnicodeEncodeError on the echoed id, ValueError,
+    # RecursionError, OverflowError) escaping the parsers
+    ("/generate", b'{"input_ids": [1], "rid": "\\ud800"}', "lone surrogate"),  # echoed, then unencodable
+    ("/update_weight_version", b'{"new_version": "v\\udfff"}', "lone surrogate"),
+    ("/generate", b'{"input_ids": [' + b"9" * 5000 + b"]}", "not valid JSON"),  # past int's 4,300 digits
+    ("/generate", b"[" * 100_000, "nested too deeply"),
+    ("/generate", b'{"input_ids": [1], "sampling_params": {"temperature": 1' + b"0" * 400 + b"}}",
+     "got an integer of 401 digits"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "top_p": -1' + b"0" * 400 + b"}",
+     "top_p must be a number in (0, 1]"),
 ]
 
 
@@ -67,6 +77,13 @@ def test_bad_input_gets_a_4xx_that_says_what_was_wrong(server, route, body, expe
     assert 400 <= r.status_code < 500, (r.status_code, r.text)
     assert expected in r.text, r.text
     r.json()  # always JSON
+
+
+def test_an_escaped_surrogate_pair_is_text_not_a_lone_surrogate(server):
+    body = b'{"text": "hi \\ud83d\\ude00", "rid": "pair-\\ud83d\\ude00", "sampling_params": {"max_new_tokens": 2}}'
+    r = httpx.post(server + "/generate", content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta_info"]["id"] == "pair-\U0001f600"
 
 
 async def test_duplicate_rid_in_flight_is_refused(server):
