@@ -22,6 +22,10 @@ The distribution of a row, in order (SGLang's order):
      final distribution — penalties and bias included, since the token was drawn from it;
      for greedy rows the distribution is a point mass, so it is 0.0.
 
+Extreme but valid settings (a repetition penalty of 5e-324, a temperature of 1e300) would
+overflow a logit to +inf, and one +inf or inf/inf makes its whole row NaN: logits are kept at
+or below the largest float (overflowed ones tie there), so every logprob is finite or -inf.
+
 So a penalised request's logprobs are those of the penalised policy, not of the model: a
 trainer that recomputes them from the model sees the difference as off-policy-ness (the
 decoupled PPO loss's behaviour logprobs are these).
@@ -55,8 +59,11 @@ def sample_rows(
     """
     B, V = logits.shape
     greedy = temperature < GREEDY_EPS
-    temp = torch.where(greedy, torch.ones_like(temperature), temperature)
-    scaled = logits / temp[:, None]
+    top = torch.finfo(logits.dtype).max
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature).clamp(max=top)
+    # a large logit over a small temperature overflows to +inf, and one +inf makes its row NaN
+    # (inf - inf in the softmax): such logits are kept at the largest float, tied
+    scaled = (logits / temp[:, None]).clamp_(max=top)
     k = torch.where((top_k < 1) | (top_k > V), torch.full_like(top_k, V), top_k)
     k = torch.where(greedy, torch.ones_like(k), k)
     use_min_p = min_p is not None and bool((min_p > 0).any())
@@ -112,8 +119,12 @@ def penalize(
     out = logits - frequency[:, None] * counts - presence[:, None] * seen
     if banned is not None:
         out = out.masked_fill(banned, float("-inf"))
-    scale = torch.where(seen, repetition[:, None].expand_as(out), torch.ones_like(out))
+    # a penalty below the dtype's smallest normal number (5e-324 is a valid request: (0, 2])
+    # would round to 0 and divide by it; a positive logit over a tiny one overflows: kept at the
+    # largest float (-inf stays: banned tokens)
+    tiny, top = torch.finfo(out.dtype).tiny, torch.finfo(out.dtype).max
+    scale = torch.where(seen, repetition[:, None].clamp(min=tiny).expand_as(out), torch.ones_like(out))
     out = torch.where(out < 0, out * scale, out / scale)
     if bias is not None:
         out = out + bias
-    return out
+    return out.clamp_(max=top)

@@ -52,6 +52,28 @@ def test_min_p_keeps_tokens_at_least_that_fraction_of_the_best_and_renormalizes(
         assert lp.item() == pytest.approx(math.log(probs[0, token].item() / 0.8), abs=1e-6)
 
 
+def test_extreme_but_valid_settings_give_finite_logprobs_not_nan():
+    """Found by the fuzz test (a 500: NaN is not JSON): a repetition penalty of 5e-324 (in
+    (0, 2]) rounds to 0 in float32 and divides a seen logit to +inf, and a temperature of 1e300
+    to inf, which turns a banned token's -inf into NaN; one NaN or +inf made its row all NaN."""
+    logits = torch.tensor([[5.0, 0.0, -1.0, 1.0]])
+    counts = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    zero = torch.zeros(1)
+    for repetition in (5e-324, 1e-40):
+        out = penalize(logits, counts, zero, zero, torch.tensor([repetition]),
+                       banned=torch.tensor([[False, False, False, True]]))
+        # token 0 overflows (kept at the largest float), 0 stays 0 (not 0/0), -1 * ~0, 3 banned
+        assert out[0, 0].item() == torch.finfo(torch.float32).max and out[0, 1].item() == 0.0
+        assert out[0, 3].item() == float("-inf") and not out.isnan().any()
+        for temperature in (0.0, 1e-5, 1.0, 1e300):
+            tok, lp, top = sample_rows(out, torch.tensor([temperature]), torch.tensor([-1]), torch.ones(1),
+                                       torch.tensor([0.5]), top_n=4)
+            assert math.isfinite(lp.item()) and not top[0].isnan().any(), (repetition, temperature)
+            assert tok.item() != 3  # the banned token never comes
+    tok, lp, _ = sample_rows(logits, torch.tensor([1e300]), torch.tensor([-1]), torch.ones(1), torch.tensor([0.1]))
+    assert lp.item() == pytest.approx(math.log(1 / 4))  # a huge temperature: uniform, finite
+
+
 # ---------------------------------------------------------------- over HTTP
 
 
