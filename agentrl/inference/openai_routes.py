@@ -26,6 +26,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentrl.inference import openapi
 from agentrl.inference.chat_format import (
     assistant_message,
     chat_request,
@@ -133,7 +134,7 @@ def openai_routes(state: ServerState) -> APIRouter:
                                            "code": "model_not_found"}}, status_code=404)
         return _card(state)
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", openapi_extra=openapi.json_body(openapi.chat_completion(state.bounds)))
     async def chat_completions(http: Request):
         try:
             body = await read_json(http, state.config.max_request_bytes)
@@ -162,7 +163,7 @@ def openai_routes(state: ServerState) -> APIRouter:
             choices.append(choice)
         return _response(state, body, reqs, prompt, "chat.completion", choices)
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", openapi_extra=openapi.json_body(openapi.completion(state.bounds)))
     async def completions(http: Request):
         try:
             body = await read_json(http, state.config.max_request_bytes)
