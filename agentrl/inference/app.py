@@ -20,7 +20,7 @@ Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.
     indistinguishable;
   * logprobs are those of the distribution actually sampled from (after temperature, top-k,
     top-p; 0.0 for greedy), see ``sampling``; SGLang reports them before the top-k/p filter.
-    Input (prompt) logprobs (``logprob_start_len >= 0``), penalties, min-p, grammars, LoRA,
+    Grammars (a non-null ``regex``, ``json_schema``, ``ebnf`` or ``structural_tag``), LoRA,
     sessions and multimodal inputs are refused with a 400 that says so;
   * the prefix cache (``prefix_cache``; SGLang's radix cache, ``--disable-radix-cache`` turns it
     off) copies a matched prefix into the request's own KV slot instead of sharing it in place,
@@ -32,8 +32,11 @@ Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.
 
 Trust boundary: the server is meant for localhost and trusted networks. Covered: every
 malformed or out-of-range request gets a 4xx JSON error naming the field, never a 500 or a
-hang; a client that disconnects frees its slot. Not covered: authentication, rate limits,
-request-size limits beyond the model's context length.
+hang (``tests/inference/test_fuzz.py`` fuzzes every route from ``GET /openapi.json``, whose
+body schemas are ``openapi``'s); bodies above ``--max-request-bytes`` are refused (413) and
+requests beyond ``--max-queued-requests`` wait nowhere (503); a client that disconnects frees
+its slot; with ``--api-key`` every route but ``/health*`` and ``/ready`` needs the key. Not
+covered: TLS, per-client rate limits or quotas.
 """
 
 from __future__ import annotations
