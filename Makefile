@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,9 +73,24 @@ browser:
 	elif [ -n "$$CI" ]; then echo "browser: CI is set and no chromium could be installed" >&2; exit 1; \
 	else echo "browser: no chromium could be installed; the viewer's browser tests will skip" >&2; fi
 
+# SGLang's frontend language (sglang.lang), for the test that drives `agentrl serve` with it
+# unchanged: the sglang wheel without its dependencies (they pull CUDA and its GPU runtime) plus
+# the few pure-Python packages sglang.lang imports, in a folder of their own (test-only; the
+# test puts it on PYTHONPATH). Cached.
+SGLANG_FRONTEND := $(VENV)/sglang-frontend
+SGLANG_FRONTEND_PACKAGES := sglang==0.5.23 ipython==9.18.1 traitlets==5.16.1 aiohttp==3.14.5 multidict==7.2.1 \
+	yarl==1.25.1 propcache==0.5.4 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0 msgspec==0.23.0 \
+	pybase64==1.5.1 requests
+
+$(SGLANG_FRONTEND)/.installed: | $(BIN)/python
+	$(BIN)/pip install -q --no-deps --target $(SGLANG_FRONTEND) $(SGLANG_FRONTEND_PACKAGES)
+	touch $@
+
+sglang-frontend: $(SGLANG_FRONTEND)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers.
-test: install sandbox-image sandbox-tools browser compose
+test: install sandbox-image sandbox-tools browser compose sglang-frontend
 	$(BIN)/python -m pytest -q -ra
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,

@@ -124,10 +124,18 @@ FinishReason = Literal["stop", "length", "abort"]
 
 @dataclass
 class SamplingParams:
-    """Sampling settings of one generation request, in SGLang's vocabulary.
+    """Sampling settings of one generation request, in SGLang's vocabulary (its names, defaults
+    and ranges: ``python/sglang/srt/sampling/sampling_params.py``).
 
     ``temperature == 0`` means greedy. ``top_k == -1`` means no top-k cut. ``seed`` is
-    sent as SGLang's ``sampling_seed``.
+    sent as SGLang's ``sampling_seed``. ``min_p`` drops tokens less likely than ``min_p``
+    times the most likely one; ``frequency_penalty``/``presence_penalty`` (in [-2, 2]) lower a
+    token's logit by that much per occurrence / once if it occurred in the output so far,
+    ``repetition_penalty`` (in (0, 2], 1 = none) divides a positive logit (multiplies a
+    negative one) of a token that occurred; ``min_new_tokens`` forbids EOS and
+    ``stop_token_ids`` before that many tokens; ``stop_regex`` ends the output where a pattern
+    matches; ``logit_bias`` adds to the logits of token ids. Only the settings that differ
+    from their defaults are sent.
     """
 
     max_new_tokens: int = 128
@@ -138,6 +146,13 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     seed: int | None = None
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    stop_regex: list[str] = field(default_factory=list)
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
@@ -148,6 +163,24 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k == 0 or self.top_k < -1:
             raise ValueError(f"top_k must be -1 (no cut) or >= 1, got {self.top_k}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0 < self.repetition_penalty <= 2:
+            raise ValueError(f"repetition_penalty must be in (0, 2] (1 = none), got {self.repetition_penalty}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
+                             f"got {self.min_new_tokens}")
+        if not all(math.isfinite(v) for v in self.logit_bias.values()):
+            raise ValueError("logit_bias values must be finite numbers")
+
+    @property
+    def reshapes_logits(self) -> bool:
+        """Whether penalties, min-p, a logit bias or min_new_tokens change the distribution."""
+        return bool(self.min_p or self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0
+                    or self.min_new_tokens or self.logit_bias)
 
     def to_sglang(self) -> dict[str, Any]:
         """The ``sampling_params`` object of SGLang's ``POST /generate``."""
@@ -164,6 +197,14 @@ class SamplingParams:
             out["stop_token_ids"] = list(self.stop_token_ids)
         if self.seed is not None:
             out["sampling_seed"] = self.seed
+        for name, neutral in (("min_p", 0.0), ("frequency_penalty", 0.0), ("presence_penalty", 0.0),
+                              ("repetition_penalty", 1.0), ("min_new_tokens", 0)):
+            if getattr(self, name) != neutral:
+                out[name] = getattr(self, name)
+        if self.stop_regex:
+            out["stop_regex"] = list(self.stop_regex)
+        if self.logit_bias:
+            out["logit_bias"] = {str(k): v for k, v in self.logit_bias.items()}
         return out
 
 

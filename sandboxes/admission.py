@@ -3,9 +3,10 @@ number at once.
 
 What it is: the service's edge (``sandboxes/service.py`` calls it before any backend sees a
 request). ``parse_request`` turns an HTTP body into an ``ExecRequest`` or refuses it with a
-``Refused`` (a 4xx status and a message saying what was expected): not JSON, not an object,
-an unknown field, a field of the wrong type, a limit above a ``Ceilings`` value (named in
-the message), code or files larger than allowed, a file name outside the work dir.
+``Refused`` (a 4xx status and a message saying what was expected): not JSON (or nested too
+deeply, or a lone surrogate escape that no UTF-8 text can hold), not an object, an unknown
+field, a field of the wrong type, a limit above a ``Ceilings`` value (named in the message),
+code or files larger than allowed, a file name outside the work dir.
 ``Admission`` bounds what runs at once — single runs and open sessions alike, a session
 holding its place from open to close — and how many wait.
 
@@ -22,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +59,8 @@ class Refused(Exception):
 
 
 _FIELDS = [f.name for f in dataclasses.fields(ExecRequest)]
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: half of a pair (valid), or alone (not text: refused)."""
 
 
 def _expect(body: dict[str, Any], name: str, kind: type, what: str) -> None:
@@ -76,7 +80,7 @@ def _number(body: dict[str, Any], name: str, integer: bool, ceiling: str, most: 
         return
     value = body[name]
     kinds = (int,) if integer else (int, float)
-    if not isinstance(value, kinds) or isinstance(value, bool) or not math.isfinite(value):
+    if not isinstance(value, kinds) or isinstance(value, bool) or not (isinstance(value, int) or math.isfinite(value)):
         kind = "an integer" if integer else "a finite number"
         raise Refused(422, f"{name} must be {kind}, got {str(value)[:40]!r}")
     if value > most:
@@ -90,10 +94,18 @@ def parse_request(body: bytes, ceilings: Ceilings) -> ExecRequest:
         raise Refused(422, 'the body is empty: send an ExecRequest as a JSON object, e.g. {"code": "print(1)"}')
     try:
         data = json.loads(body)
-    except ValueError as e:
+    except ValueError as e:  # not UTF-8, not JSON, an integer of more than 4,300 digits
         raise Refused(400, f"the body is not JSON ({e}); send an ExecRequest as a JSON object") from e
+    except RecursionError:
+        raise Refused(400, "the body is not JSON (nested too deeply); send an ExecRequest as a JSON object") from None
     if not isinstance(data, dict):
         raise Refused(422, f"the body must be a JSON object (an ExecRequest), got {type(data).__name__}")
+    if _SURROGATE_ESCAPE.search(body):  # rare: look whether a surrogate came without its pair
+        try:
+            json.dumps(data, ensure_ascii=False).encode()
+        except (UnicodeEncodeError, RecursionError):
+            raise Refused(422, "the body holds a lone surrogate escape (one of \\ud800-\\udfff without its pair), "
+                          "which is not Unicode text; send valid Unicode (binary files go in files_b64)") from None
     unknown = sorted(set(data) - set(_FIELDS))
     if unknown:
         raise Refused(422, f"unknown field(s) {unknown} in the ExecRequest; its fields are {_FIELDS}")

@@ -15,6 +15,9 @@ Routes (JSON bodies are ``ExecRequest.to_dict()`` / ``ExecResult.to_dict()``):
     POST   /sessions                -> {"session_id"}   (holds a place until it ends)
     POST   /sessions/{id}/run       ExecRequest -> ExecResult (in that session's interpreter)
     DELETE /sessions/{id}           ends the session
+    GET    /openapi.json            these routes, with the ExecRequest as JSON Schema within the
+                                    ceilings (``exec_request_schema``; fuzzed from it by
+                                    ``tests/sandboxes/test_fuzz.py``)
 
 Errors: 400 a body that is not JSON, 401 wrong or missing key (``Authorization: Bearer KEY``),
 413 a body, code or files above a ceiling, 422 a malformed request or a limit above a ceiling
@@ -50,6 +53,33 @@ from sandboxes.admission import Admission, Ceilings, Refused, parse_request
 
 SESSION_IDLE_S = 600.0
 CLIENT_GONE = 499  # (nginx's code) the client closed the connection; nobody reads the reply
+
+
+def exec_request_schema(ceilings: Ceilings) -> dict[str, Any]:
+    """The ExecRequest body of ``/run`` and ``/sessions/{id}/run`` as JSON Schema, within this
+    service's ``ceilings``, for its OpenAPI document (``GET /openapi.json``: client generators
+    and ``tests/sandboxes/test_fuzz.py``). It describes, it does not enforce: the routes parse
+    bodies themselves (``sandboxes.admission.parse_request``), and limits on UTF-8 bytes (code,
+    files) or on paths (file names inside the work dir) are checked only there."""
+    name = {"type": "string", "minLength": 1, "pattern": "^[^/]", "description": "a relative path in the work dir"}
+    return {
+        "type": "object",
+        "required": ["code"],
+        "additionalProperties": False,
+        "properties": {
+            "code": {"type": "string", "description": f"at most {ceilings.max_code_bytes} UTF-8 bytes"},
+            "language": {"enum": ["python", "bash"]},
+            "stdin": {"type": "string"},
+            "files": {"type": "object", "propertyNames": name, "additionalProperties": {"type": "string"},
+                      "description": f"text files; with files_b64, at most {ceilings.max_file_bytes} bytes"},
+            "files_b64": {"type": "object", "propertyNames": name,
+                          "additionalProperties": {"type": "string", "pattern": "^([A-Za-z0-9+/]{4})*$"}},
+            "fetch": {"type": "array", "items": name, "maxItems": ceilings.max_fetch},
+            "time_limit_s": {"type": "number", "exclusiveMinimum": 0, "maximum": ceilings.max_time_s},
+            "memory_limit_mb": {"type": "integer", "minimum": 16, "maximum": ceilings.max_memory_mb},
+            "output_limit_bytes": {"type": "integer", "minimum": 1, "maximum": ceilings.max_output_bytes},
+        },
+    }
 
 
 class SessionEnded(Exception):
@@ -167,6 +197,8 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
                 await close()
 
     app = FastAPI(title="agentrl sandbox service", lifespan=lifespan)
+    exec_body = {"requestBody": {"required": True,
+                                 "content": {"application/json": {"schema": exec_request_schema(limits)}}}}
     if api_key:
         app.add_middleware(_ApiKey, key=api_key)
 
@@ -191,7 +223,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
                 "session_cpu_s": [round(float(getattr(s.session, "cpu_s", 0.0)), 3) for s in sessions.values()],
                 "ceilings": dataclasses.asdict(limits)}
 
-    @app.post("/run")
+    @app.post("/run", openapi_extra=exec_body)
     async def run(request: Request) -> dict[str, Any]:
         req = parse_request(await _body(request, limits.max_request_bytes), limits)
 
@@ -220,7 +252,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
         sessions[sid] = _Session(stack, session)
         return {"session_id": sid}
 
-    @app.post("/sessions/{sid}/run")
+    @app.post("/sessions/{sid}/run", openapi_extra=exec_body)
     async def session_run(sid: str, request: Request) -> dict[str, Any]:
         req = parse_request(await _body(request, limits.max_request_bytes), limits)
         s = sessions.get(sid)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 
@@ -72,3 +75,81 @@ def trained_run(tmp_path_factory):
                           f"run_dir={run_dir}", *small], cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return run_dir, out
+
+
+@pytest.fixture(scope="session")
+def openapi_fuzz():
+    """``openapi_fuzz(url, examples=, hang_s=, ...) -> (cases, failures)``: fuzz an HTTP
+    service from its OpenAPI document, for the fuzz tests of ``agentrl serve`` and the sandbox
+    service. schemathesis builds the cases (bodies, path and query parameters that follow the
+    schema, and ones that break it), hypothesis runs them, and every answer is checked to be no
+    5xx and to come within ``hang_s`` seconds. Bounded: ``examples`` cases per operation and
+    mode, derandomized, so a failure reproduces. (The cases are drawn through schemathesis'
+    strategies directly rather than its pytest plugin, so that one test sends every operation
+    to one live server process, with hooks around each case, and reports every failure at
+    once.)"""
+    return _fuzz
+
+
+def _fuzz(url: str, *, examples: int, hang_s: float, headers: dict[str, str] | None = None,
+          before: Callable[[Any], None] | None = None, after: Callable[[Any], None] | None = None,
+          coverage: int = 0) -> tuple[int, list[str]]:
+    """Send the cases of every operation of ``url``'s ``/openapi.json``; returns how many cases
+    ran and the failures. ``before(case)`` may change a schemathesis case before it is sent
+    (e.g. put a live session's id in its path); ``after(response or None)`` runs after each
+    case (e.g. to undo a pause).
+
+    Two phases per operation: schemathesis' *coverage* cases (each field at its boundaries, of
+    a wrong type, missing; at most ``coverage`` of them, spread evenly over the list), then
+    ``examples`` random cases per mode (shapes that follow the schema, and that break it)."""
+    import requests
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+
+    schema = schemathesis.openapi.from_url(url + "/openapi.json", headers=dict(headers or {}))
+    failures: list[str] = []
+    count = 0
+
+    def runner(op, mode, session):
+        @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=op.as_strategy(generation_mode=mode))
+        def run(case) -> None:
+            send(case, f"{op.label} [{mode.value}]", session)
+        return run
+
+    def send(case, where: str, session) -> None:
+        nonlocal count
+        count += 1
+        response = None
+        if before is not None:
+            before(case)
+        body = f"{case.formatted_path} {getattr(case, 'body', None)!r}"[:300]
+        try:
+            response = case.call(base_url=url, session=session, headers=headers, timeout=hang_s)
+            if response.status_code >= 500:
+                failures.append(f"{where} -> {response.status_code} {response.text[:300]!r} for {body}")
+        except requests.Timeout:
+            failures.append(f"{where}: no answer within {hang_s} s for {body}")
+        except requests.ConnectionError as e:
+            failures.append(f"{where}: connection failed ({e}) for {body}")
+        finally:
+            if after is not None:
+                after(response)
+
+    with requests.Session() as session:
+        for result in schema.get_all_operations():
+            op = result.ok()
+            cases = list(schema.iter_coverage_cases(op, generation_modes=list(GenerationMode),
+                                                    generation_config=schema.config.generation))
+            picked = cases[:: max(1, -(-len(cases) // coverage))] if coverage else []
+            for case in picked:
+                send(case, f"{op.label} [coverage]", session)
+            for mode in GenerationMode:
+                try:
+                    runner(op, mode, session)()
+                except Unsatisfiable:  # nothing to break in a route without parameters or body
+                    pass
+    return count, failures

@@ -4,11 +4,18 @@
 
 Prints one line ``agentrl serve: ready on http://HOST:PORT`` once the model is loaded and the
 socket listens (tests and scripts wait for it). See ``agentrl.inference.app`` for the routes.
+The port is taken before the model loads: a port in use, or a checkpoint that fails validation,
+ends the command with one line on stderr and exit code 2, and no "ready" line.
+
+With ``--api-key KEY`` (or the key in $AGENTRL_SERVE_API_KEY, which keeps it out of process
+listings) every route but ``/health*`` and ``/ready`` needs ``Authorization: Bearer KEY``.
 """
 
 from __future__ import annotations
 
 import argparse
+
+API_KEY_ENV = "AGENTRL_SERVE_API_KEY"
 
 
 def register(subparsers) -> None:
@@ -29,6 +36,16 @@ def register(subparsers) -> None:
                    help="no prefix cache: compute every prompt in full (SGLang's flag)")
     p.add_argument("--prefix-cache-tokens", type=int, default=None,
                    help="tokens of KV the prefix cache keeps (default min(slots x context, 32768))")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health* and /ready "
+                        f"(default: ${API_KEY_ENV}, else none)")
+    p.add_argument("--max-n", type=int, default=256, help="most samples one request may ask for (default 256)")
+    p.add_argument("--max-top-logprobs-num", type=int, default=64,
+                   help="most alternatives per position in top_logprobs_num (default 64)")
+    p.add_argument("--max-queued-requests", type=int, default=4096,
+                   help="most requests waiting or running; more are refused with 503 (default 4096)")
+    p.add_argument("--max-request-bytes", type=int, default=64 << 20,
+                   help="largest request body in bytes (default 64 MiB)")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
 
@@ -36,8 +53,10 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import gc
     import logging
+    import os
 
     from agentrl.config import from_dict
+    from agentrl.errors import ConfigError
     from agentrl.inference.app import build_app
     from agentrl.inference.state import ServeConfig, ServerState
     from agentrl.launch.services import SERVE_READY, bind, run_app
@@ -49,13 +68,24 @@ def run(args) -> int:
         "threads": args.threads, "weight_version": args.weight_version,
         "served_model_name": args.served_model_name, "seed": args.seed,
         "disable_radix_cache": args.disable_radix_cache, "prefix_cache_tokens": args.prefix_cache_tokens,
+        "api_key": args.api_key or os.environ.get(API_KEY_ENV) or None, "max_n": args.max_n,
+        "max_top_logprobs_num": args.max_top_logprobs_num, "max_queued_requests": args.max_queued_requests,
+        "max_request_bytes": args.max_request_bytes,
     })
-    state = ServerState(config)
+    try:  # the port first: a port in use should not cost a model load to find out
+        sock = bind(config.host, config.port)
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {config.host}:{config.port} ({e.strerror or e}); pick another "
+                          "--port (0 picks a free one)") from None
+    config.port = sock.getsockname()[1]
+    try:
+        state = ServerState(config)
+    except BaseException:
+        sock.close()
+        raise
     # Everything loaded so far (torch, transformers, the model) lives as long as the server:
     # keep it out of the cyclic GC, whose full passes over it took 0.1-0.6 s each.
     gc.freeze()
-    sock = bind(config.host, config.port)
-    config.port = sock.getsockname()[1]
     # keep idle connections 120 s: a trainer step between two rollouts outlasts uvicorn's 5 s default
     run_app(build_app(config, state), sock, ready_line=SERVE_READY, log_level=args.log_level,
             timeout_keep_alive=120)

@@ -20,7 +20,7 @@ Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.
     indistinguishable;
   * logprobs are those of the distribution actually sampled from (after temperature, top-k,
     top-p; 0.0 for greedy), see ``sampling``; SGLang reports them before the top-k/p filter.
-    Input (prompt) logprobs (``logprob_start_len >= 0``), penalties, min-p, grammars, LoRA,
+    Grammars (a non-null ``regex``, ``json_schema``, ``ebnf`` or ``structural_tag``), LoRA,
     sessions and multimodal inputs are refused with a 400 that says so;
   * the prefix cache (``prefix_cache``; SGLang's radix cache, ``--disable-radix-cache`` turns it
     off) copies a matched prefix into the request's own KV slot instead of sharing it in place,
@@ -32,14 +32,19 @@ Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.
 
 Trust boundary: the server is meant for localhost and trusted networks. Covered: every
 malformed or out-of-range request gets a 4xx JSON error naming the field, never a 500 or a
-hang; a client that disconnects frees its slot. Not covered: authentication, rate limits,
-request-size limits beyond the model's context length.
+hang (``tests/inference/test_fuzz.py`` fuzzes every route from ``GET /openapi.json``, whose
+body schemas are ``openapi``'s); bodies above ``--max-request-bytes`` are refused (413) and
+requests beyond ``--max-queued-requests`` wait nowhere (503); a client that disconnects frees
+its slot; with ``--api-key`` every route but ``/health*`` and ``/ready`` needs the key. Not
+covered: TLS, per-client rate limits or quotas.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,6 +56,28 @@ from agentrl.inference.state import ServeConfig, ServerState
 from agentrl.inference.wire import BadRequest, error_response
 
 log = logging.getLogger(__name__)
+
+
+class _ApiKey:
+    """ASGI middleware: with a key set, every route but ``/health*`` and ``/ready`` needs
+    ``Authorization: Bearer KEY`` (SGLang's rule for its ``--api-key``: probes need no secret)."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app = app
+        self.key = key.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and scope.get("method") != "OPTIONS" and not path.startswith(("/health", "/ready")):
+            header = dict(scope["headers"]).get(b"authorization", b"")
+            given = header[7:] if header[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(given, self.key):
+                response = JSONResponse({"error": {"message": "missing or wrong API key: send the header "
+                                                   "'Authorization: Bearer KEY' with the server's --api-key"}},
+                                        status_code=401)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
@@ -67,6 +94,8 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
 
     app = FastAPI(title="agentrl serve", lifespan=lifespan)
     app.state.server = state
+    if config.api_key:
+        app.add_middleware(_ApiKey, key=config.api_key)
 
     @app.exception_handler(BadRequest)
     async def _bad(_: Request, e: BadRequest):

@@ -40,6 +40,8 @@ How it behaves:
   * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
     polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
     0.2 ms with ours) unless a ``transport`` is given.
+  * **Authentication.** With ``api_key`` every call carries ``Authorization: Bearer KEY``
+    (SGLang's ``--api-key``, and ``agentrl serve``'s).
   * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
     fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
     exponential backoff, at most ``max_retries`` times in a row without progress, then
@@ -118,7 +120,7 @@ class RemoteEngine:
                  control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
                  health_check_interval: float = 2.0, max_resumes: int = 1000,
                  batch_max_new_tokens: int = 32, version: int = 0, router: str | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, api_key: str | None = None) -> None:
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:
@@ -132,6 +134,7 @@ class RemoteEngine:
             transport=transport or KeepAliveTransport(),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
         # sglang-router's typed /generate takes one sampling_params object and one rid string
         # (a list of either is a 422), so behind it every request goes alone, in the plain form.

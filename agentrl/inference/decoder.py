@@ -1,7 +1,7 @@
 """A packed decoder forward pass over a slot KV cache, for the Llama/Qwen family.
 
-What it is: the model half of ``agentrl serve``'s engine. ``load_weights`` reads a Hugging
-Face checkpoint (``config.json`` + safetensors) into plain tensors, and ``Decoder.forward``
+What it is: the model half of ``agentrl serve``'s engine. ``checkpoint.load_weights`` reads
+and validates a Hugging Face checkpoint (``config.json`` + safetensors) into plain tensors, and ``Decoder.forward``
 runs one ``Step``: decode rows (one token in each of consecutive cache slots) and prefill rows
 (any number of tokens from any position of a slot), packed into one matrix without padding.
 Each row writes its new keys/values into its own slot (``[positions, kv_heads, head_dim]``
@@ -23,17 +23,26 @@ agree with a teacher-forced ``AutoModelForCausalLM`` pass to ~1e-5 (tested).
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from agentrl.errors import ModelError
+from agentrl.inference.checkpoint import (
+    SUPPORTED_MODEL_TYPES,
+    assemble,
+    canonical,
+    check_tensor,
+    layout,
+    load_weights,
+    read_config,
+    spec_of,
+)
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+__all__ = ["SUPPORTED_MODEL_TYPES", "Decoder", "Step", "read_config"]
 
 ROW_ATTENTION_MAX = 131072
 """Decode attention takes one matmul per row over all key heads while ``heads * head_dim *
@@ -41,122 +50,6 @@ keys`` stays below this, one per key head above it. On the tiny model (4 x 32, 2
 CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3, 64 rows over
 250 keys 11.2 instead of 15.1, 16 rows over 600 keys 6.6 instead of 9.6: the call overhead of a
 small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
-
-
-@dataclass
-class DecoderSpec:
-    """Shapes and constants of one checkpoint (what must match for a weight swap)."""
-
-    model_type: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    rms_eps: float
-    max_positions: int
-    qk_norm: bool
-
-
-def read_config(model_dir: str | Path):
-    """The checkpoint's transformers config, after checking the architecture is supported."""
-    from transformers import AutoConfig
-
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise ModelError(f"{str(path)!r} has no config.json; pass a Hugging Face checkpoint directory")
-    raw = json.loads((path / "config.json").read_text())
-    model_type = raw.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ModelError(
-            f"model_type {model_type!r} in {path}/config.json is not supported by the embedded engine "
-            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)}); serve it with SGLang instead"
-        )
-    config = AutoConfig.from_pretrained(str(path))
-    if getattr(config, "use_sliding_window", False):
-        raise ModelError(f"{path}: sliding-window attention is not supported by the embedded engine")
-    if getattr(config, "mlp_bias", False):
-        raise ModelError(f"{path}: MLP biases are not supported by the embedded engine")
-    rope = getattr(config, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") == "dynamic":
-        raise ModelError(f"{path}: dynamic RoPE scaling is not supported by the embedded engine")
-    return config
-
-
-def spec_of(config) -> DecoderSpec:
-    heads = config.num_attention_heads
-    return DecoderSpec(
-        model_type=config.model_type,
-        num_layers=config.num_hidden_layers,
-        hidden_size=config.hidden_size,
-        num_heads=heads,
-        num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-        head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-        vocab_size=config.vocab_size,
-        rms_eps=config.rms_norm_eps,
-        max_positions=config.max_position_embeddings,
-        qk_norm=config.model_type == "qwen3",
-    )
-
-
-def _read_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise ModelError(
-            f"{str(model_dir)!r} has no *.safetensors weights; save the checkpoint with "
-            "save_pretrained(..., safe_serialization=True)"
-        )
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(str(f)))
-    return state
-
-
-def load_weights(model_dir: str | Path, spec: DecoderSpec, tied: bool, device: str, dtype: torch.dtype):
-    """Read a checkpoint's tensors into the fused layout ``Decoder`` runs on."""
-    path = Path(model_dir)
-    state = _read_state_dict(path)
-
-    def take(name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        t = state.get(name)
-        if t is None:
-            t = state.get(name.removeprefix("model."))
-        if t is None:
-            raise ModelError(f"{path}: tensor {name!r} is missing from the checkpoint")
-        if shape is not None and tuple(t.shape) != shape:
-            raise ModelError(f"{path}: tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
-        return t.to(device=device, dtype=dtype)
-
-    s = spec
-    q_out, kv_out = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
-    layers = []
-    for i in range(s.num_layers):
-        p = f"model.layers.{i}."
-        qkv = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"], 0)
-        if qkv.shape != (q_out + 2 * kv_out, s.hidden_size):
-            raise ModelError(f"{path}: layer {i} q/k/v projections do not match config.json")
-        bias = None
-        if p + "self_attn.q_proj.bias" in state:
-            bias = torch.cat([take(p + f"self_attn.{n}_proj.bias") for n in "qkv"], 0)
-        layer = {
-            "ln1": take(p + "input_layernorm.weight", (s.hidden_size,)),
-            "qkv": qkv,
-            "qkv_bias": bias,
-            "o": take(p + "self_attn.o_proj.weight", (s.hidden_size, q_out)),
-            "ln2": take(p + "post_attention_layernorm.weight", (s.hidden_size,)),
-            "gate_up": torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], 0),
-            "down": take(p + "mlp.down_proj.weight"),
-        }
-        if s.qk_norm:
-            layer["q_norm"] = take(p + "self_attn.q_norm.weight", (s.head_dim,))
-            layer["k_norm"] = take(p + "self_attn.k_norm.weight", (s.head_dim,))
-        layers.append(layer)
-    embed = take("model.embed_tokens.weight", (s.vocab_size, s.hidden_size))
-    lm_head = embed if tied or "lm_head.weight" not in state else take("lm_head.weight", (s.vocab_size, s.hidden_size))
-    return {"embed": embed, "norm": take("model.norm.weight", (s.hidden_size,)), "lm_head": lm_head, "layers": layers}
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -189,6 +82,11 @@ class Step:
 
     decode: list[tuple[int, int] | None]
     prefill: list[tuple[int, int, list[int]]]
+    hidden_from: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Prefill row ``j -> (offset, count)``: also keep the final (normed) hidden states of that
+    row's tokens ``offset .. offset + count - 1``, in ``hidden[j]`` ``[count, hidden]`` (for
+    their logits: ``Decoder.token_logprobs``)."""
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # filled by Decoder.forward
 
 
 class Decoder:
@@ -204,6 +102,7 @@ class Decoder:
             dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         self.dtype = dtype
         self.tied = bool(getattr(self.config, "tie_word_embeddings", False))
+        self.slots = layout(self.spec, self.tied)
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
         self.num_slots, self.max_len = num_slots, max_len
         s = self.spec
@@ -237,17 +136,31 @@ class Decoder:
         return ((emb.cos() * scale).to(self.device, self.dtype), (emb.sin() * scale).to(self.device, self.dtype))
 
     def prepare_weights(self, model_dir: str | Path) -> dict:
-        """Load a same-shape checkpoint without installing it: the engine assigns the result
-        to ``self.weights`` between two steps (the slot cache is kept; the engine empties
-        the prefix cache)."""
+        """Load and validate a same-architecture checkpoint into a staging copy without
+        installing it: the engine assigns the result to ``self.weights`` between two steps
+        (the slot cache is kept; the engine empties the prefix cache). Raises ``ModelError``
+        naming what is wrong; the served weights are untouched either way."""
         config = read_config(model_dir)
-        if spec_of(config) != self.spec:
-            raise ModelError(
-                f"{model_dir}: its architecture differs from the served model; only same-shape "
-                f"checkpoints can be loaded (got {spec_of(config)}, serving {self.spec})"
-            )
+        spec = spec_of(config)
+        if spec != self.spec:
+            diff = [f"{k}={getattr(spec, k)} (serving {getattr(self.spec, k)})" for k in self.spec.__dataclass_fields__
+                    if getattr(spec, k) != getattr(self.spec, k)]
+            raise ModelError(f"{model_dir}: its architecture differs from the served model: {', '.join(diff)}; "
+                             "only checkpoints of the same architecture can be loaded")
         tied = bool(getattr(config, "tie_word_embeddings", False))
-        return load_weights(model_dir, self.spec, tied, str(self.device), self.dtype)
+        if tied != self.tied:
+            raise ModelError(f"{model_dir}: tie_word_embeddings={tied}, the served model has {self.tied}")
+        return load_weights(model_dir, self.spec, tied, self.device, self.dtype)
+
+    def prepare_tensors(self, tensors: dict[str, torch.Tensor], where: str) -> dict:
+        """Validate some checkpoint tensors (names as in a Hugging Face checkpoint) and lay them
+        over a copy of the served weights: the staging copy the engine installs."""
+        named = {}
+        for name, t in tensors.items():
+            name = canonical(name)
+            check_tensor(name, t, self.slots.get(name), where)
+            named[name] = t
+        return assemble(named, self.slots, self.spec, device=self.device, dtype=self.dtype, base=self.weights)
 
     # ------------------------------------------------------------------ prefix pool
     # Each call moves keys and values for many tokens with one gather and one scatter per
@@ -396,5 +309,27 @@ class Decoder:
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
             gate, up = F.linear(h, layer["gate_up"]).chunk(2, dim=-1)
             x = torch.addmm(x, F.silu(gate).mul_(up), layer["down"].t())
+        if step.hidden_from:
+            starts = [D + sum(lens[:j]) for j in range(len(lens))]
+            for j, (offset, count) in step.hidden_from.items():
+                at = starts[j] + offset
+                step.hidden[j] = _rms_norm(x[at : at + count], w["norm"], s.rms_eps)
         x = _rms_norm(x[torch.tensor(last, device=dev)], w["norm"], s.rms_eps)
         return F.linear(x, w["lm_head"]).float()
+
+    @torch.inference_mode()
+    def token_logprobs(self, hidden: torch.Tensor, targets: list[int], top_n: int = 0,
+                       chunk: int = 256) -> tuple[list[float], list[list[tuple[float, int]]]]:
+        """Log-probabilities of ``targets[i]`` under the raw model distribution at ``hidden[i]``
+        (``Step.hidden``), and the ``top_n`` most likely (logprob, id) pairs of each row;
+        ``chunk`` rows of logits at a time."""
+        lps: list[float] = []
+        tops: list[list[tuple[float, int]]] = []
+        ids = torch.tensor(targets, device=self.device)
+        for i in range(0, len(targets), chunk):
+            logp = F.linear(hidden[i : i + chunk], self.weights["lm_head"]).float().log_softmax(dim=-1)
+            lps.extend(logp.gather(1, ids[i : i + chunk, None]).squeeze(1).tolist())
+            if top_n:
+                vals, idx = logp.topk(min(top_n, logp.shape[1]), dim=-1)
+                tops.extend([list(zip(v, t, strict=True)) for v, t in zip(vals.tolist(), idx.tolist(), strict=True)])
+        return lps, tops

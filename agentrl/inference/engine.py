@@ -32,6 +32,19 @@ old weights, as SGLang's in-place update does). The swap empties the prefix cach
 a new cache *epoch*: keys/values computed before it are never inserted again, so no prefix
 computed with old weights serves a request after the update.
 
+Failures stay with their request: a step that raises (which validation makes a bug, not
+an input) is re-run one unit at a time — each running request alone, each admitted request
+with its twins — and only the units that fail again are finished, each with its own error
+(``abort``, status 500). Aborting by id is a dict lookup; finished requests leave the waiting
+queue lazily, so neither an abort nor a finish scans the queue.
+
+Prompt logprobs (``logprob_start >= 0``): the prefix taken from the cache stops at that
+position (cached tokens have no logits), the request neither leads nor follows twins, and
+its prefill row returns the hidden states from there (``Step.hidden_from``), turned into
+log-probabilities of the prompt's own next tokens in chunks (the raw model distribution,
+temperature 1, as SGLang's default). A request with ``max_new_tokens == 0`` is prefilled for
+them and finishes without sampling.
+
 What it is not: speculative decoding, chunked prefill (a prompt is computed in one step) or
 multi-GPU.
 """
@@ -41,6 +54,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -54,13 +68,16 @@ import torch
 from agentrl.api import SamplingParams
 from agentrl.inference.decoder import Decoder, Step
 from agentrl.inference.prefix_cache import PrefixCache
-from agentrl.inference.sampling import sample_rows
+from agentrl.inference.sampling import penalize, sample_rows
 
 log = logging.getLogger(__name__)
 
 PREFILL_TOKEN_BUDGET = 4096
 """Most uncached prompt tokens computed in one step (a longer prompt still goes alone): bounds
 how long a pause or a running batch waits behind a burst of long prompts."""
+
+PROMPT_LOGPROB_CHUNK = 256
+"""Prompt positions turned into logits at once (bounds the [chunk, vocab] float32 buffer)."""
 
 SHARED_PREFIX_WAIT = 32
 """A request waits one step for a request admitted before it in the same step when that one
@@ -75,12 +92,16 @@ class Request:
     input_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     top_logprobs_num: int = 0
+    logprob_start: int = -1  # >= 0: logprobs of the prompt tokens from this position (input_token_logprobs)
     stream: bool = False
+    stream_interval: int = 1  # a streaming request is told every this many tokens
     notify: Callable[[Request, bool], None] | None = None  # (request, finished), engine thread
     # state, written by the engine thread
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
+    input_logprobs: list[float | None] = field(default_factory=list)  # input_ids[logprob_start:], first None
+    input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
     finish_reason: dict[str, Any] | None = None
     num_retractions: int = 0
@@ -94,6 +115,11 @@ class Request:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+    @property
+    def scores_prompt(self) -> bool:
+        """Its prompt logprobs are still to be computed (from the model's logits)."""
+        return 0 <= self.logprob_start <= len(self.input_ids) - 2 and not self.input_logprobs
 
 
 class _Admitted(NamedTuple):
@@ -153,10 +179,21 @@ class Engine:
         self._commands.put(run)
 
     def abort(self, rid: str = "", abort_all: bool = False, message: str = "Aborted") -> None:
-        """Finish the matching live requests (rid prefix, SGLang's rule) as aborted."""
+        """Finish the live request with id ``rid`` (or all of them) as aborted. The id must
+        match exactly, as at SGLang's HTTP API (its tokenizer manager drops unknown ids)."""
         def run() -> None:
-            for r in list(self._live.values()):
-                if abort_all or (rid and r.rid.startswith(rid)):
+            if abort_all:
+                for r in list(self._live.values()):
+                    self._abort(r, message)
+            elif (r := self._live.get(rid)) is not None:
+                self._abort(r, message)
+        self._commands.put(run)
+
+    def abort_requests(self, reqs: list[Request], message: str = "Aborted") -> None:
+        """Finish these requests as aborted (those still live), in one command."""
+        def run() -> None:
+            for r in reqs:
+                if self._live.get(r.rid) is r:
                     self._abort(r, message)
         self._commands.put(run)
 
@@ -218,6 +255,11 @@ class Engine:
     def is_live(self, rid: str) -> bool:
         return rid in self._live
 
+    @property
+    def num_live(self) -> int:
+        """Requests submitted and not finished (racy read: fine for admission limits)."""
+        return len(self._live)
+
     # ------------------------------------------------------------------ engine thread
 
     def _call(self, fn: Callable[[], Any]) -> Future:
@@ -242,7 +284,10 @@ class Engine:
         # the others share the engine's (seeding one Random per request costs ~25 us)
         req.rng = random.Random(seed) if seed is not None else self._rng
         self._live[req.rid] = req
-        if req.sampling.max_new_tokens <= 0:
+        if 0 <= req.logprob_start == len(req.input_ids) - 1:
+            req.input_logprobs = [None]  # one prompt token asked for, and it has no logprob
+            req.input_top_logprobs = [None] if req.top_logprobs_num else []
+        if req.sampling.max_new_tokens <= 0 and not req.scores_prompt:
             self._finish(req, {"type": "length", "length": req.sampling.max_new_tokens})
             return
         self._waiting.append(req)
@@ -272,10 +317,18 @@ class Engine:
         req.finish_reason = reason
         if req.slot is not None:
             self._release(req)
-        if req in self._waiting:
-            self._waiting.remove(req)
-        self._live.pop(req.rid, None)
+        # a waiting request stays in the queue, finished, until _admit drops it (no O(n) remove)
+        if self._live.get(req.rid) is req:
+            del self._live[req.rid]
         self._notify(req, True)
+
+    def _fail(self, reqs: list[Request], error: BaseException) -> None:
+        """Finish ``reqs`` with ``error``: an engine bug met while computing them."""
+        for r in reqs:
+            r.kv_epoch = -1  # its keys/values may be half written: never cache them
+            if not r.finished:
+                self._finish(r, {"type": "abort", "message": f"engine error: {error!r}", "status_code": 500,
+                                 "err_type": "InternalServerError"})
 
     def _release(self, req: Request) -> None:
         """Free ``req``'s slot, first caching what it holds: every token but the last
@@ -340,32 +393,56 @@ class Engine:
                 continue
             try:
                 self._step()
-            except Exception as e:  # keep serving: fail the requests in the batch, not the server
+            except Exception as e:  # a bug outside the isolated part: fail what is in the slots
                 log.exception("engine step failed")
-                for r in [r for r in self._slots if r is not None]:
-                    r.kv_epoch = -1  # its keys/values may be half written: never cache them
-                    self._finish(r, {"type": "abort", "message": f"engine error: {e}", "status_code": 500,
-                                     "err_type": "InternalServerError"})
+                self._fail([r for r in self._slots if r is not None], e)
 
     def _step(self) -> None:
-        """Admit, then one forward pass: decode rows for running requests (and admitted ones
-        with a single uncached token), prefill rows for the other admitted ones; twins take
-        their leader's keys/values and logits."""
+        """Admit, then one forward pass for everything that has work (``_compute``). If it
+        raises, each unit is computed again alone — a running request, or an admitted one
+        with its twins — and only the units that fail again are finished, with their error."""
         admitted = self._admit()
-        fresh = {id(a.req): a for a in admitted}
-        hi = 0  # decode rows cover slots 0 .. hi - 1
-        decode_of: dict[int, tuple[int, int]] = {}
-        for i, r in enumerate(self._slots):
-            a = fresh.get(id(r))
-            if r is None or (a is not None and (a.leader is not None or len(a.seq) - a.start > 1)):
-                continue
-            seq = a.seq if a is not None else r.output_ids
-            decode_of[i] = (seq[-1], len(r.input_ids) + len(r.output_ids) - 1)
-            hi = i + 1
-        if not decode_of and not admitted:
+        fresh = {id(a.req) for a in admitted}
+        running = [r for r in self._slots if r is not None and id(r) not in fresh]
+        if not running and not admitted:
             return
+        try:
+            self._compute(running, admitted)
+        except Exception:
+            log.exception("engine step failed; computing its requests one unit at a time")
+            units: list[tuple[list[Request], list[_Admitted]]] = [([r], []) for r in running]
+            by_leader: dict[int, list[_Admitted]] = {}
+            for a in admitted:
+                by_leader.setdefault(id(a.leader or a.req), []).append(a)
+            units += [([], group) for group in by_leader.values()]
+            for run, adm in units:
+                run, adm = [r for r in run if not r.finished], [a for a in adm if not a.req.finished]
+                if not run and not adm:
+                    continue
+                try:
+                    self._compute(run, adm)
+                except Exception as e:
+                    log.exception("a unit of %d request(s) failed on its own", len(run) + len(adm))
+                    self._fail([*run, *(a.req for a in adm)], e)
+
+    def _compute(self, running: list[Request], admitted: list[_Admitted]) -> None:
+        """One forward pass: decode rows for ``running`` requests (and admitted ones with a
+        single uncached token), prefill rows for the other admitted ones; twins take their
+        leader's keys/values and logits. Then prompt logprobs, sampling and stop checks."""
+        decode_of: dict[int, tuple[int, int]] = {}  # slot -> (token, position)
+        for r in running:
+            assert r.slot is not None
+            decode_of[r.slot] = (r.output_ids[-1], len(r.input_ids) + len(r.output_ids) - 1)
+        for a in admitted:
+            if a.leader is None and len(a.seq) - a.start == 1:
+                decode_of[a.req.slot] = (a.seq[-1], len(a.seq) - 1)
+        hi = max(decode_of) + 1 if decode_of else 0  # decode rows cover slots 0 .. hi - 1
         prefill = [a for a in admitted if a.leader is None and len(a.seq) - a.start > 1]
-        step = Step([decode_of.get(i) for i in range(hi)], [(a.req.slot, a.start, a.seq[a.start:]) for a in prefill])
+        # prompt positions logprob_start .. len - 2 give the logprobs of tokens logprob_start + 1 ..
+        scoring = {j: (a.req.logprob_start - a.start, len(a.req.input_ids) - 1 - a.req.logprob_start)
+                   for j, a in enumerate(prefill) if a.req.scores_prompt}
+        step = Step([decode_of.get(i) for i in range(hi)], [(a.req.slot, a.start, a.seq[a.start:]) for a in prefill],
+                    hidden_from=scoring)
         t0 = time.perf_counter()
         logits = self.decoder.forward(step)
         if admitted:
@@ -373,21 +450,42 @@ class Engine:
             self.prefill_s += time.perf_counter() - t0
         else:
             self.decode_s += time.perf_counter() - t0
-        if any(id(self._slots[i]) not in fresh for i in decode_of):
+        if running:
             self.steps += 1
-        row_of = {id(self._slots[i]): i for i in decode_of}
-        row_of.update({id(a.req): hi + j for j, a in enumerate(prefill)})
         twins = [a for a in admitted if a.leader is not None]
         self.decoder.copy_prefixes([(a.leader.slot, a.req.slot, len(a.seq)) for a in twins])
         for a in admitted:  # the slot now holds the whole prompt: share it
             a.req.kv_epoch = self._epoch
             if a.leader is None:
                 self._cache_slot(a.req, a.seq)
+        for j in scoring:
+            self._score_prompt(prefill[j].req, step.hidden[j])
+        row_of = {id(self._slots[i]): i for i in decode_of}
+        row_of.update({id(a.req): hi + j for j, a in enumerate(prefill)})
+        row_of.update({id(a.req): row_of[id(a.leader)] for a in twins})
         batch = [self._slots[i] for i in decode_of] + [a.req for a in prefill] + [a.req for a in twins]
-        rows = [row_of[id(r)] for r in batch[: len(batch) - len(twins)]] + [row_of[id(a.leader)] for a in twins]
+        for r in [r for r in batch if r.sampling.max_new_tokens == 0]:  # only its prompt logprobs were asked for
+            self._finish(r, {"type": "length", "length": 0})
+        batch = [r for r in batch if not r.finished]
+        if not batch:
+            return
+        rows = [row_of[id(r)] for r in batch]
         if rows != list(range(logits.shape[0])):
             logits = logits[torch.tensor(rows, device=logits.device)]
         self._sample_and_append(batch, logits)
+
+    def _score_prompt(self, req: Request, hidden: torch.Tensor) -> None:
+        """``req``'s prompt logprobs from the hidden states of positions ``logprob_start ..``;
+        a failure is its own (finished with the error), not the step's."""
+        try:
+            targets = req.input_ids[req.logprob_start + 1:]
+            lps, tops = self.decoder.token_logprobs(hidden, targets, req.top_logprobs_num, PROMPT_LOGPROB_CHUNK)
+        except Exception as e:
+            log.exception("prompt logprobs failed for request %s", req.rid)
+            self._fail([req], e)
+            return
+        req.input_logprobs = [None, *lps]
+        req.input_top_logprobs = [None, *tops] if req.top_logprobs_num else []
 
     def _admit(self) -> list[_Admitted]:
         """Move waiting requests into free slots (lowest first), within the prefill token
@@ -402,12 +500,19 @@ class Engine:
         budget = PREFILL_TOKEN_BUDGET
         while self._waiting and len(admitted) < len(free) and len(deferred) <= len(self._slots):
             req = self._waiting[0]
+            if req.finished:  # aborted while it waited: dropped here, not searched for then
+                self._waiting.popleft()
+                continue
             seq = req.input_ids + req.output_ids
-            leader = leaders.get(tuple(seq)) if self.cache is not None else None
+            # a request that scores its prompt computes it from logprob_start on, and shares with no twin
+            scoring = req.scores_prompt
+            leader = leaders.get(tuple(seq)) if self.cache is not None and not scoring else None
             entries: list[int] = []
             if leader is None and self.cache is not None:
                 entries = self.cache.match(seq[:-1])
-                if self._waits_for_batch(seq, len(entries), admitted):
+                if scoring:
+                    entries = entries[: req.logprob_start]
+                elif self._waits_for_batch(seq, len(entries), admitted):
                     deferred.append(self._waiting.popleft())
                     continue
             uncached = 0 if leader is not None else len(seq) - len(entries)
@@ -424,7 +529,7 @@ class Engine:
             self.cached_prompt_tokens += reused
             if entries:
                 loads.append((req.slot, entries))
-            if leader is None and self.cache is not None:
+            if leader is None and self.cache is not None and not scoring:
                 leaders[tuple(seq)] = req
             admitted.append(_Admitted(req, seq, len(entries), leader))
         self._waiting.extendleft(reversed(deferred))
@@ -443,46 +548,110 @@ class Engine:
         return any(a.seq[:ahead] == head for a in admitted)
 
     def _sample_and_append(self, batch: list[Request], logits: torch.Tensor) -> None:
+        """Sample one token per request and append it. If sampling the batch raises, each row
+        is sampled alone and only the rows that fail are finished (with their error)."""
+        try:
+            results = list(zip(batch, *self._sample(batch, logits), strict=True))
+        except Exception:
+            log.exception("sampling a batch of %d failed; sampling its rows one by one", len(batch))
+            results = []
+            for i, r in enumerate(batch):
+                try:
+                    results.append((r, *(col[0] for col in self._sample([r], logits[i : i + 1]))))
+                except Exception as e:
+                    self._fail([r], e)
+        for r, tok, lp, top in results:
+            try:
+                self._append(r, tok, lp, top)
+            except Exception as e:
+                log.exception("request %s failed after sampling", r.rid)
+                self._fail([r], e)
+
+    def _sample(self, batch: list[Request], logits: torch.Tensor) -> tuple[list[int], list[float], list]:
+        """Tokens, their logprobs and (per row) the top (logprob, id) pairs; pure (no request is changed)."""
         dev = logits.device
-        settings = [(r.sampling.temperature, r.sampling.top_k, r.sampling.top_p) for r in batch]
+        shaped = [i for i, r in enumerate(batch) if _penalised(r)]
+        if shaped:
+            idx = torch.tensor(shaped, device=dev)
+            logits = logits.index_copy(0, idx, self._penalise([batch[i] for i in shaped], logits[idx]))
+        settings = [(r.sampling.temperature, r.sampling.top_k, r.sampling.top_p, r.sampling.min_p) for r in batch]
         if settings.count(settings[0]) == len(settings):  # the usual case: one setting for the batch
             settings = settings[:1]
-        t, k, p = zip(*settings, strict=True)
+        t, k, p, m = zip(*settings, strict=True)
         temperature = torch.tensor(t, dtype=torch.float32, device=dev).expand(len(batch))
         top_k = torch.tensor(k, dtype=torch.long, device=dev).expand(len(batch))
         top_p = torch.tensor(p, dtype=torch.float32, device=dev).expand(len(batch))
+        min_p = torch.tensor(m, dtype=torch.float32, device=dev).expand(len(batch)) if any(m) else None
         uniform = torch.tensor([r.rng.random() for r in batch], dtype=torch.float32, device=dev)
         top_n = max(r.top_logprobs_num for r in batch)
-        tokens, logprobs, top = sample_rows(logits, temperature, top_k, top_p, uniform, top_n)
-        tokens, logprobs = tokens.tolist(), logprobs.tolist()
-        top_vals, top_ids = (top[0].tolist(), top[1].tolist()) if top is not None else (None, None)
-        for i, r in enumerate(batch):
-            tok = tokens[i]
-            r.output_ids.append(tok)
-            r.logprobs.append(logprobs[i])
-            r.versions.append(self.weight_version)
-            if r.top_logprobs_num:
-                n = r.top_logprobs_num
-                pairs = zip(top_vals[i][:n], top_ids[i][:n], strict=True)
-                r.top_logprobs.append([(v, t) for v, t in pairs if v != float("-inf")])  # kept tokens only
-            self.generated_tokens += 1
-            reason = self._stop_reason(r, tok)
-            if reason is not None:
-                self._finish(r, reason)
-            elif r.stream:
-                self._notify(r, False)
+        tokens, logprobs, top = sample_rows(logits, temperature, top_k, top_p, uniform, top_n, min_p=min_p)
+        tops: list = [None] * len(batch)
+        if top is not None:
+            vals, ids = top[0].tolist(), top[1].tolist()
+            tops = [[(v, t) for v, t in zip(vals[i][: r.top_logprobs_num], ids[i][: r.top_logprobs_num], strict=True)
+                     if v != float("-inf")] for i, r in enumerate(batch)]  # kept tokens only
+        return tokens.tolist(), logprobs.tolist(), tops
+
+    def _penalise(self, rows: list[Request], logits: torch.Tensor) -> torch.Tensor:
+        """Penalties, ``min_new_tokens`` and logit bias of ``rows`` (``sampling.penalize``)."""
+        dev, V = logits.device, logits.shape[1]
+        counts = torch.zeros(len(rows), V, device=dev)
+        which = [j for j, r in enumerate(rows) for _ in r.output_ids]
+        if which:
+            tokens = torch.tensor([t for r in rows for t in r.output_ids], device=dev)
+            counts.index_put_((torch.tensor(which, device=dev), tokens), torch.ones(len(which), device=dev),
+                              accumulate=True)
+        banned = bias = None
+        for j, r in enumerate(rows):
+            if len(r.output_ids) < r.sampling.min_new_tokens:
+                if banned is None:
+                    banned = torch.zeros(len(rows), V, dtype=torch.bool, device=dev)
+                ids = [t for t in self.eos_token_ids | set(r.sampling.stop_token_ids) if 0 <= t < V]
+                banned[j, ids] = True
+            if r.sampling.logit_bias:
+                if bias is None:
+                    bias = torch.zeros(len(rows), V, device=dev)
+                ids = [t for t in r.sampling.logit_bias if t < V]
+                bias[j, ids] = torch.tensor([r.sampling.logit_bias[t] for t in ids], device=dev)
+
+        def column(name: str) -> torch.Tensor:
+            return torch.tensor([getattr(r.sampling, name) for r in rows], dtype=torch.float32, device=dev)
+        return penalize(logits, counts, column("frequency_penalty"), column("presence_penalty"),
+                        column("repetition_penalty"), banned, bias)
+
+    def _append(self, r: Request, tok: int, logprob: float, top: list[tuple[float, int]] | None) -> None:
+        r.output_ids.append(tok)
+        r.logprobs.append(logprob)
+        r.versions.append(self.weight_version)
+        if r.top_logprobs_num:
+            r.top_logprobs.append(top or [])
+        self.generated_tokens += 1
+        reason = self._stop_reason(r, tok)
+        if reason is not None:
+            self._finish(r, reason)
+        elif r.stream and len(r.output_ids) % r.stream_interval == 0:
+            self._notify(r, False)
 
     def _stop_reason(self, r: Request, tok: int) -> dict[str, Any] | None:
         sp = r.sampling
         if not sp.ignore_eos and (tok in self.eos_token_ids or tok in sp.stop_token_ids):
             return {"type": "stop", "matched": tok}
-        if sp.stop:
+        if sp.stop or sp.stop_regex:
             text = self.decode_text(r.output_ids)
             hits = [(text.find(s), s) for s in sp.stop if s and s in text]
             if hits:
                 return {"type": "stop", "matched": min(hits)[1]}
+            for pattern in sp.stop_regex:  # (patterns were compiled once by validation; re caches them)
+                if re.search(pattern, text):
+                    return {"type": "stop", "matched": pattern}
         if len(r.output_ids) >= sp.max_new_tokens:
             return {"type": "length", "length": sp.max_new_tokens}
         if len(r.input_ids) + len(r.output_ids) >= self.context_length:
             return {"type": "length", "length": len(r.output_ids)}
         return None
+
+
+def _penalised(r: Request) -> bool:
+    sp = r.sampling
+    return bool(sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0 or sp.logit_bias
+                or len(r.output_ids) < sp.min_new_tokens)

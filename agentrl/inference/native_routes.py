@@ -24,15 +24,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from agentrl.api import SamplingParams
 from agentrl.errors import ModelError
+from agentrl.inference import openapi
 from agentrl.inference.engine import Request as EngineRequest
 from agentrl.inference.state import ServerState
+from agentrl.inference.validation import parse_logprob_fields, parse_sampling
 from agentrl.inference.wire import (
     BadRequest,
     check_type,
     generate_result,
-    parse_json_body,
     parse_prompt_ids,
-    parse_sampling,
+    read_json,
 )
 
 SGLANG_API_VERSION = "0.5.23"
@@ -43,14 +44,17 @@ def native_routes(state: ServerState) -> APIRouter:
     """SGLang's native HTTP API over ``state``'s engine."""
     router = APIRouter()
 
-    @router.api_route("/generate", methods=["POST", "PUT"])
+    generate_body = openapi.json_body(openapi.generate(state.bounds))
+
+    @router.post("/generate", openapi_extra=generate_body)
+    @router.put("/generate", openapi_extra=generate_body, operation_id="generate_put")
     async def generate(http: Request):
-        body = parse_json_body(await http.body())
+        body = await read_json(http, state.config.max_request_bytes)
         return await _generate(state, body, http)
 
-    @router.post("/pause_generation")
+    @router.post("/pause_generation", openapi_extra=openapi.json_body(openapi.PAUSE, required=False))
     async def pause_generation(http: Request):
-        body = parse_json_body(await http.body(), allow_empty=True)
+        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
         mode = body.get("mode", "abort")
         if mode not in ("abort", "retract", "in_place"):
             raise BadRequest(f"mode must be one of 'abort', 'retract', 'in_place', got {mode!r}")
@@ -58,47 +62,44 @@ def native_routes(state: ServerState) -> APIRouter:
         await asyncio.sleep(0)  # let the aborted requests' handlers answer first
         return {"message": "Generation paused successfully.", "status": "ok"}
 
-    @router.post("/continue_generation")
+    @router.post("/continue_generation", openapi_extra=openapi.json_body(openapi.CONTINUE, required=False))
     async def continue_generation(http: Request):
-        parse_json_body(await http.body(), allow_empty=True)
+        await read_json(http, state.config.max_request_bytes, allow_empty=True)
         await asyncio.wrap_future(state.engine.resume())
         return {"message": "Generation continued successfully.", "status": "ok"}
 
-    @router.post("/abort_request")
+    @router.post("/abort_request", openapi_extra=openapi.json_body(openapi.ABORT, required=False))
     async def abort_request(http: Request):
-        body = parse_json_body(await http.body(), allow_empty=True)
+        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
         rid, abort_all = body.get("rid", "") or "", bool(body.get("abort_all", False))
         if not isinstance(rid, str):
             raise BadRequest(f"rid must be a string, got {type(rid).__name__}")
         state.engine.abort(rid, abort_all)
         return Response(status_code=200)
 
-    @router.post("/update_weights_from_disk")
+    @router.post("/update_weights_from_disk", openapi_extra=openapi.json_body(openapi.UPDATE_FROM_DISK))
     async def update_weights_from_disk(http: Request):
-        body = parse_json_body(await http.body())
+        body = await read_json(http, state.config.max_request_bytes)
         path = body.get("model_path")
         if not isinstance(path, str) or not path:
             raise BadRequest("model_path is required: the directory of an HF checkpoint to load")
-        version = body.get("weight_version")
-        if version is not None and not isinstance(version, (str, int)):
-            raise BadRequest(f"weight_version must be a string, got {type(version).__name__}")
-        try:
-            weights = await asyncio.to_thread(state.decoder.prepare_weights, path)
-        except (ModelError, OSError) as e:
-            return JSONResponse({"success": False, "message": f"Failed to update weights: {e}",
-                                 "num_paused_requests": 0}, status_code=400)
-        version = None if version is None else str(version)
-        await asyncio.wrap_future(state.engine.install_weights(weights, version,
-                                                               bool(body.get("abort_all_requests", False))))
+        version, abort_all = update_options(body)
+        async with state.weight_lock:  # one staging copy at a time
+            try:
+                weights = await asyncio.to_thread(state.decoder.prepare_weights, path)
+            except (ModelError, OSError) as e:
+                return JSONResponse({"success": False, "message": f"Failed to update weights: {e}",
+                                     "num_paused_requests": 0}, status_code=400)
+            await asyncio.wrap_future(state.engine.install_weights(weights, version, abort_all))
         state.model_path = path
         message = "Succeeded to update model weights."
         if version is not None:
             message += f" Weight version updated to {version}."
         return {"success": True, "message": message, "num_paused_requests": 0}
 
-    @router.post("/update_weight_version")
+    @router.post("/update_weight_version", openapi_extra=openapi.json_body(openapi.UPDATE_VERSION))
     async def update_weight_version(http: Request):
-        body = parse_json_body(await http.body())
+        body = await read_json(http, state.config.max_request_bytes)
         new = body.get("new_version")
         if not isinstance(new, str) or not new:
             raise BadRequest("new_version is required (a string)")
@@ -107,7 +108,8 @@ def native_routes(state: ServerState) -> APIRouter:
         await asyncio.wrap_future(state.engine.install_weights(state.decoder.weights, new))
         return {"success": True, "message": f"Weight version updated to {new}", "new_version": new}
 
-    @router.api_route("/flush_cache", methods=["GET", "POST"])
+    @router.get("/flush_cache")
+    @router.post("/flush_cache", operation_id="flush_cache_post")
     async def flush_cache():
         if not await asyncio.wrap_future(state.engine.flush_cache()):
             return PlainTextResponse(
@@ -136,7 +138,7 @@ def native_routes(state: ServerState) -> APIRouter:
                 "context_length": state.engine.context_length, "max_running_requests": c.max_running_requests,
                 "max_total_num_tokens": state.engine.context_length * c.max_running_requests,
                 "max_req_input_len": state.engine.context_length - 1, "skip_tokenizer_init": False,
-                "incremental_streaming_output": False, "weight_version": c.weight_version,
+                "incremental_streaming_output": False, "weight_version": state.engine.weight_version,
                 "disable_radix_cache": state.engine.cache is None, "random_seed": c.seed, "status": "ready",
                 "internal_states": [{**load, **state.engine.cache_stats(), "last_gen_throughput": 0.0,
                                      "num_decode_steps": state.engine.steps,
@@ -189,10 +191,23 @@ def native_routes(state: ServerState) -> APIRouter:
     return router
 
 
-async def _generate(state: ServerState, body: dict[str, Any], http: Request):
-    for key in ("input_embeds", "image_data", "video_data", "audio_data", "lora_path", "session_id", "session_params"):
-        if body.get(key) is not None:
-            raise BadRequest(f"{key} is not supported by agentrl serve")
+UNSUPPORTED = ("input_embeds", "image_data", "video_data", "audio_data", "lora_path", "session_id",
+               "session_params", "custom_logit_processor", "token_ids_logprob", "return_hidden_states",
+               "return_routed_experts")
+
+
+def update_options(body: dict[str, Any]) -> tuple[str | None, bool]:
+    """A weight update's ``weight_version`` (None: unchanged) and ``abort_all_requests``."""
+    version = body.get("weight_version")
+    if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool)):
+        raise BadRequest(f"weight_version must be a string, got {type(version).__name__}")
+    abort_all = body.get("abort_all_requests") or False
+    check_type("abort_all_requests", abort_all, (bool,), "true or false")
+    return None if version is None else str(version), abort_all
+
+
+async def _prompts(state: ServerState, body: dict[str, Any]) -> tuple[list[list[int]], bool]:
+    """The prompts of a ``/generate`` body as token ids, and whether it is a batch."""
     if (body.get("text") is None) == (body.get("input_ids") is None):
         raise BadRequest("Either text or input_ids should be provided (exactly one of them).")
     if body.get("text") is not None:
@@ -201,15 +216,27 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
         texts = texts if batch else [texts]
         if not texts or not all(isinstance(t, str) for t in texts):
             raise BadRequest("text must be a string or a non-empty list of strings")
-        prompts = [state.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        prompts = []
+        for t in texts:  # a group's copies of one prompt are tokenized once
+            prompts.append(prompts[-1] if prompts and t == texts[len(prompts) - 1] else await state.tokenize(t))
         if any(not p for p in prompts):
             raise BadRequest("text cannot be empty")
-    else:
-        ids = body["input_ids"]
-        batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-        prompts = []
-        for p in ids if batch else [ids]:  # a group's copies of one prompt are checked once
-            prompts.append(prompts[-1] if prompts and p == prompts[-1] else parse_prompt_ids(p, state.vocab_size))
+        return prompts, batch
+    ids = body["input_ids"]
+    batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    prompts = []
+    for p in ids if batch else [ids]:  # a group's copies of one prompt are checked once
+        prompts.append(prompts[-1] if prompts and p == prompts[-1] else parse_prompt_ids(p, state.vocab_size))
+    return prompts, batch
+
+
+async def _generate(state: ServerState, body: dict[str, Any], http: Request):
+    for key in UNSUPPORTED:
+        if body.get(key) not in (None, False):
+            raise BadRequest(f"{key} is not supported by agentrl serve (leave it out, or use SGLang on a GPU)")
+    stream = body.get("stream") or False
+    check_type("stream", stream, (bool,), "true or false")
+    prompts, batch = await _prompts(state, body)
     sps = body.get("sampling_params")
     if isinstance(sps, list):
         if not batch or len(sps) != len(prompts):
@@ -219,18 +246,11 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     parsed: list[dict[str, Any]] = []
     for i, (sp, p) in enumerate(zip(sps, prompts, strict=True)):  # equal neighbours are parsed once
         same = i and sp == sps[i - 1] and len(p) == len(prompts[i - 1])
-        parsed.append(parsed[-1] if same else parse_sampling(sp, prompt_len=len(p),
-                                                             context_length=state.engine.context_length))
+        parsed.append(parsed[-1] if same else parse_sampling(sp, prompt_len=len(p), bounds=state.bounds))
     n = parsed[0]["n"]
     if any(p["n"] != n for p in parsed):
         raise BadRequest("all sampling_params of a batch must have the same n")
-    return_logprob = body.get("return_logprob", False)
-    if isinstance(return_logprob, list):
-        return_logprob = any(return_logprob)
-    if body.get("logprob_start_len", -1) not in (-1, None):
-        raise BadRequest("logprob_start_len >= 0 (prompt logprobs) is not supported by agentrl serve; use -1")
-    top_n = body.get("top_logprobs_num", 0) or 0
-    check_type("top_logprobs_num", top_n, (int,), "an integer >= 0")
+    logprob = parse_logprob_fields(body, [len(p) for p in prompts], state.bounds)
     rid = body.get("rid")
     expanded = batch or n > 1
     if rid is None:
@@ -244,31 +264,41 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
         rids = list(rid)
     else:
         raise BadRequest("rid must be a string, or a list of strings with one per prompt (and n == 1)")
+    if len(set(rids)) != len(rids):
+        raise BadRequest("rid holds the same id twice; request ids must be unique")
     for r in rids:
         if state.engine.is_live(r):
             raise BadRequest(f"Duplicate request ID detected: {r}")
+    state.admit(len(rids))
     reqs, opts = [], []
-    for i, (prompt, p) in enumerate(zip(prompts, parsed, strict=True)):
+    for i, (prompt, p, lp) in enumerate(zip(prompts, parsed, logprob, strict=True)):
         for j in range(n):
             reqs.append(EngineRequest(rid=rids[i * n + j], input_ids=list(prompt), sampling=p["sampling"],
-                                      top_logprobs_num=top_n))
-            opts.append(p)
-    kw = {"return_logprob": bool(return_logprob), "text_in_logprobs": bool(body.get("return_text_in_logprobs"))}
-    if body.get("stream"):
-        return StreamingResponse(_sse(state, reqs, opts, kw, expanded), media_type="text/event-stream")
+                                      top_logprobs_num=lp["top_n"], logprob_start=lp["logprob_start"],
+                                      stream_interval=p["stream_interval"]))
+            opts.append({**p, **lp})
+    text_in_logprobs = bool(body.get("return_text_in_logprobs"))
+    if stream:
+        return StreamingResponse(_sse(state, reqs, opts, text_in_logprobs, expanded), media_type="text/event-stream")
     done = await state.run_all(reqs, http)
     for r in done:
         reason = r.finish_reason or {}
-        if reason.get("status_code") and reason["status_code"] >= 400:
+        if reason.get("status_code") and reason["status_code"] >= 400 and len(done) == 1:
             raise BadRequest(reason.get("message", "request failed"), status=reason["status_code"])
-    results = [generate_result(r, state.tokenizer, weight_version=state.engine.weight_version,
-                               no_stop_trim=o["no_stop_trim"], skip_special=o["skip_special_tokens"], **kw)
-               for r, o in zip(done, opts, strict=True)]
+    results = [_result(state, r, o, text_in_logprobs) for r, o in zip(done, opts, strict=True)]
     # a JSONResponse skips FastAPI's jsonable_encoder walk (plain dicts and lists already)
     return JSONResponse(results if expanded else results[0])
 
 
-async def _sse(state: ServerState, reqs, opts, kw, expanded: bool):
+def _result(state: ServerState, r: EngineRequest, o: dict[str, Any], text_in_logprobs: bool,
+            n_tokens: int | None = None) -> dict[str, Any]:
+    return generate_result(r, state.tokenizer, weight_version=state.engine.weight_version, n_tokens=n_tokens,
+                           return_logprob=o["return_logprob"], text_in_logprobs=text_in_logprobs,
+                           no_stop_trim=o["no_stop_trim"], skip_special=o["skip_special_tokens"],
+                           spaces_between_special=o["spaces_between_special_tokens"])
+
+
+async def _sse(state: ServerState, reqs, opts, text_in_logprobs: bool, expanded: bool):
     """Cumulative SSE chunks (SGLang's default), ``index`` per chunk for batches, then [DONE]."""
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -285,9 +315,7 @@ async def _sse(state: ServerState, reqs, opts, kw, expanded: bool):
             if r is None:
                 remaining -= 1
                 continue
-            o = opts[i]
-            chunk = generate_result(r, state.tokenizer, weight_version=state.engine.weight_version, n_tokens=n,
-                                    no_stop_trim=o["no_stop_trim"], skip_special=o["skip_special_tokens"], **kw)
+            chunk = _result(state, r, opts[i], text_in_logprobs, n)
             if expanded:
                 chunk["index"] = i
             yield f"data: {json.dumps(chunk)}\n\n"

@@ -18,6 +18,7 @@ to be parsed); without tools, content streams token by token.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentrl.inference import openapi
 from agentrl.inference.chat_format import (
     assistant_message,
     chat_request,
@@ -35,8 +37,9 @@ from agentrl.inference.chat_format import (
     usage,
 )
 from agentrl.inference.engine import Request as EngineRequest
-from agentrl.inference.state import ServerState
-from agentrl.inference.wire import BadRequest, finish_text, parse_json_body, parse_prompt_ids, parse_sampling
+from agentrl.inference.state import LONG_TEXT, ServerState
+from agentrl.inference.validation import parse_sampling
+from agentrl.inference.wire import BadRequest, check_type, finish_text, parse_prompt_ids, read_json
 
 
 def _error(e: BadRequest) -> JSONResponse:
@@ -46,11 +49,9 @@ def _error(e: BadRequest) -> JSONResponse:
 
 async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
                    default_max: int | None, top_n: int) -> tuple[list[EngineRequest], dict[str, Any]]:
-    parsed = parse_sampling(sampling_fields(body, default_max), prompt_len=len(prompt),
-                            context_length=state.engine.context_length)
-    n = body.get("n", 1) or 1
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise BadRequest(f"n must be an integer >= 1, got {n!r}")
+    parsed = parse_sampling(sampling_fields(body, default_max), prompt_len=len(prompt), bounds=state.bounds)
+    n = _n(state, body)
+    state.admit(n)
     base = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex
     reqs = [EngineRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
                           top_logprobs_num=top_n) for i in range(n)]
@@ -60,6 +61,29 @@ async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], 
         if reason.get("status_code") and reason["status_code"] >= 400:
             raise BadRequest(reason.get("message", "request failed"), status=reason["status_code"])
     return list(done), parsed
+
+
+def _n(state: ServerState, body: dict[str, Any]) -> int:
+    n = body.get("n") or 1
+    check_type("n", n, (int,), f"an integer in [1, {state.bounds.max_n}]")
+    if not 1 <= n <= state.bounds.max_n:
+        raise BadRequest(f"n must be an integer in [1, {state.bounds.max_n}] (this server's --max-n), got {n}")
+    return n
+
+
+def _chat_top_logprobs(state: ServerState, body: dict[str, Any]) -> tuple[bool, int]:
+    """``logprobs`` (bool) and ``top_logprobs`` (an integer in [0, cap], only with logprobs)."""
+    want = body.get("logprobs") or False
+    check_type("logprobs", want, (bool,), "true or false")
+    top = body.get("top_logprobs")
+    cap = state.bounds.max_top_logprobs
+    if top is not None:
+        check_type("top_logprobs", top, (int,), f"an integer in [0, {cap}]")
+        if not 0 <= top <= cap:
+            raise BadRequest(f"top_logprobs must be an integer in [0, {cap}], got {top}")
+        if top and not want:
+            raise BadRequest("top_logprobs needs logprobs: true")
+    return want, top or 0
 
 
 def _finish_reason(req: EngineRequest) -> tuple[str, int | str | None]:
@@ -72,19 +96,26 @@ def _chat_logprobs(state: ServerState, req: EngineRequest) -> dict[str, Any]:
     return token_logprobs(lambda t: state.tokenizer.decode([t]), req.output_ids, req.logprobs, req.top_logprobs)
 
 
-def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], bool]:
+async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], bool]:
     messages, tools, use_tools = chat_request(body)
     if body.get("input_ids") is not None:
         return parse_prompt_ids(body["input_ids"], state.vocab_size), use_tools
     if not getattr(state.tokenizer, "chat_template", None):
         raise BadRequest("this model's tokenizer has no chat template; use /v1/completions or /generate")
-    try:
-        text = state.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False,
-            **(body.get("chat_template_kwargs") or {}))
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise BadRequest(f"chat_template_kwargs must be an object, got {type(kwargs).__name__}")
+
+    def render() -> str:
+        return state.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                                   **kwargs)
+    try:  # a long conversation is rendered on a worker thread (the event loop keeps serving)
+        long = sum(len(str(m.get("content"))) for m in messages) > LONG_TEXT
+        text = await asyncio.to_thread(render) if long else render()
     except Exception as e:  # a template error is the request's fault (bad message shape)
-        raise BadRequest(f"the chat template could not render these messages: {e}") from e
-    return state.tokenizer.encode(text, add_special_tokens=False), use_tools
+        raise BadRequest(f"the chat template could not render these messages: {type(e).__name__}: "
+                         f"{str(e)[:200]}") from e
+    return await state.tokenize(text), use_tools
 
 
 def openai_routes(state: ServerState) -> APIRouter:
@@ -103,18 +134,19 @@ def openai_routes(state: ServerState) -> APIRouter:
                                            "code": "model_not_found"}}, status_code=404)
         return _card(state)
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", openapi_extra=openapi.json_body(openapi.chat_completion(state.bounds)))
     async def chat_completions(http: Request):
         try:
-            body = parse_json_body(await http.body())
-            prompt, use_tools = _render_chat(state, body)
-            want_lp = bool(body.get("logprobs"))
-            top_n = int(body.get("top_logprobs") or 0) if want_lp else 0
-            if body.get("stream"):
-                if (body.get("n") or 1) != 1:
+            body = await read_json(http, state.config.max_request_bytes)
+            want_lp, top_n = _chat_top_logprobs(state, body)
+            stream = body.get("stream") or False
+            check_type("stream", stream, (bool,), "true or false")
+            prompt, use_tools = await _render_chat(state, body)
+            if stream:
+                if _n(state, body) != 1:
                     raise BadRequest("n > 1 is not supported with stream=true by agentrl serve")
-                parsed = parse_sampling(sampling_fields(body, None), prompt_len=len(prompt),
-                                        context_length=state.engine.context_length)
+                parsed = parse_sampling(sampling_fields(body, None), prompt_len=len(prompt), bounds=state.bounds)
+                state.admit(1)
                 return StreamingResponse(_chat_stream(state, body, prompt, parsed, use_tools, top_n),
                                          media_type="text/event-stream")
             reqs, parsed = await _run_all(state, prompt, body, http, None, top_n)
@@ -131,10 +163,10 @@ def openai_routes(state: ServerState) -> APIRouter:
             choices.append(choice)
         return _response(state, body, reqs, prompt, "chat.completion", choices)
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", openapi_extra=openapi.json_body(openapi.completion(state.bounds)))
     async def completions(http: Request):
         try:
-            body = parse_json_body(await http.body())
+            body = await read_json(http, state.config.max_request_bytes)
             if body.get("echo"):
                 raise BadRequest("echo is not supported by agentrl serve")
             if body.get("stream"):
@@ -143,14 +175,15 @@ def openai_routes(state: ServerState) -> APIRouter:
             if isinstance(prompt, str):
                 if not prompt:
                     raise BadRequest("prompt cannot be empty")
-                ids = state.tokenizer.encode(prompt, add_special_tokens=False)
+                ids = await state.tokenize(prompt)
             elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
                 ids = parse_prompt_ids(prompt, state.vocab_size, "prompt")
             else:
                 raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)")
             top_n = body.get("logprobs")
-            if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0):
-                raise BadRequest(f"logprobs must be an integer >= 0, got {top_n!r}")
+            cap = state.bounds.max_top_logprobs
+            if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or not 0 <= top_n <= cap):
+                raise BadRequest(f"logprobs must be an integer in [0, {cap}], got {top_n!r}")
             reqs, parsed = await _run_all(state, ids, body, http, 16, top_n or 0)
         except BadRequest as e:
             return _error(e)

@@ -1,10 +1,12 @@
 """What the routes of ``agentrl serve`` share: its settings and the live server state.
 
 What it is: ``ServeConfig`` (the CLI flags) and ``ServerState`` — the engine (started and
-stopped by the app's lifespan), the tokenizer and the served model's facts — plus the two
-ways a handler waits on the engine: ``run`` (until a request finishes) and ``stream`` (token
-by token). A client that disconnects aborts its requests. What it is not: the routes
-(``native_routes``, ``openai_routes``) or the app (``app``).
+stopped by the app's lifespan), the tokenizer, the served model's facts and the ``Bounds``
+requests are checked against — plus the ways a handler reaches the engine: ``tokenize``
+(a long text on a worker thread, one too long for the context refused before it is
+tokenized), ``admit`` (the queue limit), ``run`` (until a request finishes) and ``stream``
+(token by token). A client that disconnects aborts its requests. What it is not: the
+routes (``native_routes``, ``openai_routes``) or the app (``app``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ from agentrl.errors import ModelError
 from agentrl.inference.engine import Engine
 from agentrl.inference.engine import Request as EngineRequest
 from agentrl.inference.prefix_cache import PrefixCache
+from agentrl.inference.validation import Bounds
+from agentrl.inference.wire import BadRequest
 
 DEFAULT_PREFIX_CACHE_TOKENS = 32768
+LONG_TEXT = 8192
+"""Texts longer than this many characters are tokenized on a worker thread."""
 
 
 @dataclass
@@ -46,6 +52,14 @@ class ServeConfig:
     prefix_cache_tokens: int | None = option(
         None, help="tokens of KV the prefix cache keeps before evicting the least recently used; "
         "default min(max_running_requests x context_length, 32768)", ge=1)
+    api_key: str | None = option(None, help="every route but /health* and /ready needs 'Authorization: Bearer "
+                                 "KEY' (SGLang's --api-key); none: no key")
+    max_n: int = option(256, help="most samples one request may ask for (sampling_params.n, OpenAI n)", ge=1)
+    max_top_logprobs_num: int = option(64, help="most alternatives per position (top_logprobs_num)", ge=0)
+    max_queued_requests: int = option(
+        4096, help="most requests waiting or running at once; more are refused with 503 (SGLang's "
+        "--max-queued-requests)", ge=1)
+    max_request_bytes: int = option(64 << 20, help="largest request body in bytes (413 above)", ge=1024)
 
 
 class ServerState:
@@ -70,7 +84,8 @@ class ServerState:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         except Exception as e:
-            raise ModelError(f"{config.model}: cannot load its tokenizer ({e})") from e
+            raise ModelError(f"{config.model}: cannot load its tokenizer ({type(e).__name__}); check "
+                             "tokenizer.json / tokenizer_config.json") from None
         eos: set[int] = set()
         for source in (hf_config, _generation_config(GenerationConfig, config.model)):
             ids = getattr(source, "eos_token_id", None) if source is not None else None
@@ -84,6 +99,13 @@ class ServerState:
         self.engine = Engine(self.decoder, eos_token_ids=eos, decode_text=self.decode,
                              weight_version=config.weight_version, seed=config.seed,
                              prefix_cache=PrefixCache(pool) if pool else None)
+        self.bounds = Bounds(context_length=context, vocab_size=self.vocab_size, max_n=config.max_n,
+                             max_top_logprobs=config.max_top_logprobs_num)
+        # the most UTF-8 bytes one token can stand for (x 2 for normalizers that shrink text):
+        # a text of more than context x this many bytes cannot fit, whatever its tokens
+        longest = max((len(str(t).encode()) for t in self.tokenizer.get_vocab()), default=1)
+        self.bytes_per_token_bound = 2 * max(longest, 4)
+        self.weight_lock = asyncio.Lock()  # weight updates one at a time (each stages on the served weights)
         self.started = time.time()
 
     def decode(self, ids: list[int]) -> str:
@@ -92,6 +114,30 @@ class ServerState:
     @property
     def served_model_name(self) -> str:
         return self.config.served_model_name or self.model_path
+
+    async def tokenize(self, text: str) -> list[int]:
+        """``text``'s token ids; a long one on a worker thread (the event loop keeps serving),
+        and one that cannot fit the context is refused without being tokenized."""
+        try:
+            if len(text) <= LONG_TEXT:
+                return self.tokenizer.encode(text, add_special_tokens=False)
+            size, ctx = len(text.encode("utf-8", "surrogatepass")), self.bounds.context_length
+            if size // self.bytes_per_token_bound >= ctx:
+                raise BadRequest(f"The input (at least {size // self.bytes_per_token_bound} tokens: {size} bytes) "
+                                 f"is longer than the model's context length ({ctx} tokens).")
+            return await asyncio.to_thread(self.tokenizer.encode, text, add_special_tokens=False)
+        except (TypeError, ValueError, UnicodeError) as e:  # e.g. a lone surrogate from a JSON escape
+            raise BadRequest(f"the text could not be tokenized ({type(e).__name__}); send valid Unicode") from e
+
+    def admit(self, count: int) -> None:
+        """Refuse (503) ``count`` more requests if they would pass ``max_queued_requests``."""
+        cap = self.config.max_queued_requests
+        if count > cap:
+            raise BadRequest(f"this request asks for {count} samples (prompts x n), more than this server ever "
+                             f"holds at once (--max-queued-requests {cap}); split it")
+        if self.engine.num_live + count > cap:
+            raise BadRequest(f"The request queue is full: {self.engine.num_live} requests are waiting or running "
+                             f"and this one adds {count} (--max-queued-requests {cap}); retry later", status=503)
 
     async def run(self, req: EngineRequest, http: Request | None = None) -> EngineRequest:
         """Submit and wait until finished; a disconnected client aborts the request."""
@@ -121,12 +167,10 @@ class ServerState:
                     async with asyncio.timeout(0.5):
                         await done.wait()
                 if not done.is_set() and http is not None and await http.is_disconnected():
-                    for r in reqs:
-                        self.engine.abort(r.rid, message="client disconnected")
+                    self.engine.abort_requests(reqs, message="client disconnected")
                     await done.wait()
         except asyncio.CancelledError:
-            for r in reqs:
-                self.engine.abort(r.rid, message="client disconnected")
+            self.engine.abort_requests(reqs, message="client disconnected")
             raise
         return reqs
 
@@ -146,7 +190,7 @@ class ServerState:
                 yield n, finished
         finally:
             if not finished:
-                self.engine.abort(req.rid, message="client disconnected")
+                self.engine.abort_requests([req], message="client disconnected")
 
 
 def _generation_config(cls, path: str):

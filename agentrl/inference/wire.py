@@ -1,38 +1,28 @@
 """SGLang's ``/generate`` wire format, as ``agentrl serve`` reads and writes it.
 
-What it is: validation of request bodies (``sampling_params`` keys, types, ranges, context
-length — each failure a ``BadRequest`` whose message names the field and what is allowed)
-and the shapes of results (``text``, ``output_ids``, ``meta_info`` with ``finish_reason``,
-``output_token_logprobs`` triples, ``weight_versions`` spans), following sglang 0.5.23
-(``python/sglang/srt/managers/io_struct.py``, ``sampling/sampling_params.py``). The functions take
-the few values they need (context length, vocabulary size, tokenizer), not the server.
-What it is not: the routes (``agentrl.inference.native_routes``, ``openai_routes``) or the engine.
+What it is: reading request bodies (JSON objects within a size limit, prompt token ids; each
+failure a ``BadRequest`` whose message names the field and what is allowed) and the shapes
+of results (``text``, ``output_ids``, ``meta_info`` with ``finish_reason``,
+``output_token_logprobs`` and ``input_token_logprobs`` triples, ``weight_versions`` spans),
+following sglang 0.5.23 (``python/sglang/srt/managers/io_struct.py``). The functions take the
+few values they need (vocabulary size, tokenizer), not the server. What it is not: the
+checks of sampling and logprob fields (``validation``), the routes (``native_routes``,
+``openai_routes``) or the engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
-
-from agentrl.api import SamplingParams
 
 if TYPE_CHECKING:  # annotations only: the format itself needs no torch
     from agentrl.inference.engine import Request as EngineRequest
-
-SAMPLING_KEYS = (
-    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "stop", "stop_regex", "stop_token_ids", "ignore_eos",
-    "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "n", "sampling_seed",
-    "json_schema", "regex", "ebnf", "structural_tag", "logit_bias", "stream_interval", "custom_params",
-)
-# Keys we accept only at their neutral value: anything else is a 400 naming the key.
-_NEUTRAL = {"min_new_tokens": 0, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-            "repetition_penalty": 1.0, "stop_regex": None, "json_schema": None, "regex": None, "ebnf": None,
-            "structural_tag": None, "logit_bias": None, "stream_interval": None, "custom_params": None}
-
 
 class BadRequest(Exception):
     """A request the server refuses; becomes a 400 (or ``status``) JSON error."""
@@ -42,17 +32,54 @@ class BadRequest(Exception):
         self.status, self.plain = status, plain
 
 
+LARGE_BODY = 1 << 20
+"""Bodies above this many bytes are parsed on a worker thread (the event loop keeps serving)."""
+
+
+async def read_json(http: Request, limit: int, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The request's JSON object; a body over ``limit`` bytes is refused (413) as soon as it
+    is seen to be, without reading the rest."""
+    length = http.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise BadRequest(f"the request body is {length} bytes, above this server's limit of {limit} "
+                         "(--max-request-bytes)", status=413)
+    data = bytearray()
+    async for chunk in http.stream():
+        data += chunk
+        if len(data) > limit:
+            raise BadRequest(f"the request body is over this server's limit of {limit} bytes "
+                             "(--max-request-bytes)", status=413)
+    if len(data) > LARGE_BODY:
+        return await asyncio.to_thread(parse_json_body, bytes(data), allow_empty=allow_empty)
+    return parse_json_body(bytes(data), allow_empty=allow_empty)
+
+
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: half of a pair (valid), or alone (no Unicode text)."""
+
+
 def parse_json_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The JSON object in ``raw``, or a ``BadRequest``: not UTF-8, not JSON, an integer of more
+    than 4,300 digits (Python's limit), nesting deeper than the parser's recursion limit, a
+    lone surrogate escape (``"\\ud800"``: a string no UTF-8 answer could echo), not an object."""
     if not raw.strip():
         if allow_empty:
             return {}
         raise BadRequest("the request body is empty; send a JSON object")
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
         raise BadRequest(f"the request body is not valid JSON ({e}); send a JSON object") from e
+    except RecursionError:
+        raise BadRequest("the request body is not valid JSON (nested too deeply); send a JSON object") from None
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    if SURROGATE_ESCAPE.search(raw):  # rare: look whether a surrogate came without its pair
+        try:
+            json.dumps(body, ensure_ascii=False).encode()
+        except (UnicodeEncodeError, RecursionError):
+            raise BadRequest("the request body holds a lone surrogate escape (one of \\ud800-\\udfff without "
+                             "its pair), which is not Unicode text; send valid Unicode") from None
     return body
 
 
@@ -61,82 +88,6 @@ def check_type(name: str, value: Any, kinds: tuple[type, ...], what: str) -> Non
         raise BadRequest(f"{name} must be {what}, got {value!r}")
     if not isinstance(value, kinds):
         raise BadRequest(f"{name} must be {what}, got {type(value).__name__} {value!r}")
-
-
-def parse_sampling(sp: Any, *, prompt_len: int, context_length: int) -> dict[str, Any]:
-    """Validate one ``sampling_params`` object for a prompt of ``prompt_len`` tokens.
-
-    Returns ``{"sampling": SamplingParams, "n", "no_stop_trim", "skip_special_tokens"}``.
-    """
-    if sp is None:
-        sp = {}
-    if not isinstance(sp, dict):
-        raise BadRequest(f"sampling_params must be an object, got {type(sp).__name__}")
-    for key in sp:
-        if key not in SAMPLING_KEYS:
-            raise BadRequest(f"unknown field `{key}`, expected one of {', '.join(f'`{k}`' for k in SAMPLING_KEYS)}",
-                             plain=True)
-    for key, neutral in _NEUTRAL.items():
-        if key in sp and sp[key] != neutral and sp[key] is not None:
-            raise BadRequest(f"sampling_params.{key}={sp[key]!r} is not supported by agentrl serve "
-                             f"(leave it out, or use SGLang on a GPU)")
-    out: dict[str, Any] = {}
-    ctx = context_length
-    if prompt_len >= ctx:
-        raise BadRequest(f"The input ({prompt_len} tokens) is longer than the model's context length "
-                         f"({ctx} tokens).")
-    max_new = sp.get("max_new_tokens", 128)
-    if max_new is None:
-        max_new = ctx - prompt_len
-    check_type("sampling_params.max_new_tokens", max_new, (int,), "an integer >= 0")
-    if max_new < 0:
-        raise BadRequest(f"sampling_params.max_new_tokens must be >= 0, got {max_new}")
-    if prompt_len + max_new > ctx:
-        raise BadRequest(f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
-                         f"You requested a total of {prompt_len + max_new} tokens: {prompt_len} tokens from "
-                         f"the input messages and {max_new} tokens for the completion. Please reduce the "
-                         "number of tokens in the input messages or the completion to fit within the limit.")
-    out["max_new_tokens"] = max_new
-    t = sp.get("temperature", 1.0)
-    check_type("sampling_params.temperature", t, (int, float), "a number >= 0")
-    if not (t >= 0 and t == t and t != float("inf")):
-        raise BadRequest(f"sampling_params.temperature must be a finite number >= 0, got {t}")
-    out["temperature"] = float(t)
-    p = sp.get("top_p", 1.0)
-    check_type("sampling_params.top_p", p, (int, float), "a number in (0, 1]")
-    if not 0 < p <= 1:
-        raise BadRequest(f"sampling_params.top_p must be in (0, 1], got {p}")
-    out["top_p"] = float(p)
-    k = sp.get("top_k", -1)
-    check_type("sampling_params.top_k", k, (int,), "-1 (all) or an integer >= 1")
-    if k == 0 or k < -1:
-        raise BadRequest(f"sampling_params.top_k must be -1 (no cut) or >= 1, got {k}")
-    out["top_k"] = k
-    stop = sp.get("stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise BadRequest("sampling_params.stop must be a string or a list of strings")
-    if len(stop) > 32:
-        raise BadRequest(f"sampling_params.stop holds {len(stop)} strings; at most 32 are allowed")
-    out["stop"] = [s for s in stop if s]
-    ids = sp.get("stop_token_ids") or []
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise BadRequest("sampling_params.stop_token_ids must be a list of token ids (integers)")
-    out["stop_token_ids"] = ids
-    ignore_eos = sp.get("ignore_eos", False)
-    check_type("sampling_params.ignore_eos", ignore_eos, (bool,), "true or false")
-    out["ignore_eos"] = ignore_eos
-    seed = sp.get("sampling_seed")
-    if seed is not None:
-        check_type("sampling_params.sampling_seed", seed, (int,), "an integer")
-    out["seed"] = seed
-    n = sp.get("n", 1)
-    check_type("sampling_params.n", n, (int,), "an integer >= 1")
-    if n < 1:
-        raise BadRequest(f"sampling_params.n must be >= 1, got {n}")
-    return {"sampling": SamplingParams(**out), "n": n, "no_stop_trim": bool(sp.get("no_stop_trim", False)),
-            "skip_special_tokens": sp.get("skip_special_tokens", True) is not False}
 
 
 def parse_prompt_ids(value: Any, vocab_size: int, name: str = "input_ids") -> list[int]:
@@ -150,11 +101,18 @@ def parse_prompt_ids(value: Any, vocab_size: int, name: str = "input_ids") -> li
     return value
 
 
-def finish_text(tokenizer: Any, req: EngineRequest, no_stop_trim: bool, skip_special: bool = True) -> str:
+def finish_text(tokenizer: Any, req: EngineRequest, no_stop_trim: bool, skip_special: bool = True,
+                spaces_between_special: bool = True) -> str:
     """The output text with SGLang's stop trimming."""
     reason = req.finish_reason or {}
-    return output_text(lambda ids: tokenizer.decode(ids, skip_special_tokens=skip_special), req.output_ids,
+    return output_text(lambda ids: decode(tokenizer, ids, skip_special, spaces_between_special), req.output_ids,
                        reason.get("type"), reason.get("matched"), no_stop_trim)
+
+
+def decode(tokenizer: Any, ids: list[int], skip_special: bool = True, spaces_between_special: bool = True) -> str:
+    if spaces_between_special:
+        return tokenizer.decode(ids, skip_special_tokens=skip_special)
+    return tokenizer.decode(ids, skip_special_tokens=skip_special, spaces_between_special_tokens=False)
 
 
 def output_text(decode: Any, ids: list[int], finish: str | None, matched: int | str | None,
@@ -181,7 +139,8 @@ def version_spans(versions: list[str]) -> list[dict[str, Any]]:
 
 def generate_result(req: EngineRequest, tokenizer: Any, *, weight_version: str, n_tokens: int | None = None,
                     return_logprob: bool = False, text_in_logprobs: bool = False,
-                    no_stop_trim: bool = False, skip_special: bool = True) -> dict[str, Any]:
+                    no_stop_trim: bool = False, skip_special: bool = True,
+                    spaces_between_special: bool = True) -> dict[str, Any]:
     """One ``/generate`` result object (final, or a cumulative stream chunk of ``n_tokens``).
 
     ``weight_version`` is the server's current one, reported while no token exists yet."""
@@ -201,17 +160,23 @@ def generate_result(req: EngineRequest, tokenizer: Any, *, weight_version: str, 
         meta["e2e_latency"] = time.time() - req.created
     meta["response_sent_to_client_ts"] = time.time()
     if return_logprob:
-        texts = [tokenizer.decode([t]) for t in out_ids] if text_in_logprobs else [None] * n
-        meta["input_token_logprobs"] = []
-        meta["output_token_logprobs"] = [[lp, t, s] for lp, t, s in zip(req.logprobs[:n], out_ids, texts, strict=True)]
+        def text(t: int) -> str | None:
+            return tokenizer.decode([t]) if text_in_logprobs else None
+
+        def tops(rows: list) -> list:
+            return [None if row is None else [[lp, t, text(t)] for lp, t in row] for row in rows]
+        # (empty until computed: a request aborted in the queue has none)
+        given = req.input_ids[req.logprob_start:] if req.logprob_start >= 0 and req.input_logprobs else []
+        meta["input_token_logprobs"] = [[lp, t, text(t)] for lp, t in zip(req.input_logprobs, given, strict=True)]
+        meta["output_token_logprobs"] = [[lp, t, text(t)] for lp, t in zip(req.logprobs[:n], out_ids, strict=True)]
         meta["output_token_logprobs_length"] = n
         if req.top_logprobs_num:
-            meta["input_top_logprobs"] = []
-            meta["output_top_logprobs"] = [[[lp, t, None] for lp, t in row] for row in req.top_logprobs[:n]]
+            meta["input_top_logprobs"] = tops(req.input_top_logprobs)
+            meta["output_top_logprobs"] = tops(req.top_logprobs[:n])
     if final:
-        text = finish_text(tokenizer, req, no_stop_trim, skip_special)
+        text = finish_text(tokenizer, req, no_stop_trim, skip_special, spaces_between_special)
     else:
-        text = tokenizer.decode(out_ids, skip_special_tokens=skip_special)
+        text = decode(tokenizer, out_ids, skip_special, spaces_between_special)
     return {"text": text, "output_ids": list(out_ids), "meta_info": meta}
 
 

@@ -51,7 +51,8 @@ from agentrl.inference.chat_format import (
     token_logprobs,
     usage,
 )
-from agentrl.inference.wire import BadRequest, check_type, output_text, parse_sampling
+from agentrl.inference.validation import Bounds, parse_sampling
+from agentrl.inference.wire import BadRequest, check_type, output_text
 from agentrl.rollout.conversation import ExportStyle, TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.responses import chat_body, response_from_chat, response_id
@@ -136,7 +137,8 @@ class ChatClient:
         if room is not None and room > 0 and isinstance(fields["max_new_tokens"], int) \
                 and not isinstance(fields["max_new_tokens"], bool) and fields["max_new_tokens"] > room:
             fields["max_new_tokens"] = room  # cut to fit the context; a prompt that does not fit is refused
-        parsed = parse_sampling(fields, prompt_len=prompt_len, context_length=self.context_length or _NO_CONTEXT_LIMIT)
+        parsed = parse_sampling(fields, prompt_len=prompt_len,
+                                bounds=Bounds(context_length=self.context_length or _NO_CONTEXT_LIMIT))
         sampling = parsed["sampling"]
         if budget is not None and sampling.max_new_tokens > budget:
             sampling.max_new_tokens = budget

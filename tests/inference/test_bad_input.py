@@ -22,19 +22,21 @@ CASES = [
      "The input (600 tokens) is longer than the model's context length (512 tokens)"),
     ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 600}},
      "exceeds the model's maximum context length of 512"),
-    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 0"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be an integer >= 0"),
     ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": "5"}}, "max_new_tokens must be"),
     ("/generate", {"input_ids": PROMPT, "sampling_params": {"temperature": -0.5}}, "temperature"),
-    ("/generate", {"input_ids": PROMPT, "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"top_p": 0}}, "top_p must be a number in (0, 1]"),
     ("/generate", {"input_ids": PROMPT, "sampling_params": {"top_k": 0}}, "top_k must be -1"),
     ("/generate", {"input_ids": PROMPT, "sampling_params": {"stop": [1]}}, "stop must be"),
-    ("/generate", {"input_ids": PROMPT, "sampling_params": {"frequency_penalty": 0.5}}, "not supported"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"regex": "a+"}}, "regex is a grammar constraint"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"json_schema": "{}"}}, "json_schema is a grammar"),
     ("/generate", {"input_ids": PROMPT, "text": "hi"}, "Either text or input_ids"),
     ("/generate", {"sampling_params": SP}, "Either text or input_ids"),
     ("/generate", {"input_ids": []}, "input_ids cannot be empty"),
     ("/generate", {"input_ids": [1, 99999]}, "outside the vocabulary"),
     ("/generate", {"input_ids": ["a"]}, "list of token ids"),
-    ("/generate", {"input_ids": PROMPT, "logprob_start_len": 0}, "logprob_start_len"),
+    ("/generate", {"input_ids": PROMPT, "return_logprob": True, "logprob_start_len": 99},
+     "logprob_start_len must be -1 (no prompt logprobs) or a prompt position in [0, 11]"),
     ("/pause_generation", {"mode": "freeze"}, "mode must be one of"),
     ("/abort_request", {"rid": 5}, "rid must be a string"),
     ("/update_weights_from_disk", {}, "model_path is required"),
@@ -43,16 +45,26 @@ CASES = [
     ("/v1/chat/completions", {"model": "m"}, "messages must be a non-empty list"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "role must be"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": -2},
-     "max_new_tokens must be >= 0"),
+     "max_new_tokens must be an integer >= 0"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
      "function": {"name": "f"}}], "tool_choice": "required"}, "tool_choice 'required' is not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 600}]}, "longer than the model's"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True, "max_tokens": -1},
-     "max_new_tokens must be >= 0"),
+     "max_new_tokens must be an integer >= 0"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True, "n": 2},
      "n > 1 is not supported with stream=true"),
     ("/v1/completions", {"prompt": "hi", "echo": True}, "echo is not supported"),
     ("/v1/completions", {"prompt": {"a": 1}}, "prompt must be"),
+    # each of these was a 500: a Python error (UnicodeEncodeError on the echoed id, ValueError,
+    # RecursionError, OverflowError) escaping the parsers
+    ("/generate", b'{"input_ids": [1], "rid": "\\ud800"}', "lone surrogate"),  # echoed, then unencodable
+    ("/update_weight_version", b'{"new_version": "v\\udfff"}', "lone surrogate"),
+    ("/generate", b'{"input_ids": [' + b"9" * 5000 + b"]}", "not valid JSON"),  # past int's 4,300 digits
+    ("/generate", b"[" * 100_000, "nested too deeply"),
+    ("/generate", b'{"input_ids": [1], "sampling_params": {"temperature": 1' + b"0" * 400 + b"}}",
+     "got an integer of 401 digits"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "top_p": -1' + b"0" * 400 + b"}",
+     "top_p must be a number in (0, 1]"),
 ]
 
 
@@ -65,6 +77,13 @@ def test_bad_input_gets_a_4xx_that_says_what_was_wrong(server, route, body, expe
     assert 400 <= r.status_code < 500, (r.status_code, r.text)
     assert expected in r.text, r.text
     r.json()  # always JSON
+
+
+def test_an_escaped_surrogate_pair_is_text_not_a_lone_surrogate(server):
+    body = b'{"text": "hi \\ud83d\\ude00", "rid": "pair-\\ud83d\\ude00", "sampling_params": {"max_new_tokens": 2}}'
+    r = httpx.post(server + "/generate", content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta_info"]["id"] == "pair-\U0001f600"
 
 
 async def test_duplicate_rid_in_flight_is_refused(server):

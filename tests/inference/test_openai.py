@@ -67,5 +67,5 @@ def test_text_completion_with_logprobs(sdk):
 
 
 def test_bad_request_surfaces_as_the_sdk_error(sdk):
-    with pytest.raises(openai.BadRequestError, match="max_new_tokens must be >= 0"):
+    with pytest.raises(openai.BadRequestError, match="max_new_tokens must be an integer >= 0"):
         sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], max_tokens=-1)

@@ -133,5 +133,5 @@ async def test_chat_client_meets_the_protocol_and_answers_with_sdk_types(rendere
         await client.chat.completions.create(model="m", messages=messages, n=2)
     with pytest.raises(RequestRejected, match="tool_choice 'required'"):
         await client.chat.completions.create(model="m", messages=messages, tools=tools, tool_choice="required")
-    with pytest.raises(RequestRejected, match="temperature must be a number"):
+    with pytest.raises(RequestRejected, match="temperature must be a finite number"):
         await client.chat.completions.create(model="m", messages=messages, temperature="hot")

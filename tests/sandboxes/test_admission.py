@@ -100,3 +100,24 @@ def test_ceilings_are_named_when_exceeded():
         assert (e.value.status, name in str(e.value)) == (status, True), (body, e.value.status, str(e.value))
     ok = parse_request(json.dumps({"code": "x", "time_limit_s": 5, "files": {"a": "1234567890"}}).encode(), ceilings)
     assert ok.time_limit_s == 5 and ok.files == {"a": "1234567890"}
+
+
+def test_bodies_that_broke_the_parser_are_refused_with_a_4xx():
+    """Each was a 500: a Python error escaping ``parse_request`` (OverflowError on a huge
+    integer, RecursionError on deep nesting) or a lone surrogate that no UTF-8 answer can
+    echo (the unknown-field message quotes it)."""
+    ceilings = Ceilings()
+    for body, status, says in [
+        (b'{"code": "x", "time_limit_s": -1' + b"0" * 400 + b"}", 422, "time_limit_s must be > 0"),
+        (b'{"code": "x", "memory_limit_mb": -1' + b"0" * 400 + b"}", 422, "memory_limit_mb must be >= 16"),
+        (b'{"code": "x", "output_limit_bytes": 1' + b"0" * 400 + b"}", 422, "max_output_bytes"),
+        (b'{"code": "x", "time_limit_s": 1' + b"0" * 5000 + b"}", 400, "not JSON"),
+        (b"[" * 100_000, 400, "nested too deeply"),
+        (b'{"code": "print(1)", "\\udc80": 1}', 422, "lone surrogate"),
+        (b'{"code": "print(\'\\ud800\')"}', 422, "lone surrogate"),
+    ]:
+        with pytest.raises(Refused) as e:
+            parse_request(body, ceilings)
+        assert (e.value.status, says in str(e.value)) == (status, True), (body[:60], e.value.status, str(e.value))
+    ok = parse_request(b'{"code": "print(\'\\ud83d\\ude00\')"}', ceilings)  # a pair is one character
+    assert ok.code == "print('\U0001f600')"

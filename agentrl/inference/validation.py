@@ -1,0 +1,234 @@
+"""Complete validation of generation requests before they reach the engine of ``agentrl serve``.
+
+What it is: ``Bounds`` (the limits a request is checked against: the model's context and
+vocabulary, the server's caps on ``n`` and ``top_logprobs_num``) and the parsers of SGLang's
+request vocabulary — ``parse_sampling`` for one ``sampling_params`` object (every key of
+sglang 0.5.23's ``python/sglang/srt/sampling/sampling_params.py``, with its defaults and
+ranges) and ``parse_logprob_fields`` for the top-level logprob fields of ``GenerateReqInput``
+(``python/sglang/srt/managers/io_struct.py``). Every failure is a ``BadRequest`` whose message
+names the field, what came and what is allowed; whatever passes is within the bounds, so the
+engine never sees a value it cannot handle (a top-k of 10^20, a negative top-logprob count).
+
+Accepted and implemented: every sampling key but the grammars. ``json_schema``, ``regex``,
+``ebnf`` and ``structural_tag`` are accepted when null (SGLang's own frontend sends them so)
+and refused with a 400 that says so otherwise; ``custom_params`` is accepted and unused (it
+feeds custom logit processors, which are refused). ``top_k`` above the vocabulary (SGLang's
+"all" is 2^30) keeps every token; above 2^30 it is refused.
+
+What it is not: result shapes and body parsing (``wire``), or chat-format checks (``chat_format``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.api import SamplingParams
+from agentrl.inference.wire import BadRequest, check_type
+
+SAMPLING_KEYS = (
+    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
+    "presence_penalty", "repetition_penalty", "stop", "stop_regex", "stop_token_ids", "ignore_eos",
+    "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "n", "sampling_seed",
+    "json_schema", "regex", "ebnf", "structural_tag", "logit_bias", "stream_interval", "custom_params",
+)
+GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
+TOP_K_ALL = 1 << 30
+"""SGLang's "whole vocabulary" top-k; larger values are refused."""
+MAX_STOP = 32
+MAX_STOP_REGEX_BYTES = 256
+MAX_STREAM_INTERVAL = 1 << 20
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a request is checked against."""
+
+    context_length: int
+    vocab_size: int | None = None  # None: token ids are not checked (a client without the model)
+    max_n: int = 256
+    max_top_logprobs: int = 64
+
+
+def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False, what: str = "") -> float:
+    what = what or f"a number in {'(' if lo_open else '['}{lo}, {hi}]"
+    check_type(name, value, (int, float), what)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise BadRequest(f"{name} must be {what}, got an integer of {len(str(value))} digits") from None
+    if not (math.isfinite(number) and (number > lo if lo_open else number >= lo) and number <= hi):
+        raise BadRequest(f"{name} must be {what}, got {value}")
+    return number
+
+
+def _integer(name: str, value: Any, lo: int, hi: int, what: str = "") -> int:
+    what = what or f"an integer in [{lo}, {hi}]"
+    check_type(name, value, (int,), what)
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name} must be {what}, got {value}")
+    return value
+
+
+def _strings(name: str, value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise BadRequest(f"{name} must be a string or a list of strings")
+    if len(value) > MAX_STOP:
+        raise BadRequest(f"{name} holds {len(value)} strings; at most {MAX_STOP} are allowed")
+    return [s for s in value if s]
+
+
+@functools.lru_cache(maxsize=1024)
+def compiled(pattern: str) -> re.Pattern:
+    """A ``stop_regex`` pattern, compiled once (it was checked by ``parse_sampling``)."""
+    return re.compile(pattern)
+
+
+def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any]:
+    """Validate one ``sampling_params`` object for a prompt of ``prompt_len`` tokens.
+
+    Returns ``{"sampling": SamplingParams, "n", "no_stop_trim", "skip_special_tokens",
+    "spaces_between_special_tokens", "stream_interval"}``. A null value means the default,
+    as in SGLang.
+    """
+    if sp is None:
+        sp = {}
+    if not isinstance(sp, dict):
+        raise BadRequest(f"sampling_params must be an object, got {type(sp).__name__}")
+    for key in sp:
+        if key not in SAMPLING_KEYS:
+            raise BadRequest(f"unknown field `{key}`, expected one of {', '.join(f'`{k}`' for k in SAMPLING_KEYS)}",
+                             plain=True)
+    for key in GRAMMAR_KEYS:
+        if sp.get(key) is not None:
+            raise BadRequest(f"sampling_params.{key} is a grammar constraint, which agentrl serve does not "
+                             "implement; leave it null, or use SGLang on a GPU")
+    ctx = bounds.context_length
+    if prompt_len >= ctx:
+        raise BadRequest(f"The input ({prompt_len} tokens) is longer than the model's context length "
+                         f"({ctx} tokens).")
+    max_new = sp.get("max_new_tokens", 128)
+    if max_new is None:  # SGLang: no cap but the context
+        max_new = ctx - prompt_len
+    sp = {k: v for k, v in sp.items() if v is not None}
+    out: dict[str, Any] = {}
+    max_new = _integer("sampling_params.max_new_tokens", max_new, 0, 1 << 62, "an integer >= 0")
+    if prompt_len + max_new > ctx:
+        raise BadRequest(f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
+                         f"You requested a total of {prompt_len + max_new} tokens: {prompt_len} tokens from "
+                         f"the input messages and {max_new} tokens for the completion. Please reduce the "
+                         "number of tokens in the input messages or the completion to fit within the limit.")
+    out["max_new_tokens"] = max_new
+    out["min_new_tokens"] = _integer("sampling_params.min_new_tokens", sp.get("min_new_tokens", 0), 0, max_new,
+                                     f"an integer in [0, max_new_tokens={max_new}]")
+    out["temperature"] = _number("sampling_params.temperature", sp.get("temperature", 1.0), 0, math.inf,
+                                 what="a finite number >= 0")
+    out["top_p"] = _number("sampling_params.top_p", sp.get("top_p", 1.0), 0, 1, lo_open=True)
+    k = sp.get("top_k", -1)
+    check_type("sampling_params.top_k", k, (int,), f"-1 (all) or an integer in [1, {TOP_K_ALL}]")
+    if not (k == -1 or 1 <= k <= TOP_K_ALL):
+        raise BadRequest(f"sampling_params.top_k must be -1 (no cut) or in [1, {TOP_K_ALL}] (values above the "
+                         f"vocabulary keep every token), got {k}")
+    out["top_k"] = -1 if k == TOP_K_ALL or (bounds.vocab_size and k >= bounds.vocab_size) else k
+    out["min_p"] = _number("sampling_params.min_p", sp.get("min_p", 0.0), 0, 1)
+    out["frequency_penalty"] = _number("sampling_params.frequency_penalty", sp.get("frequency_penalty", 0.0), -2, 2)
+    out["presence_penalty"] = _number("sampling_params.presence_penalty", sp.get("presence_penalty", 0.0), -2, 2)
+    out["repetition_penalty"] = _number("sampling_params.repetition_penalty", sp.get("repetition_penalty", 1.0),
+                                        0, 2, lo_open=True)
+    out["stop"] = _strings("sampling_params.stop", sp.get("stop"))
+    regexes = _strings("sampling_params.stop_regex", sp.get("stop_regex"))
+    for pattern in regexes:
+        size = len(pattern.encode("utf-8", "surrogatepass"))
+        if size > MAX_STOP_REGEX_BYTES:
+            raise BadRequest(f"sampling_params.stop_regex patterns are at most {MAX_STOP_REGEX_BYTES} bytes; "
+                             f"one has {size}")
+        try:
+            compiled(pattern)
+        except (re.error, RecursionError, OverflowError) as e:
+            raise BadRequest(f"sampling_params.stop_regex {pattern!r} is not a valid regular expression ({e})") from e
+    out["stop_regex"] = regexes
+    ids = sp.get("stop_token_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise BadRequest("sampling_params.stop_token_ids must be a list of token ids (integers)")
+    if len(ids) > 1024:
+        raise BadRequest(f"sampling_params.stop_token_ids holds {len(ids)} ids; at most 1024 are allowed")
+    out["stop_token_ids"] = [i for i in ids if 0 <= i < (bounds.vocab_size or 1 << 62)]  # others never come
+    out["ignore_eos"] = _flag("sampling_params.ignore_eos", sp.get("ignore_eos", False))
+    seed = sp.get("sampling_seed")
+    out["seed"] = None if seed is None else _integer("sampling_params.sampling_seed", seed, -(1 << 63), (1 << 64) - 1,
+                                                     "a 64-bit integer")
+    out["logit_bias"] = _logit_bias(sp.get("logit_bias", {}), bounds.vocab_size)
+    n = _integer("sampling_params.n", sp.get("n", 1), 1, bounds.max_n,
+                 f"an integer in [1, {bounds.max_n}] (this server's --max-n)")
+    interval = sp.get("stream_interval")
+    if interval is not None:
+        interval = _integer("sampling_params.stream_interval", interval, 1, MAX_STREAM_INTERVAL)
+    custom = sp.get("custom_params")
+    if custom is not None and not isinstance(custom, dict):
+        raise BadRequest(f"sampling_params.custom_params must be an object, got {type(custom).__name__}")
+    return {"sampling": SamplingParams(**out), "n": n,
+            "no_stop_trim": _flag("sampling_params.no_stop_trim", sp.get("no_stop_trim", False)),
+            "skip_special_tokens": _flag("sampling_params.skip_special_tokens", sp.get("skip_special_tokens", True)),
+            "spaces_between_special_tokens": _flag("sampling_params.spaces_between_special_tokens",
+                                                   sp.get("spaces_between_special_tokens", True)),
+            "stream_interval": interval or 1}
+
+
+def _flag(name: str, value: Any) -> bool:
+    check_type(name, value, (bool,), "true or false")
+    return value
+
+
+def _logit_bias(value: Any, vocab_size: int | None) -> dict[int, float]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"sampling_params.logit_bias must be an object of token id -> number, got "
+                         f"{type(value).__name__}")
+    out: dict[int, float] = {}
+    for key, bias in value.items():
+        try:
+            tid = int(key)
+        except ValueError:
+            raise BadRequest(f"sampling_params.logit_bias keys must be token ids, got {key!r}") from None
+        if not 0 <= tid < (vocab_size or 1 << 62):
+            raise BadRequest(f"sampling_params.logit_bias keys must be token ids in [0, {vocab_size}), got {key}")
+        out[tid] = _number(f"sampling_params.logit_bias[{key!r}]", bias, -1e6, 1e6)
+    return out
+
+
+def per_prompt(body: dict[str, Any], key: str, default: Any, count: int) -> list[Any]:
+    """A batchable top-level field as one value per prompt (a list must have one per prompt)."""
+    value = body.get(key)
+    if value is None:
+        return [default] * count
+    if isinstance(value, list):
+        if len(value) != count:
+            raise BadRequest(f"{key} is a list of {len(value)} but there are {count} prompts")
+        return [default if v is None else v for v in value]
+    return [value] * count
+
+
+def parse_logprob_fields(body: dict[str, Any], prompt_lens: list[int], bounds: Bounds) -> list[dict[str, Any]]:
+    """``return_logprob``, ``logprob_start_len`` and ``top_logprobs_num`` (one value, or a
+    list with one per prompt), checked: per prompt ``{"return_logprob", "logprob_start",
+    "top_n"}``. ``logprob_start`` is -1 (no prompt logprobs) or a prompt position <= its length."""
+    count = len(prompt_lens)
+    wants = per_prompt(body, "return_logprob", False, count)
+    starts = per_prompt(body, "logprob_start_len", -1, count)
+    tops = per_prompt(body, "top_logprobs_num", 0, count)
+    out = []
+    for want, start, top, length in zip(wants, starts, tops, prompt_lens, strict=True):
+        want = _flag("return_logprob", want)
+        top = _integer("top_logprobs_num", top, 0, bounds.max_top_logprobs,
+                       f"an integer in [0, {bounds.max_top_logprobs}] (this server's --max-top-logprobs-num)")
+        start = _integer("logprob_start_len", start, -1, length,
+                         f"-1 (no prompt logprobs) or a prompt position in [0, {length}] (the prompt's length)")
+        out.append({"return_logprob": want, "logprob_start": start if want else -1, "top_n": top if want else 0})
+    _flag("return_text_in_logprobs", body.get("return_text_in_logprobs") or False)
+    return out

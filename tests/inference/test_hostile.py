@@ -1,0 +1,186 @@
+"""``agentrl serve`` under hostile input (issue 16): one bad request never costs the others their
+work, every request is bounded, the event loop stays free, and aborts do not scan the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import pytest
+import torch
+
+from agentrl.api import SamplingParams
+from agentrl.inference.decoder import Decoder
+from agentrl.inference.engine import Engine, Request
+from agentrl.inference.prefix_cache import PrefixCache
+
+PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
+LONG = {"max_new_tokens": 150, "ignore_eos": True, "temperature": 0}
+
+
+async def _wait_running(client: httpx.AsyncClient, url: str) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            if (await client.get(url + "/v1/loads")).json()["loads"][0]["num_running_reqs"]:
+                return
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("bad", [
+    {"input_ids": PROMPT, "sampling_params": {"top_k": 10**20}},
+    {"input_ids": PROMPT, "return_logprob": True, "top_logprobs_num": -3},
+    {"input_ids": PROMPT, "return_logprob": True, "top_logprobs_num": 10**6},
+    {"input_ids": PROMPT, "sampling_params": {"n": 1000000}},
+    {"input_ids": PROMPT, "sampling_params": {"min_p": 2}},
+    {"input_ids": PROMPT, "sampling_params": {"stop_regex": "(unclosed"}},
+], ids=["top_k-1e20", "top_logprobs_num-negative", "top_logprobs_num-huge", "n-million", "min_p-2", "bad-regex"])
+async def test_a_bad_request_is_refused_and_the_running_ones_finish(server, bad):
+    async with httpx.AsyncClient(timeout=120) as client:
+        running = asyncio.create_task(client.post(server + "/generate", json={
+            "input_ids": PROMPT, "sampling_params": LONG, "return_logprob": True}))
+        await _wait_running(client, server)
+        r = await client.post(server + "/generate", json=bad)
+        assert r.status_code == 400, r.text
+        done = await running
+    assert done.status_code == 200, done.text
+    assert done.json()["meta_info"]["finish_reason"] == {"type": "length", "length": 150}
+
+
+def test_chat_top_logprobs_of_the_wrong_type_is_a_400(server):
+    r = httpx.post(server + "/v1/chat/completions", timeout=30, json={
+        "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": "abc"})
+    assert r.status_code == 400 and "top_logprobs must be an integer in [0, 64]" in r.text, r.text
+    r = httpx.post(server + "/v1/chat/completions", timeout=30, json={
+        "messages": [{"role": "user", "content": "hi"}], "n": 10**6})
+    assert r.status_code == 400 and "n must be an integer in [1, 256]" in r.text, r.text
+
+
+async def test_health_stays_fast_while_a_10mb_prompt_is_refused(server):
+    """A 10 MB text used to be tokenized on the event loop (/health waited 19 s)."""
+    text = "the quick brown fox " * (10 * 1024 * 1024 // 20)
+    async with httpx.AsyncClient(timeout=120) as client:
+        big = asyncio.create_task(client.post(server + "/generate", json={"text": text}))
+        worst = 0.0
+        while not big.done():
+            t0 = time.perf_counter()
+            assert (await client.get(server + "/health")).status_code == 200
+            worst = max(worst, time.perf_counter() - t0)
+            await asyncio.sleep(0.02)
+        r = await big
+    assert r.status_code == 400 and "longer than the model's context length (512 tokens)" in r.text, r.text
+    assert worst < 2.0, f"/health took {worst:.2f} s while the big prompt was handled"
+
+
+def test_a_body_over_the_limit_is_a_413(serve_factory, untrained_model_dir):
+    proc = serve_factory(untrained_model_dir, "--max-request-bytes", "4096")
+    r = httpx.post(proc.url + "/generate", json={"text": "x" * 10000}, timeout=30)
+    assert r.status_code == 413 and "--max-request-bytes" in r.text, r.text
+
+
+def test_the_queue_limit_refuses_with_503_and_a_request_larger_than_it_with_400(serve_factory, untrained_model_dir):
+    proc = serve_factory(untrained_model_dir, "--max-queued-requests", "4")
+    r = httpx.post(proc.url + "/generate", json={"input_ids": PROMPT, "sampling_params": {"n": 5}}, timeout=30)
+    assert r.status_code == 400 and "split it" in r.text, r.text
+    with httpx.Client(timeout=60) as client:
+        threads = [threading.Thread(target=client.post, args=(proc.url + "/generate",),
+                                    kwargs={"json": {"input_ids": PROMPT, "sampling_params": LONG}}) for _ in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while sum(client.get(proc.url + "/v1/loads").json()["loads"][0][k]
+                  for k in ("num_running_reqs", "num_waiting_reqs")) < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        r = client.post(proc.url + "/generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1}})
+        assert r.status_code == 503 and "queue is full" in r.text, r.text
+        for t in threads:
+            t.join()
+
+
+# ---------------------------------------------------------------- the engine itself
+
+
+@pytest.fixture
+def engine(untrained_model_dir):
+    torch.set_num_threads(1)
+    decoder = Decoder(untrained_model_dir, num_slots=8, max_len=128, pool_tokens=512)
+    eng = Engine(decoder, eos_token_ids=set(), decode_text=lambda ids: " ".join(map(str, ids)),
+                 prefix_cache=PrefixCache(512))
+    eng.start()
+    yield eng
+    eng.shutdown()
+
+
+def run_all(engine: Engine, reqs: list[Request], timeout: float = 60) -> None:
+    left, done = [len(reqs)], threading.Event()
+
+    def note(_: Request, finished: bool) -> None:
+        if finished:
+            left[0] -= 1
+            if not left[0]:
+                done.set()
+    for r in reqs:
+        r.notify = note
+    engine.submit(*reqs)
+    assert done.wait(timeout), "the engine did not finish the requests"
+
+
+@pytest.mark.parametrize("poison", ["sampling", "forward"])
+def test_a_request_that_fails_inside_the_engine_fails_alone(engine, poison):
+    """Validation keeps such requests out; if one gets in anyway (an engine bug), it is finished
+    with its own error and the others of its batch are computed as if it was not there."""
+    good = [Request(f"good-{i}", PROMPT[: 5 + i], SamplingParams(max_new_tokens=6, temperature=0)) for i in range(3)]
+    if poison == "sampling":  # an overflow when the batch's settings become tensors
+        bad = Request("bad", PROMPT, SamplingParams(max_new_tokens=6, top_k=10**20))
+    else:  # a token id past the embedding table: the packed forward pass raises
+        bad = Request("bad", PROMPT + [10**6], SamplingParams(max_new_tokens=6))
+    run_all(engine, [*good, bad])
+    alone = [Request(f"alone-{i}", PROMPT[: 5 + i], SamplingParams(max_new_tokens=6, temperature=0)) for i in range(3)]
+    run_all(engine, alone)
+    assert bad.finish_reason["type"] == "abort" and bad.finish_reason["status_code"] == 500
+    assert "engine error" in bad.finish_reason["message"]
+    for g, a in zip(good, alone, strict=True):
+        assert g.finish_reason == {"type": "length", "length": 6}
+        assert g.output_ids == a.output_ids
+
+
+class CountingId(str):
+    """A request id that counts how often it is compared by prefix or equality."""
+
+    calls = 0
+
+    def startswith(self, *args):
+        CountingId.calls += 1
+        return str.startswith(self, *args)
+
+    def __eq__(self, other):
+        CountingId.calls += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_aborting_queued_requests_one_by_one_does_not_scan_the_queue(engine):
+    engine.pause("in_place").result(timeout=10)  # nothing is admitted: all wait in the queue
+    n = 2000
+    reqs = [Request(CountingId(f"q{i}"), PROMPT, SamplingParams(max_new_tokens=4)) for i in range(n)]
+    finished = threading.Event()
+    left = [n]
+
+    def note(_: Request, fin: bool) -> None:
+        left[0] -= fin
+        if not left[0]:
+            finished.set()
+    for r in reqs:
+        r.notify = note
+    engine.submit(*reqs)
+    CountingId.calls = 0
+    for r in reqs:
+        engine.abort(str(r.rid))
+    assert finished.wait(30)
+    engine.resume().result(timeout=10)
+    # a scan per abort compares every live id: ~n^2 / 2 = 2,000,000 calls; a dict lookup a few
+    assert CountingId.calls <= 4 * n, CountingId.calls
+    assert all(r.finish_reason == {"type": "abort", "message": "Abort in waiting queue"} for r in reqs)
