@@ -102,10 +102,12 @@ def bwrap_argv(bwrap: str, python_prefix: str) -> list[str]:
             argv += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             argv += ["--ro-bind", host, host]
-    argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev",
+             "--tmpfs", "/tmp"]
+    # after the tmpfs: a checkout (or interpreter) under /tmp stays visible inside it
     if not python_prefix.startswith("/usr/") and python_prefix != "/usr":
         argv += ["--ro-bind", python_prefix, python_prefix]
-    argv += ["--ro-bind", HERE, HERE, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--ro-bind", HERE, HERE]
     return argv
 
 

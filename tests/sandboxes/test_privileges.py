@@ -111,3 +111,14 @@ def test_the_filter_is_built_for_each_architecture_by_name():
         assert "action KILL_PROCESS;" in pfc.split("# invalid architecture action")[1]
     bpf = seccomp.program_filter()
     assert len(bpf) % 8 == 0 and len(bpf) // 8 > len(seccomp.DENIED) // 2
+
+
+def test_a_checkout_under_tmp_stays_visible_in_the_rootless_jail(tmp_path):
+    """bwrap mounts in argument order: the jail's fresh /tmp must come before the binds of the
+    fork server's own files, or a checkout under /tmp (a CI clone) is hidden by it."""
+    from sandboxes.local import HERE, bwrap_argv
+
+    argv = bwrap_argv("/usr/bin/bwrap", "/tmp/some-python")
+    tmpfs = argv.index("/tmp", argv.index("--tmpfs"))
+    binds = [i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] in (HERE, "/tmp/some-python")]
+    assert len(binds) == 2 and all(i > tmpfs for i in binds)
