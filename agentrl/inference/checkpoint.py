@@ -204,15 +204,16 @@ def read_tensors(model_dir: str | Path, slots: dict[str, Slot]) -> dict[str, tor
 
 
 def assemble(tensors: dict[str, torch.Tensor], slots: dict[str, Slot], spec: DecoderSpec, *, device: Any,
-             dtype: torch.dtype, base: dict | None = None) -> dict:
+             dtype: torch.dtype, base: dict | None = None, fresh: dict[tuple, torch.Tensor] | None = None) -> dict:
     """A new weights dict: ``tensors`` (already checked) written into fresh fused tensors, on
     top of ``base`` (the served weights, copied where written, shared elsewhere) or of nothing
-    (then ``tensors`` must cover every slot)."""
+    (then ``tensors`` must cover every slot). ``fresh``: new fused tensors already holding some
+    tensors (``receive_targets``), used as they are."""
     shapes: dict[tuple, tuple[int, ...]] = {}
     for slot in slots.values():
         rows = max(shapes.get(slot.key, (0,))[0], slot.stop)
         shapes[slot.key] = (rows, *slot.shape[1:])
-    fresh: dict[tuple, torch.Tensor] = {}
+    fresh = dict(fresh or {})
     for name, t in tensors.items():
         slot = slots[name]
         if slot.key not in fresh:
@@ -228,6 +229,35 @@ def assemble(tensors: dict[str, torch.Tensor], slots: dict[str, Slot], spec: Dec
     if ("lm_head",) not in shapes:  # tied
         weights["lm_head"] = weights["embed"]
     return weights
+
+
+def receive_targets(announced: list[tuple[str, torch.dtype, tuple[int, ...]]], slots: dict[str, Slot], *, base: dict,
+                    device: Any, dtype: torch.dtype) -> tuple[list[torch.Tensor], dict[tuple, torch.Tensor]]:
+    """Where to receive announced ``(name, dtype, shape)`` tensors, and the new fused tensors
+    some of them land in. One of the served dtype and its slot's exact shape is received
+    straight into its rows of a new fused tensor (left uninitialised where the announced
+    tensors cover every row of it, a copy of the served one elsewhere), so laying it out costs
+    no copy; any other gets a buffer of its own, to be checked (and refused or converted) after.
+    Nothing here is checked: ``check_tensor`` runs on what arrives."""
+    device = torch.device(device)
+    direct: dict[int, Slot] = {}
+    rows: dict[tuple, set[tuple[int, int]]] = {}
+    seen: set[str] = set()
+    for i, (name, dt, shape) in enumerate(announced):
+        name = canonical(name)
+        slot = slots.get(name)
+        if slot is not None and name not in seen and dt == dtype and tuple(shape) == slot.shape:
+            direct[i] = slot
+            rows.setdefault(slot.key, set()).add((slot.start, slot.stop))
+        seen.add(name)
+    fresh: dict[tuple, torch.Tensor] = {}
+    for key, spans in rows.items():
+        served = _get(base, key)
+        covered = sum(stop - start for start, stop in spans)  # the slots of one key are disjoint (or equal)
+        fresh[key] = torch.empty_like(served) if covered == served.shape[0] else served.clone()
+    targets = [fresh[direct[i].key][direct[i].start : direct[i].stop] if i in direct
+               else torch.empty(tuple(shape), dtype=dt, device=device) for i, (_, dt, shape) in enumerate(announced)]
+    return targets, fresh
 
 
 def load_weights(model_dir: str | Path, spec: DecoderSpec, tied: bool, device: Any, dtype: torch.dtype) -> dict:

@@ -39,6 +39,7 @@ from agentrl.inference.checkpoint import (
     layout,
     load_weights,
     read_config,
+    receive_targets,
     spec_of,
 )
 
@@ -50,6 +51,11 @@ keys`` stays below this, one per key head above it. On the tiny model (4 x 32, 2
 CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3, 64 rows over
 250 keys 11.2 instead of 15.1, 16 rows over 600 keys 6.6 instead of 9.6: the call overhead of a
 small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
+
+
+def _inside(t: torch.Tensor, fresh: dict[tuple, torch.Tensor] | None, bases: set[int]) -> bool:
+    """``t`` is a view into one of the new fused tensors (received in place)."""
+    return bool(fresh) and t._base is not None and t._base.data_ptr() in bases
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -152,15 +158,26 @@ class Decoder:
             raise ModelError(f"{model_dir}: tie_word_embeddings={tied}, the served model has {self.tied}")
         return load_weights(model_dir, self.spec, tied, self.device, self.dtype)
 
-    def prepare_tensors(self, tensors: dict[str, torch.Tensor], where: str) -> dict:
-        """Validate some checkpoint tensors (names as in a Hugging Face checkpoint) and lay them
-        over a copy of the served weights: the staging copy the engine installs."""
-        named = {}
-        for name, t in tensors.items():
+    def prepare_tensors(self, tensors: list[tuple[str, torch.Tensor]], where: str,
+                        fresh: dict[tuple, torch.Tensor] | None = None) -> dict:
+        """Validate some checkpoint tensors (names as in a Hugging Face checkpoint; each at most
+        once) and lay them over a copy of the served weights: the staging copy the engine
+        installs. Tensors already received into ``fresh`` (``receive_targets``) stay where they are."""
+        named: dict[str, torch.Tensor] = {}
+        placed = {t.data_ptr() for t in (fresh or {}).values()}
+        for name, t in tensors:
             name = canonical(name)
+            if name in named:
+                raise ModelError(f"{where}: tensor {name!r} appears twice")
             check_tensor(name, t, self.slots.get(name), where)
             named[name] = t
-        return assemble(named, self.slots, self.spec, device=self.device, dtype=self.dtype, base=self.weights)
+        rest = {n: t for n, t in named.items() if not _inside(t, fresh, placed)}
+        return assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype, base=self.weights,
+                        fresh=fresh)
+
+    def receive_targets(self, announced: list[tuple[str, torch.dtype, tuple[int, ...]]]):
+        """Buffers to receive announced tensors into (``checkpoint.receive_targets``)."""
+        return receive_targets(announced, self.slots, base=self.weights, device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ prefix pool
     # Each call moves keys and values for many tokens with one gather and one scatter per
