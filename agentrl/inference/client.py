@@ -491,12 +491,14 @@ class RemoteEngine:
              "world_size": world, "group_name": group_name, "backend": backend} for i in range(len(self._servers))])
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
-                                              group_name: str, version: int | None = None) -> None:
+                                              group_name: str, version: int | None = None,
+                                              load_format: str | None = None) -> None:
         """Every server receives these tensors by broadcast from rank 0 of ``group_name`` (the
-        caller broadcasts them at the same time) and swaps them in. With ``version`` (the last
-        bucket of an update), the servers and the client move to that version."""
+        caller broadcasts them at the same time; one collective per tensor, or with
+        ``load_format="flattened_bucket"`` one for all their bytes end to end) and swaps them in.
+        With ``version`` (the last bucket of an update), the servers and the client move to it."""
         payload: dict[str, Any] = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                                   "flush_cache": True}
+                                   "flush_cache": True, "load_format": load_format}
         if version is not None:
             payload["weight_version"] = str(version)
         await self._every_server("/update_weights_from_distributed", [payload] * len(self._servers))

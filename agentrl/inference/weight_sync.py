@@ -32,7 +32,9 @@ initialised again (the message says so).
 
 Differences from SGLang 0.5.23, on purpose: no ``/begin_weight_update`` session is required
 (0.5.23 refuses distributed updates outside one; 0.5.10 and 0.5.15 have none — a portable
-client tries it and takes a 404 as "not needed"); ``load_format`` other than null is refused;
+client tries it and takes a 404 as "not needed"); ``load_format`` is null (one broadcast per
+tensor) or ``"flattened_bucket"`` (SGLang's: one broadcast of all the request's tensors' bytes
+end to end, fewer collectives for many small tensors), any other is refused;
 the prefix cache is always emptied by an update (``flush_cache: false`` cannot keep keys and
 values computed with other weights); initialising a group name that is open is a 400, not a
 silent replacement; destroying a group while an update on it is in flight is a 400.
@@ -67,11 +69,15 @@ BROKEN = ("the group {name!r} is out of step with its sender (a broadcast was le
           "(/destroy_weights_update_group) and initialise a new one")
 
 
+FLATTENED = "flattened_bucket"
+
+
 @dataclass
 class _Open:
     group: UpdateGroup
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     broken: bool = False
+    flat: torch.Tensor | None = None  # the last flattened bucket's buffer, reused (no fresh pages to fault in)
 
 
 def weight_sync_routes(state: ServerState) -> APIRouter:
@@ -129,12 +135,13 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
         async with opened.busy:
             try:
                 version, abort_all = update_options(body)
-                if body.get("load_format") is not None:
-                    raise BadRequest(f"load_format {body['load_format']!r} is not supported by agentrl serve; "
-                                     "leave it null (one broadcast per tensor)")
+                flattened = body.get("load_format") == FLATTENED
+                if body.get("load_format") is not None and not flattened:
+                    raise BadRequest(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
+                                     f"serve; leave it null (one broadcast per tensor) or send {FLATTENED!r}")
                 for key in ("flush_cache", "torch_empty_cache"):
                     check_type(key, body.get(key, False), (bool,), "true or false")
-                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state))
+                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
             except BadRequest as e:  # nothing was received: the sender's broadcast has no taker now
                 opened.broken = True
                 return _answer(False, f"Failed to receive weights: {e}; nothing was received, and "
@@ -142,7 +149,8 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
             device = torch.device("cpu") if opened.group.backend == "gloo" else state.decoder.device
             async with state.weight_lock:  # one staging copy at a time (the disk route takes it too)
                 try:
-                    tensors, fresh = await asyncio.to_thread(_receive, state, opened.group, names, specs, device)
+                    tensors, fresh = await asyncio.to_thread(_receive_flat if flattened else _receive, state, opened,
+                                                             names, specs, device)
                 except Exception as e:  # a timeout or a lost peer: the group cannot be trusted any more
                     opened.broken = True
                     log.warning("receiving weights on group %r failed: %s", name, e)
@@ -199,8 +207,10 @@ def _dtype(text: Any, i: int) -> torch.dtype:
     raise BadRequest(f"dtypes[{i}] must name a torch dtype such as 'float32' or 'bfloat16', got {str(text)[:40]!r}")
 
 
-def _tensor_specs(body: dict[str, Any], *, limit_bytes: int) -> tuple[list[str], list[tuple[torch.dtype, list[int]]]]:
-    """``names`` and each tensor's (dtype, shape), checked enough to receive them."""
+def _tensor_specs(body: dict[str, Any], *, limit_bytes: int,
+                  flattened: bool = False) -> tuple[list[str], list[tuple[torch.dtype, list[int]]]]:
+    """``names`` and each tensor's (dtype, shape), checked enough to receive them (flattened:
+    each tensor's bytes start at a multiple of its element size, as SGLang's bucket requires)."""
     names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
     for key, value in (("names", names), ("dtypes", dtypes), ("shapes", shapes)):
         if not isinstance(value, list):
@@ -215,6 +225,9 @@ def _tensor_specs(body: dict[str, Any], *, limit_bytes: int) -> tuple[list[str],
         if not isinstance(s, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
             raise BadRequest(f"shapes[{i}] (of {n[:200]!r}) must be a list of non-negative integers")
         dtype = _dtype(d, i)
+        if flattened and total % dtype.itemsize:
+            raise BadRequest(f"tensor {n[:200]!r} starts at byte {total} of the flattened bucket, not a multiple "
+                             f"of its element size {dtype.itemsize}")
         total += math.prod(s) * dtype.itemsize
         specs.append((dtype, s))
     if total > limit_bytes:
@@ -228,13 +241,31 @@ def _byte_limit(state: ServerState) -> int:
     return 2 * 4 * sum(math.prod(slot.shape) for slot in state.decoder.slots.values()) + (1 << 20)
 
 
-def _receive(state: ServerState, group: UpdateGroup, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
+def _receive(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
              device: torch.device) -> tuple[list[torch.Tensor], dict]:
-    """Every announced tensor, received by broadcast from rank 0 (worker thread): where it has
-    the served dtype and shape, straight into the staging copy's fused tensors."""
+    """Every announced tensor, one broadcast each from rank 0 (worker thread): where it has the
+    served dtype and shape, straight into the staging copy's fused tensors."""
     if device == state.decoder.device:
         tensors, fresh = state.decoder.receive_targets([(n, d, tuple(s)) for n, (d, s) in zip(names, specs, strict=True)])
     else:
         tensors, fresh = [torch.empty(s, dtype=d, device=device) for d, s in specs], {}
-    group.broadcast(tensors)
+    opened.group.broadcast(tensors)
     return tensors, fresh
+
+
+def _receive_flat(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
+                  device: torch.device) -> tuple[list[torch.Tensor], dict]:
+    """SGLang's ``flattened_bucket``: one broadcast of every tensor's bytes end to end (worker
+    thread); the tensors are views into that buffer, which the next bucket reuses."""
+    total = sum(math.prod(s) * d.itemsize for d, s in specs)
+    flat = opened.flat
+    if flat is None or flat.numel() < total or flat.device != device:
+        flat = opened.flat = torch.empty(total, dtype=torch.uint8, device=device)
+    flat = flat[:total]
+    opened.group.broadcast([flat])
+    tensors, at = [], 0
+    for d, s in specs:
+        size = math.prod(s) * d.itemsize
+        tensors.append(flat[at : at + size].view(d).reshape(s))
+        at += size
+    return tensors, {}

@@ -111,7 +111,7 @@ class Trainer:
             address = sync.master_address or os.environ.get("MASTER_ADDR") or cfg.master_addr
             self.transport = DistributedTransport(master_address=address,
                                                   master_port=sync.master_port, backend=backend,
-                                                  bucket_bytes=int(sync.bucket_mb * (1 << 20)),
+                                                  bucket_bytes=int(sync.bucket_mb * (1 << 20)), flatten=sync.flatten,
                                                   timeout_s=sync.timeout_s)
         else:
             self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2)

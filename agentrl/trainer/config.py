@@ -64,6 +64,8 @@ class WeightSyncConfig:
     master_port: int = option(0, ge=0, le=65535, help="distributed: the group's port on rank 0; 0 = a free one")
     bucket_mb: float = option(512.0, gt=0, help="distributed: tensors sent per /update_weights_from_distributed "
                                                 "request, in MiB (a larger tensor goes alone)")
+    flatten: bool = option(True, help="distributed: send each bucket as SGLang's flattened_bucket (one collective "
+                                      "for all its tensors' bytes); false: one collective per tensor")
     timeout_s: float = option(600.0, gt=0, help="distributed: seconds joining the group or one broadcast may take")
 
 

@@ -22,8 +22,10 @@ servers are paused, ``close``):
     a torch.distributed group of its own with every server (``agentrl.process_group``: rank 0
     the trainer, server ``i`` rank ``1 + i``; gloo on CPU, NCCL on GPUs) and, bucket by bucket
     (``bucket_bytes``), posts ``/update_weights_from_distributed`` (names, dtypes, shapes) to
-    every server while broadcasting the bucket's tensors — SGLang's protocol, the version on the
-    last bucket only. After a failure the group is disbanded and formed again (a failure that
+    every server while broadcasting the bucket — SGLang's protocol, the version on the last
+    bucket only. A bucket goes as SGLang's ``flattened_bucket`` (its tensors' bytes end to end,
+    one collective; flattened while staging, before the pause) unless ``flatten=False`` (one
+    collective per tensor, which the server receives straight into place). After a failure the group is disbanded and formed again (a failure that
     is not the servers' refusal — a server lost mid-broadcast — is retried once, at once), as it
     is when a restarted server must join (``RemoteEngine.needs_rejoin``); forming waits until
     every server answers.
@@ -80,7 +82,8 @@ class BroadcastTarget(Protocol):
                                         backend: str) -> None: ...
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
-                                              group_name: str, version: int | None = None) -> None: ...
+                                              group_name: str, version: int | None = None,
+                                              load_format: str | None = None) -> None: ...
 
     async def destroy_weights_update_group(self, group_name: str) -> None: ...
 
@@ -140,9 +143,12 @@ class DiskTransport:
 
 @dataclass
 class StagedTensors:
-    """Rank 0's full weights for one broadcast, cut into buckets of at most ``bucket_bytes``."""
+    """Rank 0's full weights for one broadcast, cut into buckets of at most ``bucket_bytes``.
+    With ``flat`` (SGLang's ``flattened_bucket``), each bucket's tensors are there as one buffer
+    of their bytes end to end, and ``buckets`` keep only their names, dtypes and shapes."""
 
     buckets: list[list[tuple[str, torch.Tensor]]]
+    flat: list[torch.Tensor] | None = None
 
     def __str__(self) -> str:
         tensors = [t for b in self.buckets for _, t in b]
@@ -156,12 +162,13 @@ class DistributedTransport:
 
     def __init__(self, *, master_address: str, master_port: int = 0, backend: str = "gloo",
                  group_name: str = "agentrl_weights", bucket_bytes: int = 512 << 20, dtype: torch.dtype | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 flatten: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         self.master_address, self.master_port = master_address, master_port
         self.backend, self.group_name = backend, group_name
         self.bucket_bytes, self.dtype, self.timeout_s = bucket_bytes, dtype, timeout_s
+        self.flatten = flatten
         self.group: UpdateGroup | None = None
 
     def stage(self, model: torch.nn.Module, version: int) -> StagedTensors | None:
@@ -183,12 +190,17 @@ class DistributedTransport:
                 t = t.to(self.dtype)
             t = t.contiguous()
             nbytes = t.numel() * t.element_size()
-            if buckets[-1] and size + nbytes > self.bucket_bytes:
+            # a flattened bucket needs every tensor to start at a multiple of its element size
+            if buckets[-1] and (size + nbytes > self.bucket_bytes or (self.flatten and size % t.element_size())):
                 buckets.append([])
                 size = 0
             buckets[-1].append((name, t))
             size += nbytes
-        return StagedTensors(buckets)
+        if not self.flatten:
+            return StagedTensors(buckets)
+        flat = [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in b]) for b in buckets]
+        meta = [[(n, torch.empty(t.shape, dtype=t.dtype, device="meta")) for n, t in b] for b in buckets]
+        return StagedTensors(meta, flat)
 
     async def send(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
         """Bucket by bucket: every server is told the names, dtypes and shapes while rank 0
@@ -218,10 +230,12 @@ class DistributedTransport:
                 dtypes = [str(t.dtype).removeprefix("torch.") for _, t in bucket]
                 shapes = [list(t.shape) for _, t in bucket]
                 last = i == len(staged.buckets) - 1
+                tensors = [staged.flat[i]] if staged.flat is not None else [t for _, t in bucket]
                 await asyncio.gather(
-                    target.update_weights_from_distributed(names, dtypes, shapes, group_name=self.group_name,
-                                                           version=version if last else None),
-                    asyncio.to_thread(self._broadcast, self.group, [t for _, t in bucket]))
+                    target.update_weights_from_distributed(
+                        names, dtypes, shapes, group_name=self.group_name, version=version if last else None,
+                        load_format="flattened_bucket" if staged.flat is not None else None),
+                    asyncio.to_thread(self._broadcast, self.group, tensors))
         except BaseException:
             await self._disband(target)
             raise

@@ -48,8 +48,9 @@ def from_disk(url: str, model_dir, version: str) -> None:
     assert r.status_code == 200 and r.json()["success"], r.text
 
 
-def staged(model_dir, bucket_bytes: int) -> StagedTensors:
-    """A checkpoint's tensors as the trainer stages them (name order, buckets of ``bucket_bytes``)."""
+def staged(model_dir, bucket_bytes: int, flat: bool = False) -> StagedTensors:
+    """A checkpoint's tensors as the trainer stages them (name order, buckets of ``bucket_bytes``;
+    ``flat``: each bucket as SGLang's flattened_bucket, one buffer of the tensors' bytes)."""
     buckets: list[list] = [[]]
     size = 0
     for name, t in load_file(model_dir / "model.safetensors").items():
@@ -58,7 +59,9 @@ def staged(model_dir, bucket_bytes: int) -> StagedTensors:
             size = 0
         buckets[-1].append((name, t))
         size += t.numel() * 4
-    return StagedTensors(buckets)
+    if not flat:
+        return StagedTensors(buckets)
+    return StagedTensors(buckets, [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in b]) for b in buckets])
 
 
 def transport() -> DistributedTransport:
@@ -74,12 +77,13 @@ async def _send(url: str, tr: DistributedTransport, weights: StagedTensors, vers
             await engine.resume()
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["one-broadcast-per-tensor", "flattened-bucket"])
 def test_a_broadcast_update_serves_what_the_same_weights_from_disk_serve(server, untrained_model_dir,
-                                                                         second_model_dir):
+                                                                         second_model_dir, flat):
     from_disk(server, untrained_model_dir, "base")
     before = outputs(server)
     tr = transport()
-    weights = staged(second_model_dir, bucket_bytes=200_000)
+    weights = staged(second_model_dir, bucket_bytes=200_000, flat=flat)
     assert len(weights.buckets) > 1  # one update in several requests
     asyncio.run(_send(server, tr, weights, 5))
     assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "5"
@@ -91,7 +95,7 @@ def test_a_broadcast_update_serves_what_the_same_weights_from_disk_serve(server,
     assert broadcast[1] != before[1] or max(abs(a - b) for a, b in zip(broadcast[2], before[2], strict=True)) > 1e-3
 
     # the group stays open: a second update on it, back to the base weights, serves as they did
-    asyncio.run(_send(server, tr, staged(untrained_model_dir, bucket_bytes=1 << 30), 6))
+    asyncio.run(_send(server, tr, staged(untrained_model_dir, bucket_bytes=1 << 30, flat=flat), 6))
     after = outputs(server)
     assert after[:2] == before[:2]
     torch.testing.assert_close(torch.tensor(after[2]), torch.tensor(before[2]), rtol=0, atol=1e-5)
@@ -118,9 +122,10 @@ def _bad(model_dir, how: str) -> tuple[list[tuple[str, torch.Tensor]], str]:
     return tensors, "tensor 'model.layers.0.mlp.extra.weight' is not part of the served architecture"
 
 
-@pytest.mark.parametrize("how", ["wrong-shape", "nan", "unknown-name"])
+@pytest.mark.parametrize(("how", "flat"), [("wrong-shape", False), ("nan", False), ("unknown-name", False),
+                                           ("wrong-shape", True), ("nan", True)])
 def test_a_bad_update_is_a_400_naming_the_tensor_and_the_old_weights_keep_serving(server, untrained_model_dir,
-                                                                                  second_model_dir, how):
+                                                                                  second_model_dir, how, flat):
     from_disk(server, untrained_model_dir, "base")
     before = outputs(server)
     tr = transport()
@@ -133,10 +138,13 @@ def test_a_bad_update_is_a_400_naming_the_tensor_and_the_old_weights_keep_servin
             names = [n for n, _ in tensors]
             dtypes = [str(t.dtype).removeprefix("torch.") for _, t in tensors]
             shapes = [list(t.shape) for _, t in tensors]
+            sent = ([torch.cat([t.reshape(-1).view(torch.uint8) for _, t in tensors])] if flat
+                    else [t for _, t in tensors])
             with pytest.raises(RequestRejected) as refused:
                 await asyncio.gather(
-                    engine.update_weights_from_distributed(names, dtypes, shapes, group_name=GROUP, version=9),
-                    asyncio.to_thread(group.broadcast, [t for _, t in tensors]))
+                    engine.update_weights_from_distributed(names, dtypes, shapes, group_name=GROUP, version=9,
+                                                           load_format="flattened_bucket" if flat else None),
+                    asyncio.to_thread(group.broadcast, sent))
             assert refused.value.status_code == 400 and expected in str(refused.value), str(refused.value)
             # every tensor was received, so the group is still in step: a good update goes through on it
             await tr.send(engine, staged(untrained_model_dir, 1 << 30), 2)
