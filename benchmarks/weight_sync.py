@@ -70,12 +70,12 @@ def model_size(model: torch.nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in seen.values()), sum(p.numel() * p.element_size() for p in seen.values())
 
 
-async def measure(model, model_dir: Path, url: str, work: Path, repeats: int) -> dict[str, list[float]]:
+async def measure(model, model_dir: Path, url: str, work: Path, repeats: int, flatten: bool) -> dict[str, list[float]]:
     from agentrl.inference import RemoteEngine
     from agentrl.trainer.publish import DiskTransport, DistributedTransport, WeightPublisher
 
     disk = DiskTransport(work / "weights", source_dir=model_dir, keep_last=1)
-    broadcast = DistributedTransport(master_address="127.0.0.1", backend="gloo")
+    broadcast = DistributedTransport(master_address="127.0.0.1", backend="gloo", flatten=flatten)
     times: dict[str, list[float]] = {"disk": [], "distributed": [], "disk_stage": [], "distributed_stage": []}
     async with RemoteEngine(url) as engine:
         version = 0
@@ -94,6 +94,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny", help="tiny, qwen2-100m, or an HF checkpoint directory")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-flatten", action="store_true", help="one broadcast per tensor (received straight into "
+                    "place) instead of SGLang's flattened_bucket")
     args = ap.parse_args()
     torch.set_num_threads(1)
     import torch.distributed as dist
@@ -114,17 +116,20 @@ def main() -> None:
             params, nbytes = model_size(model)
             with ServerProcess(model_dir, "--context-length", "256", "--max-running-requests", "4",
                                "--weight-version", "0", startup_timeout=600) as server:
-                times = asyncio.run(measure(model, model_dir, server.url, work, args.repeats))
+                times = asyncio.run(measure(model, model_dir, server.url, work, args.repeats, not args.no_flatten))
         finally:
             dist.destroy_process_group()
     disk_s, dist_s = statistics.median(times["disk"]), statistics.median(times["distributed"])
     print(json.dumps({
         "benchmark": "weight_sync", "model": args.model, "parameters": params, "bytes": nbytes,
-        "repeats": args.repeats,
+        "repeats": args.repeats, "flattened_bucket": not args.no_flatten,
         "disk_pause_s": round(disk_s, 4), "distributed_pause_s": round(dist_s, 4),
         "disk_pause_min_s": round(min(times["disk"]), 4), "distributed_pause_min_s": round(min(times["distributed"]), 4),
         "disk_stage_s": round(statistics.median(times["disk_stage"]), 4),
         "distributed_stage_s": round(statistics.median(times["distributed_stage"]), 4),
+        # the trainer waits for the whole publish (staging too) before its next step
+        "publish_ratio": round((disk_s + statistics.median(times["disk_stage"]))
+                               / (dist_s + statistics.median(times["distributed_stage"])), 3),
         "ratio": round(disk_s / dist_s, 3),
     }), flush=True)
 

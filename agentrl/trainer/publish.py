@@ -170,6 +170,7 @@ class DistributedTransport:
         self.bucket_bytes, self.dtype, self.timeout_s = bucket_bytes, dtype, timeout_s
         self.flatten = flatten
         self.group: UpdateGroup | None = None
+        self._flat: list[torch.Tensor] = []
 
     def stage(self, model: torch.nn.Module, version: int) -> StagedTensors | None:
         """Gather the full state dict into rank 0's CPU memory (every rank joins); cast to
@@ -198,7 +199,15 @@ class DistributedTransport:
             size += nbytes
         if not self.flatten:
             return StagedTensors(buckets)
-        flat = [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in b]) for b in buckets]
+        # the previous publish's buffers are written again (sent by now): no fresh pages to fault in
+        old = self._flat if len(self._flat) == len(buckets) else []
+        flat = []
+        for i, b in enumerate(buckets):
+            parts = [t.reshape(-1).view(torch.uint8) for _, t in b]
+            size = sum(p.numel() for p in parts)
+            out = old[i] if i < len(old) and old[i].numel() == size else torch.empty(size, dtype=torch.uint8)
+            flat.append(torch.cat(parts, out=out))
+        self._flat = flat
         meta = [[(n, torch.empty(t.shape, dtype=t.dtype, device="meta")) for n, t in b] for b in buckets]
         return StagedTensors(meta, flat)
 
