@@ -8,11 +8,14 @@ generate — publishing to one real ``agentrl serve`` process, with the two tran
   * disk (baseline): the trainer writes an HF checkpoint *before* the pause (staging, not
     counted), then pause → ``/update_weights_from_disk`` (the server reads, checks and lays out
     every tensor) → continue;
-  * distributed: the trainer gathers the state dict into memory before the pause, then pause
-    → ``/update_weights_from_distributed`` per bucket while rank 0 broadcasts the tensors over
-    a gloo group with the server (received, checked, laid out) → continue.
+  * distributed: the trainer gathers the state dict into memory (and flattens it into SGLang's
+    ``flattened_bucket``; ``--no-flatten``: one broadcast per tensor) before the pause, then
+    pause → ``/update_weights_from_distributed`` per bucket while rank 0 broadcasts it over a
+    gloo group with the server (received, checked, laid out) → continue.
 
-Both sides stage outside the pause, so the ratio compares only what the servers wait for.
+Both sides stage outside the pause, so the ratio compares only what the servers wait for. On
+one machine the server reads the checkpoint back from the page cache the trainer's write just
+filled (a memory copy); the broadcast crosses loopback TCP — neither is a network.
 The trainer here is one process with a 1-rank gloo default group (what ``agentrl train`` runs
 with ``world_size: 1``) holding the model in float32 on CPU; the server runs with one thread
 and is idle (no requests to abort), so the pause is the transfer and the swap alone. Each
@@ -23,10 +26,11 @@ Models: ``tiny`` (the committed demo model, examples/tiny-model, 1.0 M parameter
 ``qwen2-100m`` (a randomly initialised Qwen2 of ~100 M parameters — hidden 1024, 8 layers, 16
 heads, 4 key/value heads, MLP 3200, tied embeddings — built here with transformers'
 ``Qwen2Config``, with the tiny model's tokenizer). Last line: one JSON object with
-``"ratio"`` = disk pause ÷ distributed pause (> 1: the broadcast stops generation for less).
-Usage::
+``"ratio"`` = disk pause ÷ distributed pause (> 1: the broadcast stops generation for less),
+both pauses in seconds, the model's parameters and bytes, and ``"publish_ratio"``, the same
+for staging + pause (what the trainer waits for before its next step). Usage::
 
-    .venv/bin/python benchmarks/weight_sync.py [--model tiny|qwen2-100m] [--repeats 5]
+    .venv/bin/python benchmarks/weight_sync.py [--model tiny|qwen2-100m] [--repeats 5] [--no-flatten]
 """
 
 from __future__ import annotations
