@@ -107,6 +107,7 @@ class _Server:
     down_since: float = 0.0
     failures: int = 0
     pinned: set[str] = field(default_factory=set)
+    stale: bool = False  # answers, but lacks the weights last sent by broadcast: no generation until the next
 
 
 def _prompt(input_ids: Sequence[int]) -> list[int]:
@@ -372,6 +373,7 @@ class RemoteEngine:
 
     async def _probe(self, server: _Server) -> bool:
         """``GET /health``; a server that answers is re-synced to the current weights."""
+        was_stale, server.stale = server.stale, False
         try:
             r = await self._http.get(server.address + "/health", timeout=min(5.0, self.control_timeout))
             ok = r.status_code == 200
@@ -381,7 +383,11 @@ class RemoteEngine:
                 if str(info.get("weight_version")) != str(version):
                     if path is None:  # the weights came by broadcast: it waits out of rotation for the next one
                         ok = False
-                        self.needs_rejoin = True
+                        if not was_stale:
+                            log.warning("inference server %s came back without the weights of version %d (sent by "
+                                        "broadcast); it generates again after the next update", server.address,
+                                        version)
+                        server.stale = self.needs_rejoin = True
                     else:
                         await self._post(server, "/update_weights_from_disk",
                                          {"model_path": path, "weight_version": str(version)}, self.control_timeout)
@@ -435,7 +441,7 @@ class RemoteEngine:
             for s in self._servers:  # a control call must reach every live server, or versions skew
                 if not s.healthy:
                     await self._probe(s)
-            targets = [s for s in self._servers if s.healthy]
+            targets = [s for s in self._servers if s.healthy or s.stale]  # a stale one is paused too
             if targets:
                 return await asyncio.gather(*(one(s) for s in targets))
             if time.monotonic() > deadline:  # none came back (a restarted one is re-synced by _probe)
@@ -508,6 +514,7 @@ class RemoteEngine:
             for s in self._servers:  # every member received it: each one serves this version now
                 if not s.healthy:
                     s.healthy, s.down_since = True, time.monotonic()
+                s.stale = False
 
     async def wait_for_servers(self, timeout_s: float) -> None:
         """Return once every server answers ``GET /health`` (a group is formed with all of them)."""

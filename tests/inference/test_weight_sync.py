@@ -70,11 +70,16 @@ def transport() -> DistributedTransport:
 
 async def _send(url: str, tr: DistributedTransport, weights: StagedTensors, version: int) -> None:
     async with RemoteEngine(url) as engine:
-        await engine.pause()
-        try:
-            await tr.send(engine, weights, version)
-        finally:
-            await engine.resume()
+        await _publish(engine, tr, weights, version)
+
+
+async def _publish(engine: RemoteEngine, tr: DistributedTransport, weights: StagedTensors, version: int) -> None:
+    """What WeightPublisher does on rank 0 with its transport: pause → send → continue."""
+    await engine.pause()
+    try:
+        await tr.send(engine, weights, version)
+    finally:
+        await engine.resume()
 
 
 @pytest.mark.parametrize("flat", [False, True], ids=["one-broadcast-per-tensor", "flattened-bucket"])
@@ -199,3 +204,28 @@ def test_init_refusals_name_the_field(server):
     r = httpx.post(server + "/update_weights_from_distributed", timeout=10,
                    json={"names": [], "dtypes": [], "shapes": [], "group_name": "nope"})
     assert r.status_code == 400 and "Please call `init_weights_update_group` first" in r.json()["message"]
+
+
+def test_a_server_that_lost_the_broadcast_weights_waits_out_of_rotation_until_the_next_update(
+        server, untrained_model_dir, second_model_dir):
+    """Weights that came by broadcast cannot be re-sent to one server alone (the disk path re-loads
+    the last checkpoint): a server found serving other weights — restarted, here played by a disk
+    load — is kept from generating (paused with the others), and the next publish forms the group
+    again with it and brings it back."""
+    tr = transport()
+
+    async def scenario() -> None:
+        async with RemoteEngine(server) as engine:
+            await _publish(engine, tr, staged(second_model_dir, 1 << 30, flat=True), 7)
+            from_disk(server, untrained_model_dir, "restarted")  # it came back with other weights
+            assert await engine.check_health() == {server: False}
+            assert engine.needs_rejoin and engine.healthy_addresses() == []
+            await _publish(engine, tr, staged(second_model_dir, 1 << 30, flat=True), 8)  # pause reaches it
+            assert not engine.needs_rejoin and engine.healthy_addresses() == [server]
+            await tr.close(engine)
+
+    asyncio.run(scenario())
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "8"
+    served = outputs(server)
+    from_disk(server, second_model_dir, "disk")
+    assert outputs(server) == served
