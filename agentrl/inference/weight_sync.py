@@ -20,8 +20,9 @@ the served dtype and shape straight into its rows of the fused layout (``receive
 no copy afterwards, and no copy of the served tensor where the request replaces all of it),
 any other into a buffer of its own — then checked and completed (``Decoder.prepare_tensors``);
 only a request whose every tensor passes is swapped in, between two engine steps — a refused
-one is a 400 naming the tensor, and the old weights keep serving. A request may carry some of the tensors (a bucket): the others keep
-their served values, as in SGLang, where each request loads into the running model.
+one is a 400 naming the tensor, and the old weights keep serving. A request may carry some of
+the tensors (a bucket): the others keep their served values, as in SGLang, where each request
+loads into the running model.
 
 The group stays in step with the sender only if every rank receives every broadcast, so a
 request whose tensors can be received is received in full even when a tensor will then be
@@ -34,10 +35,16 @@ Differences from SGLang 0.5.23, on purpose: no ``/begin_weight_update`` session 
 (0.5.23 refuses distributed updates outside one; 0.5.10 and 0.5.15 have none — a portable
 client tries it and takes a 404 as "not needed"); ``load_format`` is null (one broadcast per
 tensor) or ``"flattened_bucket"`` (SGLang's: one broadcast of all the request's tensors' bytes
-end to end, fewer collectives for many small tensors), any other is refused;
-the prefix cache is always emptied by an update (``flush_cache: false`` cannot keep keys and
-values computed with other weights); initialising a group name that is open is a 400, not a
-silent replacement; destroying a group while an update on it is in flight is a 400.
+end to end, fewer collectives for many small tensors), any other is refused; the prefix cache
+is always emptied by an update (``flush_cache: false`` cannot keep keys and values computed
+with other weights); initialising a group name that is open is a 400, not a silent
+replacement; destroying a group while an update on it is in flight is a 400.
+
+Trust boundary: these routes sit behind ``--api-key`` like every control route. Covered: every
+malformed field is a 4xx naming it; nothing larger than twice the served model is allocated
+for a request. Not covered: whoever may call ``/init_weights_update_group`` decides where the
+server connects and, through the group, what it receives — which the checks above bound to
+well-formed weights of the served architecture, not to good ones.
 
 What it is not: the disk route (``native_routes``), the checks themselves (``checkpoint``) or
 the trainer's side (``agentrl.trainer.publish``).
