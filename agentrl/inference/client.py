@@ -8,7 +8,8 @@ generate_group(input_ids, sampling, n)`` returns ``n`` of them for one prompt fr
 request (SGLang's ``n``; the server computes the prompt once). The weight-publishing
 side calls ``pause()``, ``update_weights(path, version)`` and ``resume()``, in the order of
 DESIGN.md §4, and reads ``version``; over torch.distributed it calls
-``init_weights_update_group`` (server ``i`` joins as rank ``1 + i``),
+``init_weights_update_group`` (server ``i`` joins as rank ``1 + i``, or from there with one
+rank per GPU of a tensor-parallel SGLang server),
 ``update_weights_from_distributed`` (per bucket, while it broadcasts) and
 ``destroy_weights_update_group`` instead of ``update_weights``, inside SGLang 0.5.23's
 ``begin_weight_update``/``end_weight_update`` session (a 404 from a server without one is fine).
@@ -486,15 +487,28 @@ class RemoteEngine:
                 raise ServerUnavailable(f"{s.address}{path} failed: {a!r}") from a
         return answers
 
+    async def weight_group_ranks(self) -> list[int]:
+        """How many ranks each server takes in a weight group: its GPUs (``tp_size`` x
+        ``pp_size`` of ``/server_info``; 1 for ``agentrl serve``)."""
+        async def one(s: _Server) -> int:
+            r = await self._http.get(s.address + "/server_info", timeout=min(30.0, self.control_timeout))
+            if r.status_code == 404:
+                r = await self._http.get(s.address + "/get_server_info", timeout=min(30.0, self.control_timeout))
+            info = r.json() if r.status_code == 200 else {}
+            return int(info.get("tp_size") or 1) * int(info.get("pp_size") or 1)
+        return list(await asyncio.gather(*(one(s) for s in self._servers)))
+
     async def init_weights_update_group(self, master_address: str, master_port: int, *, group_name: str,
-                                        backend: str) -> None:
-        """Every server joins the trainer's group ``group_name``: server ``i`` as rank ``1 + i``
-        of ``1 + len(servers)`` (the trainer, rank 0, hosts it at ``master_address:master_port``
-        and must join at the same time: each call returns when all ranks have joined)."""
-        world = 1 + len(self._servers)
+                                        backend: str, ranks: list[int] | None = None) -> None:
+        """Every server joins the trainer's group ``group_name`` (the trainer, rank 0, hosts it at
+        ``master_address:master_port`` and must join at the same time: each call returns when all
+        ranks have joined). Server ``i`` takes ``ranks[i]`` ranks (default 1) from
+        ``rank_offset = 1 + sum(ranks[:i])``, of ``1 + sum(ranks)`` (AReaL's layout)."""
+        ranks = ranks or [1] * len(self._servers)
+        offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
         await self._every_server("/init_weights_update_group", [
-            {"master_address": master_address, "master_port": master_port, "rank_offset": 1 + i,
-             "world_size": world, "group_name": group_name, "backend": backend} for i in range(len(self._servers))])
+            {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
+             "world_size": 1 + sum(ranks), "group_name": group_name, "backend": backend} for offset in offsets])
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
                                               group_name: str, version: int | None = None,

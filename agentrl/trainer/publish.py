@@ -20,7 +20,8 @@ servers are paused, ``close``):
     filesystem the servers read; ``send`` is ``/update_weights_from_disk``.
   * ``DistributedTransport`` gathers the full state dict to rank 0's memory; ``send`` forms (once)
     a torch.distributed group of its own with every server (``agentrl.process_group``: rank 0
-    the trainer, server ``i`` rank ``1 + i``; gloo on CPU, NCCL on GPUs) and, bucket by bucket
+    the trainer, server ``i`` rank ``1 + i`` — one per GPU of a tensor-parallel SGLang server,
+    counted from its ``/server_info``; gloo on CPU, NCCL on GPUs) and, bucket by bucket
     (``bucket_bytes``), posts ``/update_weights_from_distributed`` (names, dtypes, shapes) to
     every server while broadcasting the bucket — SGLang's protocol, the version on the last
     bucket only. A bucket goes as SGLang's ``flattened_bucket`` (its tensors' bytes end to end,
@@ -78,8 +79,10 @@ class BroadcastTarget(Protocol):
     addresses: list[str]
     needs_rejoin: bool
 
+    async def weight_group_ranks(self) -> list[int]: ...
+
     async def init_weights_update_group(self, master_address: str, master_port: int, *, group_name: str,
-                                        backend: str) -> None: ...
+                                        backend: str, ranks: list[int] | None = None) -> None: ...
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
                                               group_name: str, version: int | None = None,
@@ -268,22 +271,23 @@ class DistributedTransport:
         if self.group is not None or target.needs_rejoin:
             await self._disband(target)
         await target.wait_for_servers(self.timeout_s)  # a group needs every member: one restarting is waited for
-        world = 1 + len(target.addresses)
+        ranks = await target.weight_group_ranks()  # a tensor-parallel SGLang server joins with each GPU
+        world = 1 + sum(ranks)
         store = host_store(world, port=self.master_port, timeout_s=self.timeout_s)
         joining = asyncio.ensure_future(asyncio.to_thread(
             open_process_group, master_address=self.master_address, master_port=store.port, rank=0, world_size=world,
             group_name=self.group_name, backend=self.backend, timeout_s=self.timeout_s, store=store))
         try:
             await target.init_weights_update_group(self.master_address, store.port, group_name=self.group_name,
-                                                   backend=self.backend)
+                                                   backend=self.backend, ranks=ranks)
         except BaseException:
             # rank 0's own join gives up after timeout_s; nobody waits for it
             joining.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
         self.group = await joining
         target.needs_rejoin = False
-        log.info("weight group %r formed: trainer rank 0 and %d server(s), %s, port %d", self.group_name,
-                 world - 1, self.backend, store.port)
+        log.info("weight group %r formed: trainer rank 0 and %d server rank(s) on %d server(s), %s, port %d",
+                 self.group_name, world - 1, len(ranks), self.backend, store.port)
 
     async def _disband(self, target: BroadcastTarget) -> None:
         with contextlib.suppress(Exception):

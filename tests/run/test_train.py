@@ -109,7 +109,7 @@ def test_a_short_run_with_weights_sent_by_broadcast(tmp_path):
     assert [r["step"] for r in steps] == [1, 2] and all(r["perf/weight_pause_s"] > 0 for r in steps)
     assert not (run_dir / "weights").exists()  # nothing went through files
     log = (run_dir / "logs" / "trainer.log").read_text()
-    assert "weight group 'agentrl_weights' formed: trainer rank 0 and 1 server(s), gloo" in log
+    assert "weight group 'agentrl_weights' formed: trainer rank 0 and 1 server rank(s) on 1 server(s), gloo" in log
 
 
 def test_bad_configs_fail_before_anything_starts(tmp_path):
