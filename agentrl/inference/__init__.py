@@ -12,8 +12,9 @@
     chat_format.py    the OpenAI chat format (request checks, message/tool_calls/logprobs shapes),
                       shared with the rollout gateway
     native_routes.py  SGLang's native routes (/generate, pause/continue, weight updates, info)
+    weight_sync.py    SGLang's weight updates over torch.distributed (init/update/destroy a group)
     openai_routes.py  the OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models)
-    app.py            build_app: the two route sets in one FastAPI app
+    app.py            build_app: the three route sets in one FastAPI app
 
 Public names: ``RemoteEngine`` and ``RemoteEngineConfig`` (importing them needs no torch). To
 embed the server: ``agentrl.inference.app.build_app(ServeConfig(model=...))``.

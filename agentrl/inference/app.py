@@ -1,11 +1,11 @@
 """``agentrl serve``: an HTTP server that answers like SGLang, backed by the embedded engine.
 
-What it is: ``build_app(config)`` — one FastAPI app made of two routers over one
-``ServerState``: SGLang's native routes (``native_routes``) and the OpenAI routes
-(``openai_routes``), with SGLang's field names and response shapes, so that a client tested
-against it is tested against SGLang. The engine (``engine``) runs on its own thread, started
-and stopped by the app's lifespan; handlers only await its news, so the event loop never
-blocks on the model.
+What it is: ``build_app(config)`` — one FastAPI app made of three routers over one
+``ServerState``: SGLang's native routes (``native_routes``), its weight updates over
+torch.distributed (``weight_sync``) and the OpenAI routes (``openai_routes``), with SGLang's
+field names and response shapes, so that a client tested against it is tested against SGLang.
+The engine (``engine``) runs on its own thread, started and stopped by the app's lifespan;
+handlers only await its news, so the event loop never blocks on the model.
 
 Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.py``,
 ``managers/io_struct.py``, ``entrypoints/openai/protocol.py``). Deliberate choices and
@@ -17,7 +17,9 @@ Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.
     ``weight_version``);
   * a weight update swaps weights between two decode steps instead of waiting on SGLang's
     writer lock; with the client's pause (abort) first, as DESIGN.md §4 orders, the two are
-    indistinguishable;
+    indistinguishable. Updates over torch.distributed (``weight_sync``, gloo only on CPU) need
+    no 0.5.23 ``/begin_weight_update`` session (the route is absent: 404), take no
+    ``load_format``, and always empty the prefix cache;
   * logprobs are those of the distribution actually sampled from (after temperature, top-k,
     top-p; 0.0 for greedy), see ``sampling``; SGLang reports them before the top-k/p filter.
     Grammars (a non-null ``regex``, ``json_schema``, ``ebnf`` or ``structural_tag``), LoRA,
@@ -53,6 +55,7 @@ from fastapi.responses import JSONResponse
 from agentrl.inference.native_routes import native_routes
 from agentrl.inference.openai_routes import openai_routes
 from agentrl.inference.state import ServeConfig, ServerState
+from agentrl.inference.weight_sync import weight_sync_routes
 from agentrl.inference.wire import BadRequest, error_response
 
 log = logging.getLogger(__name__)
@@ -112,5 +115,6 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
                              "param": None, "code": 400}, status_code=400)
 
     app.include_router(native_routes(state))
+    app.include_router(weight_sync_routes(state))
     app.include_router(openai_routes(state))
     return app

@@ -21,6 +21,7 @@ What it is not: the forward pass (``decoder``) or the routes that call this (``n
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,8 +169,16 @@ def check_tensor(name: str, tensor: torch.Tensor, slot: Slot | None, where: str)
     if tensor.dtype not in FLOAT_DTYPES:
         raise ModelError(f"{where}: tensor {name!r} has dtype {tensor.dtype}, expected a floating dtype "
                          "(float32, float16, bfloat16)")
-    if not bool(torch.isfinite(tensor).all()):
+    if not all_finite(tensor):
         raise ModelError(f"{where}: tensor {name!r} holds NaN or infinite values")
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """No NaN or infinity in ``t``. A NaN or an infinity anywhere makes the sum one, so a finite
+    sum settles it in one reduction (0.03 s per 100 M float32 values on one CPU thread, against
+    0.5 s for ``isfinite(t).all()`` and its [numel] boolean buffer); a sum that is not finite —
+    a bad value, or finite values that overflowed — is decided by looking at every value."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
 def read_tensors(model_dir: str | Path, slots: dict[str, Slot]) -> dict[str, torch.Tensor]:
@@ -203,21 +212,23 @@ def read_tensors(model_dir: str | Path, slots: dict[str, Slot]) -> dict[str, tor
     return tensors
 
 
+Alloc = Callable[[tuple[int, ...]], torch.Tensor]
+"""Gives an uninitialised fused tensor of a shape (the served dtype and device)."""
+
+
 def assemble(tensors: dict[str, torch.Tensor], slots: dict[str, Slot], spec: DecoderSpec, *, device: Any,
-             dtype: torch.dtype, base: dict | None = None) -> dict:
-    """A new weights dict: ``tensors`` (already checked) written into fresh fused tensors, on
-    top of ``base`` (the served weights, copied where written, shared elsewhere) or of nothing
-    (then ``tensors`` must cover every slot)."""
-    shapes: dict[tuple, tuple[int, ...]] = {}
-    for slot in slots.values():
-        rows = max(shapes.get(slot.key, (0,))[0], slot.stop)
-        shapes[slot.key] = (rows, *slot.shape[1:])
-    fresh: dict[tuple, torch.Tensor] = {}
+             dtype: torch.dtype, base: dict | None = None, fresh: dict[tuple, torch.Tensor] | None = None,
+             alloc: Alloc | None = None) -> dict:
+    """A new weights dict: ``tensors`` (already checked) written into new fused tensors, on top
+    of ``base`` (the served weights: copied where only some rows are written, shared where none
+    are) or of nothing (then ``tensors`` must cover every slot). ``fresh``: new fused tensors
+    already holding some tensors (``receive_targets``), used as they are. ``alloc`` gives the
+    new fused tensors (``Decoder`` hands back the memory of the weights it last replaced)."""
+    alloc = alloc or (lambda shape: torch.empty(shape, device=device, dtype=dtype))
+    fresh = {**_new_fused({slots[n]: None for n in tensors}, base, _shapes(slots), alloc, skip=fresh or {}),
+             **(fresh or {})}
     for name, t in tensors.items():
         slot = slots[name]
-        if slot.key not in fresh:
-            fresh[slot.key] = (_get(base, slot.key).clone() if base is not None
-                               else torch.empty(shapes[slot.key], device=device, dtype=dtype))
         fresh[slot.key][slot.start : slot.stop] = t.to(device=device, dtype=dtype)
     if base is None:
         weights: dict = {"layers": [{"qkv_bias": None} for _ in range(spec.num_layers)]}
@@ -225,15 +236,70 @@ def assemble(tensors: dict[str, torch.Tensor], slots: dict[str, Slot], spec: Dec
         weights = {**base, "layers": [dict(layer) for layer in base["layers"]]}
     for key, t in fresh.items():
         _set(weights, key, t)
-    if ("lm_head",) not in shapes:  # tied
+    if ("lm_head",) not in _shapes(slots):  # tied
         weights["lm_head"] = weights["embed"]
     return weights
 
 
-def load_weights(model_dir: str | Path, spec: DecoderSpec, tied: bool, device: Any, dtype: torch.dtype) -> dict:
+def receive_targets(announced: list[tuple[str, torch.dtype, tuple[int, ...]]], slots: dict[str, Slot], *, base: dict,
+                    device: Any, dtype: torch.dtype, alloc: Alloc | None = None,
+                    ) -> tuple[list[torch.Tensor], dict[tuple, torch.Tensor]]:
+    """Where to receive announced ``(name, dtype, shape)`` tensors, and the new fused tensors
+    some of them land in. One of the served dtype and its slot's exact shape is received
+    straight into its rows of a new fused tensor (uninitialised where the announced tensors
+    cover every row of it, a copy of the served one elsewhere), so laying it out costs no copy;
+    any other gets a buffer of its own, to be checked (and refused or converted) after.
+    Nothing here is checked: ``check_tensor`` runs on what arrives."""
+    device = torch.device(device)
+    alloc = alloc or (lambda shape: torch.empty(shape, device=device, dtype=dtype))
+    direct: dict[int, Slot] = {}
+    seen: set[str] = set()
+    for i, (name, dt, shape) in enumerate(announced):
+        name = canonical(name)
+        slot = slots.get(name)
+        if slot is not None and name not in seen and dt == dtype and tuple(shape) == slot.shape:
+            direct[i] = slot
+        seen.add(name)
+    fresh = _new_fused(dict.fromkeys(direct.values()), base, _shapes(slots), alloc)
+    targets = [fresh[direct[i].key][direct[i].start : direct[i].stop] if i in direct
+               else torch.empty(tuple(shape), dtype=dt, device=device) for i, (_, dt, shape) in enumerate(announced)]
+    return targets, fresh
+
+
+def _shapes(slots: dict[str, Slot]) -> dict[tuple, tuple[int, ...]]:
+    """Each fused tensor's shape."""
+    shapes: dict[tuple, tuple[int, ...]] = {}
+    for slot in slots.values():
+        rows = max(shapes.get(slot.key, (0,))[0], slot.stop)
+        shapes[slot.key] = (rows, *slot.shape[1:])
+    return shapes
+
+
+def _new_fused(written: dict[Slot, None], base: dict | None, shapes: dict[tuple, tuple[int, ...]], alloc: Alloc,
+               skip: dict[tuple, torch.Tensor] | None = None) -> dict[tuple, torch.Tensor]:
+    """A new fused tensor for every key some ``written`` slot falls in (but those in ``skip``):
+    uninitialised where the slots cover all its rows (or there is no ``base``), else a copy of
+    the served one."""
+    spans: dict[tuple, set[tuple[int, int]]] = {}
+    for slot in written:
+        spans.setdefault(slot.key, set()).add((slot.start, slot.stop))
+    fresh: dict[tuple, torch.Tensor] = {}
+    for key, rows in spans.items():
+        if skip and key in skip:
+            continue
+        t = alloc(shapes[key])
+        covered = sum(stop - start for start, stop in rows)  # the slots of one key are disjoint (or equal)
+        if base is not None and covered < shapes[key][0]:
+            t.copy_(_get(base, key))
+        fresh[key] = t
+    return fresh
+
+
+def load_weights(model_dir: str | Path, spec: DecoderSpec, tied: bool, device: Any, dtype: torch.dtype,
+                 alloc: Alloc | None = None) -> dict:
     """A checkpoint directory's tensors, validated, in the fused layout ``Decoder`` runs on."""
     slots = layout(spec, tied)
-    return assemble(read_tensors(model_dir, slots), slots, spec, device=device, dtype=dtype)
+    return assemble(read_tensors(model_dir, slots), slots, spec, device=device, dtype=dtype, alloc=alloc)
 
 
 def _get(weights: dict, key: tuple) -> torch.Tensor:

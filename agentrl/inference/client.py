@@ -7,7 +7,12 @@ logprobs, the policy version of every token and the finish reason; ``await
 generate_group(input_ids, sampling, n)`` returns ``n`` of them for one prompt from *one*
 request (SGLang's ``n``; the server computes the prompt once). The weight-publishing
 side calls ``pause()``, ``update_weights(path, version)`` and ``resume()``, in the order of
-DESIGN.md §4, and reads ``version``.
+DESIGN.md §4, and reads ``version``; over torch.distributed it calls
+``init_weights_update_group`` (server ``i`` joins as rank ``1 + i``, or from there with one
+rank per GPU of a tensor-parallel SGLang server),
+``update_weights_from_distributed`` (per bucket, while it broadcasts) and
+``destroy_weights_update_group`` instead of ``update_weights``, inside SGLang 0.5.23's
+``begin_weight_update``/``end_weight_update`` session (a 404 from a server without one is fine).
 
 How it behaves:
   * **Interruption is invisible.** A request that comes back ``abort`` (a pause for a weight
@@ -20,8 +25,10 @@ How it behaves:
     this client, and stays pinned there across resumes (KV/prefix reuse). After a transport
     error (refused, reset, died mid-request) the server is asked ``GET /health``: if it still
     answers, the call is retried there; if not, the server is taken out, probed again after
-    ``health_check_interval`` seconds, re-synced to the published weights when it comes back,
-    and the calls it held are re-run elsewhere from their last returned token. Generation has
+    ``health_check_interval`` seconds, re-synced to the published weights when it comes back
+    (from disk; weights that came by broadcast cannot be re-sent alone, so such a server stays
+    out until the next update, for which the group is formed again: ``needs_rejoin``), and the
+    calls it held are re-run elsewhere from their last returned token. Generation has
     no side effects, so that re-run is safe.
   * **Batching.** The short requests (``batch_max_new_tokens``, default 32 new tokens) made in
     one event-loop tick — a rollout starts its episodes together — go to their server as one
@@ -104,6 +111,7 @@ class _Server:
     down_since: float = 0.0
     failures: int = 0
     pinned: set[str] = field(default_factory=set)
+    stale: bool = False  # answers, but lacks the weights last sent by broadcast: no generation until the next
 
 
 def _prompt(input_ids: Sequence[int]) -> list[int]:
@@ -140,9 +148,13 @@ class RemoteEngine:
         # (a list of either is a 422), so behind it every request goes alone, in the plain form.
         self._batcher = GroupBatcher(self._post_generate, max_new_tokens=-1 if router else batch_max_new_tokens)
         self._version = version
-        self._last_update: tuple[str, int] | None = None
+        self._last_update: tuple[str | None, int] | None = None  # (checkpoint path, or None: by broadcast; version)
         self._unpaused = asyncio.Event()
         self._unpaused.set()
+        # a server came back from a restart while the weights travel by broadcast: it is out of
+        # rotation until the weight group is formed again and the next update reaches it
+        self.needs_rejoin = False
+        self._no_session: set[str] = set()  # servers without SGLang 0.5.23's /begin_weight_update
         # requests: generate/generate_group calls; posts: /generate HTTP requests (batched)
         self.stats = {"requests": 0, "posts": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
 
@@ -367,6 +379,7 @@ class RemoteEngine:
 
     async def _probe(self, server: _Server) -> bool:
         """``GET /health``; a server that answers is re-synced to the current weights."""
+        was_stale, server.stale = server.stale, False
         try:
             r = await self._http.get(server.address + "/health", timeout=min(5.0, self.control_timeout))
             ok = r.status_code == 200
@@ -374,8 +387,16 @@ class RemoteEngine:
                 info = (await self._http.get(server.address + "/model_info", timeout=10.0)).json()
                 path, version = self._last_update
                 if str(info.get("weight_version")) != str(version):
-                    await self._post(server, "/update_weights_from_disk",
-                                     {"model_path": path, "weight_version": str(version)}, self.control_timeout)
+                    if path is None:  # the weights came by broadcast: it waits out of rotation for the next one
+                        ok = False
+                        if not was_stale:
+                            log.warning("inference server %s came back without the weights of version %d (sent by "
+                                        "broadcast); it generates again after the next update", server.address,
+                                        version)
+                        server.stale = self.needs_rejoin = True
+                    else:
+                        await self._post(server, "/update_weights_from_disk",
+                                         {"model_path": path, "weight_version": str(version)}, self.control_timeout)
         except (httpx.HTTPError, ValueError, ServerError, RequestRejected):
             ok = False
         server.down_since = time.monotonic()
@@ -426,7 +447,7 @@ class RemoteEngine:
             for s in self._servers:  # a control call must reach every live server, or versions skew
                 if not s.healthy:
                     await self._probe(s)
-            targets = [s for s in self._servers if s.healthy]
+            targets = [s for s in self._servers if s.healthy or s.stale]  # a stale one is paused too
             if targets:
                 return await asyncio.gather(*(one(s) for s in targets))
             if time.monotonic() > deadline:  # none came back (a restarted one is re-synced by _probe)
@@ -455,3 +476,98 @@ class RemoteEngine:
             await self._control("/continue_generation", {})
         finally:
             self._unpaused.set()
+
+    # ------------------------------------------------------------------ weights over torch.distributed
+
+    async def _every_server(self, path: str, payloads: list[dict[str, Any]]) -> list[Any]:
+        """POST ``payloads[i]`` to server ``i`` — all of them, healthy or not: a process group
+        needs every member — and raise the first failure (after all have answered)."""
+        answers = await asyncio.gather(*(self._post(s, path, p, self.control_timeout)
+                                         for s, p in zip(self._servers, payloads, strict=True)),
+                                       return_exceptions=True)
+        for s, a in zip(self._servers, answers, strict=True):
+            if isinstance(a, BaseException):
+                if isinstance(a, RequestRejected | ServerError):
+                    raise a
+                raise ServerUnavailable(f"{s.address}{path} failed: {a!r}") from a
+        return answers
+
+    async def weight_group_ranks(self) -> list[int]:
+        """How many ranks each server takes in a weight group: its GPUs (``tp_size`` x
+        ``pp_size`` of ``/server_info``; 1 for ``agentrl serve``)."""
+        async def one(s: _Server) -> int:
+            r = await self._http.get(s.address + "/server_info", timeout=min(30.0, self.control_timeout))
+            if r.status_code == 404:
+                r = await self._http.get(s.address + "/get_server_info", timeout=min(30.0, self.control_timeout))
+            info = r.json() if r.status_code == 200 else {}
+            return int(info.get("tp_size") or 1) * int(info.get("pp_size") or 1)
+        return list(await asyncio.gather(*(one(s) for s in self._servers)))
+
+    async def init_weights_update_group(self, master_address: str, master_port: int, *, group_name: str,
+                                        backend: str, ranks: list[int] | None = None) -> None:
+        """Every server joins the trainer's group ``group_name`` (the trainer, rank 0, hosts it at
+        ``master_address:master_port`` and must join at the same time: each call returns when all
+        ranks have joined). Server ``i`` takes ``ranks[i]`` ranks (default 1) from
+        ``rank_offset = 1 + sum(ranks[:i])``, of ``1 + sum(ranks)`` (AReaL's layout)."""
+        ranks = ranks or [1] * len(self._servers)
+        offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
+        await self._every_server("/init_weights_update_group", [
+            {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
+             "world_size": 1 + sum(ranks), "group_name": group_name, "backend": backend} for offset in offsets])
+
+    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
+                                              group_name: str, version: int | None = None,
+                                              load_format: str | None = None) -> None:
+        """Every server receives these tensors by broadcast from rank 0 of ``group_name`` (the
+        caller broadcasts them at the same time; one collective per tensor, or with
+        ``load_format="flattened_bucket"`` one for all their bytes end to end) and swaps them in.
+        With ``version`` (the last bucket of an update), the servers and the client move to it."""
+        payload: dict[str, Any] = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                                   "flush_cache": True, "load_format": load_format}
+        if version is not None:
+            payload["weight_version"] = str(version)
+        await self._every_server("/update_weights_from_distributed", [payload] * len(self._servers))
+        if version is not None:
+            self._last_update = (None, int(version))
+            self._version = int(version)
+            for s in self._servers:  # every member received it: each one serves this version now
+                if not s.healthy:
+                    s.healthy, s.down_since = True, time.monotonic()
+                s.stale = False
+
+    async def wait_for_servers(self, timeout_s: float) -> None:
+        """Return once every server answers ``GET /health`` (a group is formed with all of them)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = await asyncio.gather(*(self._alive(s) for s in self._servers))
+            if all(alive):
+                return
+            if time.monotonic() > deadline:
+                down = [s.address for s, ok in zip(self._servers, alive, strict=True) if not ok]
+                raise ServerUnavailable(f"inference server(s) {down} did not answer /health for {timeout_s:.0f} s; "
+                                        "a weight group needs every server")
+            await asyncio.sleep(self.health_check_interval)
+
+    async def destroy_weights_update_group(self, group_name: str) -> None:
+        """Every server that answers leaves ``group_name`` (best effort: one that never joined,
+        or died, is not an error here)."""
+        await asyncio.gather(*(self._post(s, "/destroy_weights_update_group", {"group_name": group_name},
+                                          self.control_timeout) for s in self._servers), return_exceptions=True)
+
+    async def begin_weight_update(self) -> None:
+        """SGLang 0.5.23 loads distributed updates only inside a session; older SGLang and
+        ``agentrl serve`` have none and answer 404, which is taken as "not needed"."""
+        await self._session("/begin_weight_update", {"selector": "all"})
+
+    async def end_weight_update(self) -> None:
+        await self._session("/end_weight_update", {})
+
+    async def _session(self, path: str, payload: dict[str, Any]) -> None:
+        servers = [s for s in self._servers if s.address not in self._no_session]
+        answers = await asyncio.gather(*(self._post(s, path, payload, self.control_timeout) for s in servers),
+                                       return_exceptions=True)
+        for s, a in zip(servers, answers, strict=True):
+            if isinstance(a, RequestRejected) and a.status_code == 404:
+                self._no_session.add(s.address)  # not asked again (a restarted server is the same program)
+            elif isinstance(a, BaseException):
+                raise a

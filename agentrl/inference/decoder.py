@@ -39,6 +39,7 @@ from agentrl.inference.checkpoint import (
     layout,
     load_weights,
     read_config,
+    receive_targets,
     spec_of,
 )
 
@@ -50,6 +51,19 @@ keys`` stays below this, one per key head above it. On the tiny model (4 x 32, 2
 CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3, 64 rows over
 250 keys 11.2 instead of 15.1, 16 rows over 600 keys 6.6 instead of 9.6: the call overhead of a
 small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
+
+
+def _fused(weights: dict) -> list[torch.Tensor]:
+    """Every fused tensor of a weights dict, once each (a tied output layer is the embedding)."""
+    out = {id(t): t for t in (weights.get("embed"), weights.get("norm"), weights.get("lm_head")) if t is not None}
+    for layer in weights["layers"]:
+        out.update({id(t): t for t in layer.values() if isinstance(t, torch.Tensor)})
+    return list(out.values())
+
+
+def _inside(t: torch.Tensor, fresh: dict[tuple, torch.Tensor] | None, bases: set[int]) -> bool:
+    """``t`` is a view into one of the new fused tensors (received in place)."""
+    return bool(fresh) and t._base is not None and t._base.data_ptr() in bases
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -104,6 +118,7 @@ class Decoder:
         self.tied = bool(getattr(self.config, "tie_word_embeddings", False))
         self.slots = layout(self.spec, self.tied)
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
+        self._spares: list[torch.Tensor] = []  # fused tensors of replaced weights, reused by staging
         self.num_slots, self.max_len = num_slots, max_len
         s = self.spec
         # [layers, slots + 1, positions, kv_heads, head_dim]: a slot's keys are one [positions,
@@ -150,17 +165,48 @@ class Decoder:
         tied = bool(getattr(config, "tie_word_embeddings", False))
         if tied != self.tied:
             raise ModelError(f"{model_dir}: tie_word_embeddings={tied}, the served model has {self.tied}")
-        return load_weights(model_dir, self.spec, tied, self.device, self.dtype)
+        return load_weights(model_dir, self.spec, tied, self.device, self.dtype, alloc=self._alloc)
 
-    def prepare_tensors(self, tensors: dict[str, torch.Tensor], where: str) -> dict:
-        """Validate some checkpoint tensors (names as in a Hugging Face checkpoint) and lay them
-        over a copy of the served weights: the staging copy the engine installs."""
-        named = {}
-        for name, t in tensors.items():
+    def prepare_tensors(self, tensors: list[tuple[str, torch.Tensor]], where: str,
+                        fresh: dict[tuple, torch.Tensor] | None = None) -> dict:
+        """Validate some checkpoint tensors (names as in a Hugging Face checkpoint; each at most
+        once) and lay them over a copy of the served weights: the staging copy the engine
+        installs. Tensors already received into ``fresh`` (``receive_targets``) stay where they are."""
+        named: dict[str, torch.Tensor] = {}
+        placed = {t.data_ptr() for t in (fresh or {}).values()}
+        for name, t in tensors:
             name = canonical(name)
+            if name in named:
+                raise ModelError(f"{where}: tensor {name!r} appears twice")
             check_tensor(name, t, self.slots.get(name), where)
             named[name] = t
-        return assemble(named, self.slots, self.spec, device=self.device, dtype=self.dtype, base=self.weights)
+        rest = {n: t for n, t in named.items() if not _inside(t, fresh, placed)}
+        return assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype, base=self.weights,
+                        fresh=fresh, alloc=self._alloc)
+
+    def receive_targets(self, announced: list[tuple[str, torch.dtype, tuple[int, ...]]]):
+        """Buffers to receive announced tensors into (``checkpoint.receive_targets``)."""
+        return receive_targets(announced, self.slots, base=self.weights, device=self.device, dtype=self.dtype,
+                               alloc=self._alloc)
+
+    def swap_weights(self, weights: dict) -> None:
+        """Serve ``weights`` from the next forward pass on (engine thread, between two steps).
+        The fused tensors of the replaced weights that the new ones do not share are kept as
+        spares: the next staging copy is written into them (``_alloc``) instead of fresh memory,
+        whose first touch costs a page fault per 4 KiB — on a 100 M-parameter model on CPU, a
+        quarter of a second of each update. So the server holds two copies of the weights from
+        the first update on, where it needed two at each update anyway."""
+        old, self.weights = self.weights, weights
+        kept = {id(t) for t in _fused(weights)}
+        self._spares = [t for t in _fused(old) if id(t) not in kept]
+
+    def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """An uninitialised fused tensor: a spare of that shape if there is one (staging runs on
+        one thread at a time, under the server's weight lock, and never while a swap does)."""
+        for i, t in enumerate(self._spares):
+            if tuple(t.shape) == tuple(shape):
+                return self._spares.pop(i)
+        return torch.empty(shape, device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ prefix pool
     # Each call moves keys and values for many tokens with one gather and one scatter per

@@ -214,7 +214,7 @@ class Engine:
                 for r in list(self._live.values()):
                     self._abort(r, "Aborted by a weight update")
             if weights is not self.decoder.weights:
-                self.decoder.weights = weights
+                self.decoder.swap_weights(weights)
                 self._epoch += 1
                 self._flush_cache()
             if version is not None:

@@ -36,8 +36,11 @@ from agentrl.errors import ServerUnavailable
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on (host, port); port 0 picks a free one."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    """A listening-ready TCP socket on (host, port); port 0 picks a free one. Made with
+    ``IPPROTO_TCP`` spelled out: asyncio sets ``TCP_NODELAY`` only on sockets whose ``proto``
+    says TCP, and accepted sockets inherit it — with 0, a response written as head + body waited
+    for the client's delayed ACK (~40 ms per keep-alive request)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     return sock

@@ -9,7 +9,8 @@ generation never waits for training:
     eval (before) → executor.start()
     loop: batch = await next_batch()  (B finished groups; generation goes on meanwhile)
           → broadcast to every rank → prepare_batch → Actor.train_step (in a thread)
-          → WeightPublisher: stage (every rank) → pause → update → continue (rank 0)
+          → WeightPublisher: stage (every rank) → pause → send → continue (rank 0;
+            trainer.weight_sync: a checkpoint on disk, or a broadcast over torch.distributed)
           → executor.set_version(v) (admission moves on) → metrics, samples
           → every N steps: checkpoint (trainer shards + the executor's state)
     eval (after) → final checkpoint → curves.png, summary.json
@@ -97,13 +98,23 @@ class Trainer:
         import torch
 
         from agentrl.trainer.actor import Actor, init_distributed
-        from agentrl.trainer.publish import DiskTransport, WeightPublisher
+        from agentrl.trainer.publish import DiskTransport, DistributedTransport, WeightPublisher
 
         self.run_dir, self.cfg = run_dir, cfg
         torch.set_num_threads(cfg.threads)
         self.rank, self.world_size, _ = init_distributed()
         self.actor = Actor(cfg.model, cfg.trainer)
-        self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2)
+        sync = cfg.trainer.weight_sync
+        if sync.transport == "distributed":
+            backend = sync.backend if sync.backend != "auto" else ("nccl" if cfg.device == "cuda" else "gloo")
+            # torchrun (and the Ray launcher) export rank 0's address as MASTER_ADDR
+            address = sync.master_address or os.environ.get("MASTER_ADDR") or cfg.master_addr
+            self.transport = DistributedTransport(master_address=address,
+                                                  master_port=sync.master_port, backend=backend,
+                                                  bucket_bytes=int(sync.bucket_mb * (1 << 20)), flatten=sync.flatten,
+                                                  timeout_s=sync.timeout_s)
+        else:
+            self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2)
         self.engine = None
         self.publisher = WeightPublisher(self.transport, None)
 
@@ -314,6 +325,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             await asyncio.to_thread(tr.command, {"op": "stop"})
         episode_log.close()
         runlog.close()
+        with contextlib.suppress(Exception):  # the servers leave the weight group (distributed transport)
+            await tr.transport.close(engine)
         await engine.aclose()
         for wf in (workflow, eval_wf):
             if wf is not None and hasattr(wf, "aclose"):

@@ -8,13 +8,14 @@
     batch.py       prepare_batch: trajectories -> a TrainBatch (filters, advantages, counts)
     packing.py     packing sequences into micro-batches; segment attention on CPU
     checkpoint.py  resumable sharded checkpoints and the HF export
-    publish.py     WeightPublisher: save -> pause -> update -> continue (DESIGN.md §4)
+    publish.py     WeightPublisher: stage -> pause -> send -> continue (DESIGN.md §4), by disk or
+                   by broadcast over torch.distributed
 """
 
 from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import TrainBatch, broadcast_trajectories, prepare_batch
 from agentrl.trainer.config import AdvantageConfig, LossConfig, TrainerConfig
-from agentrl.trainer.publish import DiskTransport, WeightPublisher
+from agentrl.trainer.publish import DiskTransport, DistributedTransport, WeightPublisher
 
-__all__ = ["Actor", "AdvantageConfig", "DiskTransport", "LossConfig", "TrainBatch", "TrainerConfig",
+__all__ = ["Actor", "AdvantageConfig", "DiskTransport", "DistributedTransport", "LossConfig", "TrainBatch", "TrainerConfig",
            "WeightPublisher", "broadcast_trajectories", "prepare_batch"]

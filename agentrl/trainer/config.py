@@ -1,9 +1,10 @@
 """TrainerConfig: every setting of the trainer, as typed, documented dataclasses.
 
 What it is: the ``trainer:`` section of a run's YAML (loaded with ``agentrl.config``), split
-into the loss, the advantages and the optimization. What it is not: the rollout side's
-settings (concurrency, sampling), which live beside the rollout executor; ``max_staleness``
-(η) is here because the trainer enforces it on every batch.
+into the loss, the advantages, the optimization and how weights reach the servers
+(``weight_sync``). What it is not: the rollout side's settings (concurrency, sampling), which
+live beside the rollout executor; ``max_staleness`` (η) is here because the trainer enforces
+it on every batch.
 """
 
 from __future__ import annotations
@@ -42,6 +43,32 @@ class AdvantageConfig:
     batch_normalize: bool = option(False, help="then normalize advantages over the batch's loss tokens")
 
 
+WEIGHT_TRANSPORTS = ("disk", "distributed")
+
+
+@dataclass
+class WeightSyncConfig:
+    """How each new policy version reaches the inference servers (``agentrl.trainer.publish``)."""
+
+    transport: str = option("disk", choices=WEIGHT_TRANSPORTS,
+                            help="disk: rank 0 writes an HF checkpoint to RUN_DIR/weights and every server loads "
+                                 "it (a filesystem they all mount); distributed: rank 0 broadcasts the tensors to "
+                                 "every server over a torch.distributed group of its own (SGLang's "
+                                 "/update_weights_from_distributed; gloo on CPU, NCCL on GPUs)")
+    backend: str = option("auto", choices=("auto", "gloo", "nccl"),
+                          help="distributed: the group's backend; auto = nccl when the trainer runs on cuda, "
+                               "else gloo (agentrl serve on CPU takes gloo only)")
+    master_address: str | None = option(None, help="distributed: the address of trainer rank 0 that every server "
+                                                   "reaches; null = MASTER_ADDR (rank 0's address, as "
+                                                   "torchrun and the Ray launcher set it)")
+    master_port: int = option(0, ge=0, le=65535, help="distributed: the group's port on rank 0; 0 = a free one")
+    bucket_mb: float = option(512.0, gt=0, help="distributed: tensors sent per /update_weights_from_distributed "
+                                                "request, in MiB (a larger tensor goes alone)")
+    flatten: bool = option(True, help="distributed: send each bucket as SGLang's flattened_bucket (one collective "
+                                      "for all its tensors' bytes); false: one collective per tensor")
+    timeout_s: float = option(600.0, gt=0, help="distributed: seconds joining the group or one broadcast may take")
+
+
 @dataclass
 class TrainerConfig:
     """The ``trainer:`` section."""
@@ -71,6 +98,7 @@ class TrainerConfig:
     seed: int = option(0, help="seed of the trainer's RNGs")
     loss: LossConfig = option(LossConfig, help="the policy objective")
     advantages: AdvantageConfig = option(AdvantageConfig, help="rewards to advantages")
+    weight_sync: WeightSyncConfig = option(WeightSyncConfig, help="how new weights reach the inference servers")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):

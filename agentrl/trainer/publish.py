@@ -3,41 +3,60 @@
 What it is: ``WeightPublisher.apublish(model, version)``, run on every rank after a train step.
 All ranks take part in *staging* the weights (a collective gather); then rank 0 drives the
 protocol of DESIGN.md §4 through the inference client: (optional hook: the rollout executor
-stops admitting episodes) → ``pause()`` (running requests come back aborted) →
-``update_weights(path, version)`` (every server loads the new weights; the client's version
-becomes N) → ``resume()`` (aborted requests are re-sent; the hook lets the executor admit
-again). ``resume`` runs even when the update fails, so a failed publish never leaves the
-servers paused.
+stops admitting episodes) → ``pause()`` (running requests come back aborted) → the transport
+sends the staged weights (every server swaps them in; the client's version becomes N) →
+``resume()`` (aborted requests are re-sent; the hook lets the executor admit again).
+``resume`` runs even when the update fails, so a failed publish never leaves the servers
+paused.
 
 Staging happens *before* the pause, unlike the order written in early versions of the design:
-the export is the slow part, and generation may go on with the old weights while it runs —
-the servers only stop for the load itself. Versions on tokens stay exact either way.
+the gather (and, on disk, the export) is the slow part, and generation may go on with the old
+weights while it runs — the servers only stop for the transfer itself. Versions on tokens stay
+exact either way.
+
+Two transports (``WeightTransport``: ``stage`` on every rank, ``send`` on rank 0 while the
+servers are paused, ``close``):
+  * ``DiskTransport`` writes an HF directory per version (kept for the last ``keep_last``) on a
+    filesystem the servers read; ``send`` is ``/update_weights_from_disk``.
+  * ``DistributedTransport`` gathers the full state dict to rank 0's memory; ``send`` forms (once)
+    a torch.distributed group of its own with every server (``agentrl.process_group``: rank 0
+    the trainer, server ``i`` rank ``1 + i`` — one per GPU of a tensor-parallel SGLang server,
+    counted from its ``/server_info``; gloo on CPU, NCCL on GPUs) and, bucket by bucket
+    (``bucket_bytes``), posts ``/update_weights_from_distributed`` (names, dtypes, shapes) to
+    every server while broadcasting the bucket — SGLang's protocol, the version on the last
+    bucket only. A bucket goes as SGLang's ``flattened_bucket`` (its tensors' bytes end to end,
+    one collective; flattened while staging, before the pause) unless ``flatten=False`` (one
+    collective per tensor, which the server receives straight into place). After a failure the group is disbanded and formed again (a failure that
+    is not the servers' refusal — a server lost mid-broadcast — is retried once, at once), as it
+    is when a restarted server must join (``RemoteEngine.needs_rejoin``); forming waits until
+    every server answers.
 
 What it is not: the inference client (``agentrl.inference.RemoteEngine`` implements the
-``WeightUpdateTarget`` protocol here) or the HF export itself (``agentrl.trainer.checkpoint.export_hf``).
-
-The seam for other transports: ``WeightTransport.stage(model, version)`` returns what the
-servers are told to load. ``DiskTransport`` writes an HF directory per version (kept for the
-last ``keep_last`` versions); an NCCL-broadcast transport for GPU clusters would implement
-the same method (returning a handle the servers' ``update_weights_from_distributed`` takes)
-and leave the publisher unchanged. That transport does not exist yet.
+``WeightUpdateTarget`` and ``BroadcastTarget`` protocols here), the HF export itself
+(``agentrl.trainer.checkpoint.export_hf``) or the server's side (``agentrl.inference.weight_sync``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import re
 import shutil
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
 
+from agentrl.errors import RequestRejected
+from agentrl.process_group import DEFAULT_TIMEOUT_S, UpdateGroup, host_store, open_process_group
 from agentrl.trainer.checkpoint import export_hf
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -52,11 +71,42 @@ class WeightUpdateTarget(Protocol):
 
 
 @runtime_checkable
-class WeightTransport(Protocol):
-    """Moves a model's weights where the servers can load them. A collective: every rank calls
-    it; the return value matters on rank 0 only."""
+class BroadcastTarget(Protocol):
+    """What ``DistributedTransport`` needs besides (``RemoteEngine`` has it all): SGLang's group
+    calls to every server, its 0.5.23 update session, the servers' addresses, and whether a
+    restarted server waits to join."""
 
-    def stage(self, model: torch.nn.Module, version: int) -> str: ...
+    addresses: list[str]
+    needs_rejoin: bool
+
+    async def weight_group_ranks(self) -> list[int]: ...
+
+    async def init_weights_update_group(self, master_address: str, master_port: int, *, group_name: str,
+                                        backend: str, ranks: list[int] | None = None) -> None: ...
+
+    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
+                                              group_name: str, version: int | None = None,
+                                              load_format: str | None = None) -> None: ...
+
+    async def destroy_weights_update_group(self, group_name: str) -> None: ...
+
+    async def wait_for_servers(self, timeout_s: float) -> None: ...
+
+    async def begin_weight_update(self) -> None: ...
+
+    async def end_weight_update(self) -> None: ...
+
+
+@runtime_checkable
+class WeightTransport(Protocol):
+    """Moves a model's weights into the servers. ``stage`` is a collective (every rank calls it;
+    what it returns matters on rank 0 only); ``send`` runs on rank 0 while the servers are paused."""
+
+    def stage(self, model: torch.nn.Module, version: int) -> Any: ...
+
+    async def send(self, target: Any, staged: Any, version: int) -> None: ...
+
+    async def close(self, target: Any) -> None: ...
 
 
 class DiskTransport:
@@ -80,6 +130,12 @@ class DiskTransport:
             self._prune(keep=version)
         return str(out)
 
+    async def send(self, target: WeightUpdateTarget, staged: str, version: int) -> None:
+        await target.update_weights(staged, version)
+
+    async def close(self, target: Any) -> None:
+        pass
+
     def _prune(self, keep: int) -> None:
         versions = sorted(int(m.group(1)) for p in self.root.iterdir()
                           if (m := re.fullmatch(r"v(\d{6,})", p.name)) and p.is_dir())
@@ -89,8 +145,164 @@ class DiskTransport:
 
 
 @dataclass
+class StagedTensors:
+    """Rank 0's full weights for one broadcast, cut into buckets of at most ``bucket_bytes``.
+    With ``flat`` (SGLang's ``flattened_bucket``), each bucket's tensors are there as one buffer
+    of their bytes end to end, and ``buckets`` keep only their names, dtypes and shapes."""
+
+    buckets: list[list[tuple[str, torch.Tensor]]]
+    flat: list[torch.Tensor] | None = None
+
+    def __str__(self) -> str:
+        tensors = [t for b in self.buckets for _, t in b]
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        return f"broadcast: {len(tensors)} tensors, {size} bytes, {len(self.buckets)} bucket(s)"
+
+
+class DistributedTransport:
+    """The tensors themselves, broadcast from trainer rank 0 to every server (SGLang's
+    ``/update_weights_from_distributed``). One group per transport, formed at the first ``send``."""
+
+    def __init__(self, *, master_address: str, master_port: int = 0, backend: str = "gloo",
+                 group_name: str = "agentrl_weights", bucket_bytes: int = 512 << 20, dtype: torch.dtype | None = None,
+                 flatten: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+        self.master_address, self.master_port = master_address, master_port
+        self.backend, self.group_name = backend, group_name
+        self.bucket_bytes, self.dtype, self.timeout_s = bucket_bytes, dtype, timeout_s
+        self.flatten = flatten
+        self.group: UpdateGroup | None = None
+        self._flat: list[torch.Tensor] = []
+
+    def stage(self, model: torch.nn.Module, version: int) -> StagedTensors | None:
+        """Gather the full state dict into rank 0's CPU memory (every rank joins); cast to
+        ``dtype``; a tied output layer is left out (the servers share it with the embedding)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if dist.get_rank() != 0:
+            return None
+        tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+        buckets: list[list[tuple[str, torch.Tensor]]] = [[]]
+        size = 0
+        for name, t in sd.items():
+            if tied and name == "lm_head.weight":
+                continue
+            t = t.detach()
+            if self.dtype is not None and t.is_floating_point():
+                t = t.to(self.dtype)
+            t = t.contiguous()
+            nbytes = t.numel() * t.element_size()
+            # a flattened bucket needs every tensor to start at a multiple of its element size
+            if buckets[-1] and (size + nbytes > self.bucket_bytes or (self.flatten and size % t.element_size())):
+                buckets.append([])
+                size = 0
+            buckets[-1].append((name, t))
+            size += nbytes
+        if not self.flatten:
+            return StagedTensors(buckets)
+        # the previous publish's buffers are written again (sent by now): no fresh pages to fault in
+        old = self._flat if len(self._flat) == len(buckets) else []
+        flat = []
+        for i, b in enumerate(buckets):
+            parts = [t.reshape(-1).view(torch.uint8) for _, t in b]
+            size = sum(p.numel() for p in parts)
+            out = old[i] if i < len(old) and old[i].numel() == size else torch.empty(size, dtype=torch.uint8)
+            flat.append(torch.cat(parts, out=out))
+        self._flat = flat
+        meta = [[(n, torch.empty(t.shape, dtype=t.dtype, device="meta")) for n, t in b] for b in buckets]
+        return StagedTensors(meta, flat)
+
+    async def send(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
+        """Bucket by bucket: every server is told the names, dtypes and shapes while rank 0
+        broadcasts them; the last bucket carries the version. A failure disbands the group; one
+        that is not a refusal (a server lost mid-broadcast and restarted) is retried once, in
+        full, on a group formed anew."""
+        for attempt in (1, 2):
+            try:
+                await self._send_once(target, staged, version)
+                return
+            except RequestRejected:
+                raise  # the server refused these tensors: sending them again would not help
+            except Exception as e:
+                if attempt == 2:
+                    raise
+                log.warning("weight broadcast of version %d failed (%s); forming the group again and resending",
+                            version, e)
+
+    async def _send_once(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
+        if self.group is None or target.needs_rejoin:
+            await self._form(target)
+        assert self.group is not None
+        await target.begin_weight_update()
+        try:
+            for i, bucket in enumerate(staged.buckets):
+                names = [n for n, _ in bucket]
+                dtypes = [str(t.dtype).removeprefix("torch.") for _, t in bucket]
+                shapes = [list(t.shape) for _, t in bucket]
+                last = i == len(staged.buckets) - 1
+                tensors = [staged.flat[i]] if staged.flat is not None else [t for _, t in bucket]
+                await asyncio.gather(
+                    target.update_weights_from_distributed(
+                        names, dtypes, shapes, group_name=self.group_name, version=version if last else None,
+                        load_format="flattened_bucket" if staged.flat is not None else None),
+                    asyncio.to_thread(self._broadcast, self.group, tensors))
+        except BaseException:
+            await self._disband(target)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await target.end_weight_update()
+
+    async def close(self, target: BroadcastTarget) -> None:
+        """Every server leaves the group (the end of a run)."""
+        if self.group is not None:
+            await self._disband(target)
+
+    def _broadcast(self, group: UpdateGroup, tensors: list[torch.Tensor]) -> None:
+        if group.backend == "nccl":
+            device = torch.device("cuda", torch.cuda.current_device())
+            tensors = [t.to(device, non_blocking=True) for t in tensors]
+        group.broadcast(tensors)
+
+    async def _form(self, target: BroadcastTarget) -> None:
+        """Every server joins a new group with rank 0 (an old one is disbanded first)."""
+        if self.group is not None or target.needs_rejoin:
+            await self._disband(target)
+        await target.wait_for_servers(self.timeout_s)  # a group needs every member: one restarting is waited for
+        ranks = await target.weight_group_ranks()  # a tensor-parallel SGLang server joins with each GPU
+        world = 1 + sum(ranks)
+        store = host_store(world, port=self.master_port, timeout_s=self.timeout_s)
+        joining = asyncio.ensure_future(asyncio.to_thread(
+            open_process_group, master_address=self.master_address, master_port=store.port, rank=0, world_size=world,
+            group_name=self.group_name, backend=self.backend, timeout_s=self.timeout_s, store=store))
+        try:
+            await target.init_weights_update_group(self.master_address, store.port, group_name=self.group_name,
+                                                   backend=self.backend, ranks=ranks)
+        except BaseException:
+            # rank 0's own join gives up after timeout_s; nobody waits for it
+            joining.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
+        self.group = await joining
+        target.needs_rejoin = False
+        log.info("weight group %r formed: trainer rank 0 and %d server rank(s) on %d server(s), %s, port %d",
+                 self.group_name, world - 1, len(ranks), self.backend, store.port)
+
+    async def _disband(self, target: BroadcastTarget) -> None:
+        with contextlib.suppress(Exception):
+            await target.destroy_weights_update_group(self.group_name)
+        if self.group is not None:
+            with contextlib.suppress(Exception):
+                self.group.close()
+        self.group = None
+
+
+@dataclass
 class PublishRecord:
-    """What one publish did: ``path`` (rank 0), seconds spent staging and with servers paused."""
+    """What one publish did: ``path`` (where the weights went: the checkpoint directory, or the
+    broadcast's size; empty on ranks > 0 of a broadcast), seconds spent staging and with the
+    servers paused."""
 
     version: int
     path: str
@@ -117,7 +329,7 @@ class WeightPublisher:
     async def apublish(self, model: torch.nn.Module, version: int) -> PublishRecord:
         t0 = time.perf_counter()
         # the gather and the file writes block; keep the event loop (rollouts on rank 0) running
-        path = await asyncio.to_thread(self.transport.stage, model, version)
+        staged = await asyncio.to_thread(self.transport.stage, model, version)
         t1 = time.perf_counter()
         paused = 0.0
         if dist.get_rank() == 0:
@@ -128,14 +340,14 @@ class WeightPublisher:
             try:
                 await self.target.pause()
                 try:
-                    await self.target.update_weights(path, version)
+                    await self.transport.send(self.target, staged, version)
                 finally:
                     await self.target.resume()
             finally:
                 paused = time.perf_counter() - t1
                 if self.after_resume is not None:
                     await self.after_resume()
-        return PublishRecord(version, path, t1 - t0, paused)
+        return PublishRecord(version, "" if staged is None else str(staged), t1 - t0, paused)
 
     def publish(self, model: torch.nn.Module, version: int) -> PublishRecord:
         """``apublish`` for a caller without an event loop (a plain training loop). Each call runs

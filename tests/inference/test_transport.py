@@ -135,3 +135,29 @@ async def test_misbehaving_peers_raise_httpx_errors():
                 await http.get(closed)
             with pytest.raises(httpx.UnsupportedProtocol):
                 await http.get("https://127.0.0.1:1/")
+
+
+async def test_our_servers_answer_without_waiting_for_a_delayed_ack():
+    """The bug: ``launch.services.bind`` made its socket with proto 0, asyncio sets TCP_NODELAY
+    only where proto says TCP, so every response written as head + body (uvicorn's way) sat in
+    Nagle's buffer until the client's delayed ACK: ~44 ms per keep-alive control call (pause,
+    continue, model_info, each weight-update request). Accepted connections now have NODELAY."""
+    import socket
+
+    from agentrl.launch.services import bind
+
+    sock = bind("127.0.0.1", 0)
+    sock.listen()
+    accepted: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def on_connect(reader, writer):
+        accepted.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, sock=sock)
+    try:
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        assert await asyncio.wait_for(accepted, 10) != 0
+        writer.close()
+    finally:
+        server.close()

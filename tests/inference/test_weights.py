@@ -138,6 +138,8 @@ def test_api_key_guards_every_route_but_the_probes(serve_factory, untrained_mode
     proc = serve_factory(untrained_model_dir, "--api-key", "k-123")
     url = proc.url
     for method, path in [("POST", "/generate"), ("POST", "/update_weights_from_disk"), ("POST", "/pause_generation"),
+                         ("POST", "/init_weights_update_group"), ("POST", "/update_weights_from_distributed"),
+                         ("POST", "/destroy_weights_update_group"),
                          ("GET", "/model_info"), ("GET", "/server_info"), ("POST", "/v1/chat/completions"),
                          ("GET", "/v1/models")]:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "k-123"}):

@@ -93,6 +93,25 @@ def test_resume_continues_from_the_checkpoint(run, tmp_path):
     assert "resumed from step_000002" in out.stdout
 
 
+def test_a_short_run_with_weights_sent_by_broadcast(tmp_path):
+    """trainer.weight_sync.transport=distributed: every publish is a broadcast from rank 0 to the
+    server over a gloo group of their own (no checkpoint written for it); two steps finish."""
+    run_dir = tmp_path / "run"
+    out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "trainer.weight_sync.transport=distributed",
+                "steps=2", "eval.dataset=null", "rollout.batch_size=2", "rollout.group_size=4", "max_minutes=null",
+                "checkpoint.every_steps=0", "logging.trajectories_per_step=0", "logging.tensorboard=false",
+                timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["perf/weight_pause_s"] > 0 for r in steps)
+    assert not (run_dir / "weights").exists()  # nothing went through files
+    log = (run_dir / "logs" / "trainer.log").read_text()
+    assert "weight group 'agentrl_weights' formed: trainer rank 0 and 1 server rank(s) on 1 server(s), gloo" in log
+
+
 def test_bad_configs_fail_before_anything_starts(tmp_path):
     out = train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'a'}", "rollout.group_sise=4", timeout=120)
     assert out.returncode == 2 and "did you mean 'rollout.group_size'" in out.stderr

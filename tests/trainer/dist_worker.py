@@ -2,11 +2,13 @@
 
     python -m torch.distributed.run --nproc_per_node=N tests/trainer/dist_worker.py \
         MODEL_DIR OUT.pt [--steps K] [--save-after S CKPT] [--restore CKPT] [--export DIR]
-        [--lr LR] [--publish SERVER_URL --publish-root DIR] [--kill-after-save]
+        [--lr LR] [--publish SERVER_URL --publish-root DIR [--transport disk|distributed]]
+        [--kill-after-save]
 
 Rank 0 writes OUT.pt: {"stats": [per-step stats], "weights_after_first": {name: tensor},
 "weights_final": {...}, "world_size": N, "publish": [...]}. With --publish, the weights are
-published to a real ``agentrl serve`` after every step (rank 0 drives the client). With
+published to a real ``agentrl serve`` after every step (rank 0 drives the client), through
+files or (``--transport distributed``) by broadcast over a gloo group with the server. With
 --kill-after-save, every rank SIGKILLs itself right after the checkpoint is written (OUT.pt
 then holds what was done so far): no clean shutdown, no flush. The batch of each step is a pure function of the
 step number, so runs with different world sizes see the same data.
@@ -57,9 +59,9 @@ def full_weights(actor: Actor) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in sd.items()}
 
 
-async def publish(actor: Actor, args) -> dict:
+async def publish(actor: Actor, args, transport, last: bool) -> dict:
     from agentrl.inference.client import RemoteEngine
-    from agentrl.trainer.publish import DiskTransport, WeightPublisher
+    from agentrl.trainer.publish import WeightPublisher
 
     events: list[str] = []
 
@@ -68,15 +70,24 @@ async def publish(actor: Actor, args) -> dict:
 
     engine = RemoteEngine(args.publish, version=actor.version - 1) if dist.get_rank() == 0 else None
     try:
-        publisher = WeightPublisher(
-            DiskTransport(args.publish_root, source_dir=args.model_dir, keep_last=1), engine,
-            before_pause=lambda: hook("before_pause"), after_resume=lambda: hook("after_resume"))
+        publisher = WeightPublisher(transport, engine, before_pause=lambda: hook("before_pause"),
+                                    after_resume=lambda: hook("after_resume"))
         record = await publisher.apublish(actor.model, actor.version)
+        if last and engine is not None:
+            await transport.close(engine)
     finally:
         if engine is not None:
             await engine.aclose()
-    return {"path": record.path, "version": record.version, "events": events,
+    return {"path": record.path, "version": record.version, "events": events, "paused_s": record.paused_s,
             "client_version": engine.version if engine is not None else None}
+
+
+def make_transport(args):
+    from agentrl.trainer.publish import DiskTransport, DistributedTransport
+
+    if args.transport == "distributed":  # small buckets: one update is several requests
+        return DistributedTransport(master_address="127.0.0.1", backend="gloo", bucket_bytes=256 << 10, timeout_s=60)
+    return DiskTransport(args.publish_root, source_dir=args.model_dir, keep_last=1)
 
 
 def main() -> None:
@@ -90,6 +101,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--publish")
     p.add_argument("--publish-root")
+    p.add_argument("--transport", choices=("disk", "distributed"), default="disk")
     p.add_argument("--kill-after-save", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -101,6 +113,7 @@ def main() -> None:
         load_checkpoint(actor, args.restore)
     result: dict = {"stats": [], "world_size": dist.get_world_size(), "publish": []}
     first = actor.version
+    transport = make_transport(args) if args.publish else None
     for _ in range(args.steps):
         step = actor.version
         # only rank 0 has the data, as in a real run (the rollout side lives there)
@@ -117,7 +130,8 @@ def main() -> None:
                 dist.barrier()
                 os.kill(os.getpid(), signal.SIGKILL)
         if args.publish:
-            result["publish"].append(asyncio.run(publish(actor, args)))
+            last = actor.version == first + args.steps
+            result["publish"].append(asyncio.run(publish(actor, args, transport, last)))
     result["weights_final"] = full_weights(actor)
     if args.export:
         export_hf(actor.model, args.export, source_dir=args.model_dir)

@@ -60,3 +60,44 @@ def test_publish_round_trip_changes_the_served_weights_and_version(serve, untrai
     torch.testing.assert_close(served, new, rtol=0, atol=1e-4)  # the server runs the published weights
     assert (served - old).abs().max().item() > 1e-2  # ... which are not the initial ones
     assert all(math.isfinite(x) for x in c.logprobs)
+
+
+def _teacher_forced_weights(model_dir, weights, ids):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    model.load_state_dict(weights)
+    with torch.no_grad():
+        logp = model(input_ids=torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
+    return logp.gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+def test_publish_by_broadcast_serves_the_trained_weights(serve, untrained_model_dir, tmp_path):
+    """The distributed transport: 2 FSDP ranks gather to rank 0, which broadcasts to the server over
+    a gloo group of their own, in several buckets; no file is written."""
+    root = tmp_path / "published"
+    torchrun(2, str(untrained_model_dir), str(tmp_path / "out.pt"), "--steps", "2", "--lr", "1e-2",
+             "--publish", serve, "--publish-root", str(root), "--transport", "distributed")
+    out = torch.load(tmp_path / "out.pt", weights_only=False)
+    pubs = out["publish"]
+    assert [p["client_version"] for p in pubs] == [1, 2]
+    assert all(p["events"] == ["before_pause", "after_resume"] for p in pubs)
+    assert all(p["path"].startswith("broadcast: ") and "bucket(s)" in p["path"] for p in pubs)
+    assert int(pubs[0]["path"].split(", ")[-1].split()[0]) > 1  # 256 KiB buckets: several requests
+    assert not root.exists()
+
+    info = httpx.get(serve + "/model_info", timeout=30).json()
+    assert info["weight_version"] == "2"
+
+    async def sample():
+        async with RemoteEngine(serve, version=2) as engine:
+            return await engine.generate([1, 2, 3, 4], SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+
+    c = asyncio.run(sample())
+    assert c.versions == [2] * len(c.tokens)
+    ids = [1, 2, 3, 4, *c.tokens]
+    served = torch.tensor(c.logprobs)
+    new = _teacher_forced_weights(untrained_model_dir, out["weights_final"], ids)[3:]
+    old = _teacher_forced(untrained_model_dir, ids)[3:]
+    torch.testing.assert_close(served, new, rtol=0, atol=1e-4)  # the server runs the trained weights
+    assert (served - old).abs().max().item() > 1e-2

@@ -1,0 +1,278 @@
+"""Weight updates over torch.distributed for ``agentrl serve``: SGLang's three routes.
+
+What it is: ``weight_sync_routes(state)`` — ``POST /init_weights_update_group``
+(``master_address``, ``master_port``, ``rank_offset``, ``world_size``, ``group_name``,
+``backend``: join the trainer's group as rank ``rank_offset``; blocks until every rank has
+joined), ``POST /update_weights_from_distributed`` (``names``, ``dtypes``, ``shapes``,
+``group_name``, ``flush_cache``, ``abort_all_requests``, ``weight_version``, ``load_format``;
+receive those tensors by broadcast from rank 0, in order, then swap them in) and ``POST
+/destroy_weights_update_group`` (``group_name``). Field names, defaults and answers
+(``{"success", "message"}``, 200 or 400) are sglang 0.5.23's
+(``python/sglang/srt/managers/io_struct.py``: ``InitWeightsUpdateGroupReqInput``,
+``UpdateWeightsFromDistributedReqInput``, ``DestroyWeightsUpdateGroupReqInput``;
+``python/sglang/srt/entrypoints/http_server.py``). gloo on CPU, NCCL on GPU; the group is
+made by ``agentrl.process_group`` and shares nothing with anything else in the process.
+
+Validation is the disk route's (``checkpoint.check_tensor``): every name belongs to the
+served architecture, each tensor has its exact shape, a floating dtype and finite values.
+One request's tensors are received into a staging copy of the served weights — a tensor of
+the served dtype and shape straight into its rows of the fused layout (``receive_targets``:
+no copy afterwards, and no copy of the served tensor where the request replaces all of it),
+any other into a buffer of its own — then checked and completed (``Decoder.prepare_tensors``);
+only a request whose every tensor passes is swapped in, between two engine steps — a refused
+one is a 400 naming the tensor, and the old weights keep serving. A request may carry some of
+the tensors (a bucket): the others keep their served values, as in SGLang, where each request
+loads into the running model.
+
+The group stays in step with the sender only if every rank receives every broadcast, so a
+request whose tensors can be received is received in full even when a tensor will then be
+refused. One that cannot be (an unknown dtype, a malformed shape, more bytes than twice the
+served model) is refused before receiving anything; the trainer's broadcast then has no
+taker, so the group is marked broken and refuses further updates until it is destroyed and
+initialised again (the message says so).
+
+Differences from SGLang 0.5.23, on purpose: no ``/begin_weight_update`` session is required
+(0.5.23 refuses distributed updates outside one; 0.5.10 and 0.5.15 have none — a portable
+client tries it and takes a 404 as "not needed"); ``load_format`` is null (one broadcast per
+tensor) or ``"flattened_bucket"`` (SGLang's: one broadcast of all the request's tensors' bytes
+end to end, fewer collectives for many small tensors), any other is refused; the prefix cache
+is always emptied by an update (``flush_cache: false`` cannot keep keys and values computed
+with other weights); initialising a group name that is open is a 400, not a silent
+replacement; destroying a group while an update on it is in flight is a 400.
+
+Trust boundary: these routes sit behind ``--api-key`` like every control route. Covered: every
+malformed field is a 4xx naming it; nothing larger than twice the served model is allocated
+for a request. Not covered: whoever may call ``/init_weights_update_group`` decides where the
+server connects and, through the group, what it receives — which the checks above bound to
+well-formed weights of the served architecture, not to good ones.
+
+What it is not: the disk route (``native_routes``), the checks themselves (``checkpoint``) or
+the trainer's side (``agentrl.trainer.publish``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from agentrl.errors import ModelError
+from agentrl.inference.native_routes import update_options
+from agentrl.inference.state import ServerState
+from agentrl.inference.wire import BadRequest, check_type, read_json
+from agentrl.process_group import BACKENDS, UpdateGroup, open_process_group
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP = "weight_update_group"
+BROKEN = ("the group {name!r} is out of step with its sender (a broadcast was left unreceived); destroy it "
+          "(/destroy_weights_update_group) and initialise a new one")
+
+
+FLATTENED = "flattened_bucket"
+
+
+@dataclass
+class _Open:
+    group: UpdateGroup
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    broken: bool = False
+    flat: torch.Tensor | None = None  # the last flattened bucket's buffer, reused (no fresh pages to fault in)
+
+
+def weight_sync_routes(state: ServerState) -> APIRouter:
+    """SGLang's distributed weight-update routes over ``state``'s engine."""
+    router = APIRouter()
+    groups: dict[str, _Open] = {}
+    joining: set[str] = set()
+
+    @router.post("/init_weights_update_group")
+    async def init_weights_update_group(http: Request):
+        body = await read_json(http, state.config.max_request_bytes)
+        address = body.get("master_address")
+        if not isinstance(address, str) or not address:
+            raise BadRequest("master_address is required: the host of the trainer's rank 0")
+        port = _integer(body, "master_port", lo=1, hi=65535)
+        rank = _integer(body, "rank_offset", lo=0)
+        world = _integer(body, "world_size", lo=1)
+        name = body.get("group_name", DEFAULT_GROUP)
+        backend = body.get("backend", "nccl")
+        if not isinstance(name, str) or not name:
+            raise BadRequest("group_name must be a non-empty string")
+        if backend not in BACKENDS:
+            raise BadRequest(f"backend must be one of {', '.join(repr(b) for b in BACKENDS)}, got {backend!r}")
+        if backend == "nccl" and state.config.device != "cuda":
+            raise BadRequest("backend 'nccl' needs a server on a GPU (--device cuda); this one runs on CPU: "
+                             "use backend 'gloo'")
+        if rank >= world:
+            raise BadRequest(f"rank_offset {rank} is outside world_size {world} (ranks are 0 .. world_size - 1; "
+                             "the trainer is rank 0)")
+        if name in groups or name in joining:
+            return _answer(False, f"Failed to initialize custom process group: a group named {name!r} is already "
+                                  "open; destroy it first (/destroy_weights_update_group)")
+        joining.add(name)
+        try:
+            group = await asyncio.to_thread(open_process_group, master_address=address, master_port=port, rank=rank,
+                                            world_size=world, group_name=name, backend=backend)
+        except Exception as e:  # the trainer never came, or the address is wrong: the caller's to fix
+            log.warning("joining weight group %r at %s:%d failed: %s", name, address, port, e)
+            return _answer(False, f"Failed to initialize custom process group: {e}.")
+        finally:
+            joining.discard(name)
+        groups[name] = _Open(group)
+        return _answer(True, "Succeeded to initialize custom process group.")
+
+    @router.post("/update_weights_from_distributed")
+    async def update_weights_from_distributed(http: Request):
+        body = await read_json(http, state.config.max_request_bytes)
+        name = body.get("group_name", DEFAULT_GROUP)
+        opened = groups.get(name) if isinstance(name, str) else None
+        if opened is None:
+            return _answer(False, f"Group {name!r} not in {sorted(groups)}. Please call `init_weights_update_group` "
+                                  "first.")
+        if opened.broken:
+            return _answer(False, BROKEN.format(name=name))
+        async with opened.busy:
+            try:
+                version, abort_all = update_options(body)
+                flattened = body.get("load_format") == FLATTENED
+                if body.get("load_format") is not None and not flattened:
+                    raise BadRequest(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
+                                     f"serve; leave it null (one broadcast per tensor) or send {FLATTENED!r}")
+                for key in ("flush_cache", "torch_empty_cache"):
+                    check_type(key, body.get(key, False), (bool,), "true or false")
+                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
+            except BadRequest as e:  # nothing was received: the sender's broadcast has no taker now
+                opened.broken = True
+                return _answer(False, f"Failed to receive weights: {e}; nothing was received, and "
+                                      + BROKEN.format(name=name))
+            device = torch.device("cpu") if opened.group.backend == "gloo" else state.decoder.device
+            async with state.weight_lock:  # one staging copy at a time (the disk route takes it too)
+                try:
+                    tensors, fresh = await asyncio.to_thread(_receive_flat if flattened else _receive, state, opened,
+                                                             names, specs, device)
+                except Exception as e:  # a timeout or a lost peer: the group cannot be trusted any more
+                    opened.broken = True
+                    log.warning("receiving weights on group %r failed: %s", name, e)
+                    return _answer(False, f"Failed to receive weights: {e}; " + BROKEN.format(name=name))
+                try:
+                    weights = await asyncio.to_thread(state.decoder.prepare_tensors, list(zip(names, tensors, strict=True)),
+                                                      "update_weights_from_distributed", fresh)
+                except ModelError as e:
+                    return _answer(False, f"Failed to update weights: {e}")
+                await asyncio.wrap_future(state.engine.install_weights(weights, version, abort_all))
+        message = "Succeeded to update parameter online."
+        if version is not None:
+            message += f" Weight version updated to {version}."
+        return _answer(True, message)
+
+    @router.post("/destroy_weights_update_group")
+    async def destroy_weights_update_group(http: Request):
+        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
+        name = body.get("group_name", DEFAULT_GROUP)
+        opened = groups.get(name) if isinstance(name, str) else None
+        if opened is None:
+            return _answer(False, "The group to be destroyed does not exist.")
+        if opened.busy.locked():
+            return _answer(False, f"Failed to destroy custom process group: an update on {name!r} is in flight.")
+        del groups[name]
+        with contextlib.suppress(Exception):
+            opened.group.close()
+        return _answer(True, "Succeeded to destroy custom process group.")
+
+    return router
+
+
+def _answer(success: bool, message: str) -> JSONResponse:
+    return JSONResponse({"success": success, "message": message}, status_code=200 if success else 400)
+
+
+def _integer(body: dict[str, Any], key: str, *, lo: int, hi: int | None = None) -> int:
+    """An integer field (a numeric string too, as SGLang's lax parsing takes ``"29500"``)."""
+    value = body.get(key)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise BadRequest(f"{key} is required: an integer {bound}, got {value!r}")
+    return value
+
+
+def _dtype(text: Any, i: int) -> torch.dtype:
+    """``"bfloat16"`` (SGLang's spelling, ``getattr(torch, name)``) or ``"torch.bfloat16"``."""
+    if isinstance(text, str):
+        found = getattr(torch, text.removeprefix("torch."), None)
+        if isinstance(found, torch.dtype):
+            return found
+    raise BadRequest(f"dtypes[{i}] must name a torch dtype such as 'float32' or 'bfloat16', got {str(text)[:40]!r}")
+
+
+def _tensor_specs(body: dict[str, Any], *, limit_bytes: int,
+                  flattened: bool = False) -> tuple[list[str], list[tuple[torch.dtype, list[int]]]]:
+    """``names`` and each tensor's (dtype, shape), checked enough to receive them (flattened:
+    each tensor's bytes start at a multiple of its element size, as SGLang's bucket requires)."""
+    names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+    for key, value in (("names", names), ("dtypes", dtypes), ("shapes", shapes)):
+        if not isinstance(value, list):
+            raise BadRequest(f"{key} is required: a list with one entry per tensor")
+    if not len(names) == len(dtypes) == len(shapes):
+        raise BadRequest(f"names, dtypes and shapes must have one entry per tensor; got {len(names)}, "
+                         f"{len(dtypes)} and {len(shapes)}")
+    specs, total = [], 0
+    for i, (n, d, s) in enumerate(zip(names, dtypes, shapes, strict=True)):
+        if not isinstance(n, str) or not n:
+            raise BadRequest(f"names[{i}] must be a tensor name (a non-empty string)")
+        if not isinstance(s, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
+            raise BadRequest(f"shapes[{i}] (of {n[:200]!r}) must be a list of non-negative integers")
+        dtype = _dtype(d, i)
+        if flattened and total % dtype.itemsize:
+            raise BadRequest(f"tensor {n[:200]!r} starts at byte {total} of the flattened bucket, not a multiple "
+                             f"of its element size {dtype.itemsize}")
+        total += math.prod(s) * dtype.itemsize
+        specs.append((dtype, s))
+    if total > limit_bytes:
+        raise BadRequest(f"the request announces {total} bytes of tensors, more than this server would receive "
+                         f"({limit_bytes}: twice its model in float32); send the model in buckets")
+    return names, specs
+
+
+def _byte_limit(state: ServerState) -> int:
+    """Twice the served model in float32 (and 1 MiB): more than any honest request announces."""
+    return 2 * 4 * sum(math.prod(slot.shape) for slot in state.decoder.slots.values()) + (1 << 20)
+
+
+def _receive(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
+             device: torch.device) -> tuple[list[torch.Tensor], dict]:
+    """Every announced tensor, one broadcast each from rank 0 (worker thread): where it has the
+    served dtype and shape, straight into the staging copy's fused tensors."""
+    if device == state.decoder.device:
+        tensors, fresh = state.decoder.receive_targets([(n, d, tuple(s)) for n, (d, s) in zip(names, specs, strict=True)])
+    else:
+        tensors, fresh = [torch.empty(s, dtype=d, device=device) for d, s in specs], {}
+    opened.group.broadcast(tensors)
+    return tensors, fresh
+
+
+def _receive_flat(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
+                  device: torch.device) -> tuple[list[torch.Tensor], dict]:
+    """SGLang's ``flattened_bucket``: one broadcast of every tensor's bytes end to end (worker
+    thread); the tensors are views into that buffer, which the next bucket reuses."""
+    total = sum(math.prod(s) * d.itemsize for d, s in specs)
+    flat = opened.flat
+    if flat is None or flat.numel() < total or flat.device != device:
+        flat = opened.flat = torch.empty(total, dtype=torch.uint8, device=device)
+    flat = flat[:total]
+    opened.group.broadcast([flat])
+    tensors, at = [], 0
+    for d, s in specs:
+        size = math.prod(s) * d.itemsize
+        tensors.append(flat[at : at + size].view(d).reshape(s))
+        at += size
+    return tensors, {}

@@ -1,0 +1,231 @@
+"""Weight updates over torch.distributed (SGLang's /init_weights_update_group,
+/update_weights_from_distributed, /destroy_weights_update_group) on a real `agentrl serve`.
+
+This test process is the trainer's rank 0 of a real gloo group with the server (rank 1): the
+tensors travel by broadcast, the metadata over HTTP, through the same `DistributedTransport`
+and `RemoteEngine` calls `agentrl train` makes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentrl.errors import RequestRejected
+from agentrl.inference import RemoteEngine
+from agentrl.launch.services import ServerProcess
+from agentrl.trainer.publish import DistributedTransport, StagedTensors
+
+PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
+GROUP = "agentrl_weights"
+
+
+@pytest.fixture(scope="module")
+def server(untrained_model_dir):
+    """This module's own server (its weight groups and versions change in every test)."""
+    with ServerProcess(untrained_model_dir, "--context-length", "512", "--max-running-requests", "16") as proc:
+        yield proc.url
+
+
+def outputs(url: str) -> tuple[list[int], list[int], list[float]]:
+    """Greedy tokens, and a seeded sample at temperature 1 with its logprobs."""
+    greedy = httpx.post(url + "/generate", timeout=60, json={
+        "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}})
+    sampled = httpx.post(url + "/generate", timeout=60, json={
+        "input_ids": PROMPT, "return_logprob": True,
+        "sampling_params": {"max_new_tokens": 12, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True}})
+    assert greedy.status_code == sampled.status_code == 200, greedy.text + sampled.text
+    triples = sampled.json()["meta_info"]["output_token_logprobs"]
+    return greedy.json()["output_ids"], [t[1] for t in triples], [t[0] for t in triples]
+
+
+def from_disk(url: str, model_dir, version: str) -> None:
+    r = httpx.post(url + "/update_weights_from_disk", json={"model_path": str(model_dir), "weight_version": version},
+                   timeout=60)
+    assert r.status_code == 200 and r.json()["success"], r.text
+
+
+def staged(model_dir, bucket_bytes: int, flat: bool = False) -> StagedTensors:
+    """A checkpoint's tensors as the trainer stages them (name order, buckets of ``bucket_bytes``;
+    ``flat``: each bucket as SGLang's flattened_bucket, one buffer of the tensors' bytes)."""
+    buckets: list[list] = [[]]
+    size = 0
+    for name, t in load_file(model_dir / "model.safetensors").items():
+        if buckets[-1] and size + t.numel() * 4 > bucket_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append((name, t))
+        size += t.numel() * 4
+    if not flat:
+        return StagedTensors(buckets)
+    return StagedTensors(buckets, [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in b]) for b in buckets])
+
+
+def transport() -> DistributedTransport:
+    return DistributedTransport(master_address="127.0.0.1", backend="gloo", group_name=GROUP, timeout_s=60)
+
+
+async def _send(url: str, tr: DistributedTransport, weights: StagedTensors, version: int) -> None:
+    async with RemoteEngine(url) as engine:
+        await _publish(engine, tr, weights, version)
+
+
+async def _publish(engine: RemoteEngine, tr: DistributedTransport, weights: StagedTensors, version: int) -> None:
+    """What WeightPublisher does on rank 0 with its transport: pause → send → continue."""
+    await engine.pause()
+    try:
+        await tr.send(engine, weights, version)
+    finally:
+        await engine.resume()
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["one-broadcast-per-tensor", "flattened-bucket"])
+def test_a_broadcast_update_serves_what_the_same_weights_from_disk_serve(server, untrained_model_dir,
+                                                                         second_model_dir, flat):
+    from_disk(server, untrained_model_dir, "base")
+    before = outputs(server)
+    tr = transport()
+    weights = staged(second_model_dir, bucket_bytes=200_000, flat=flat)
+    assert len(weights.buckets) > 1  # one update in several requests
+    asyncio.run(_send(server, tr, weights, 5))
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "5"
+    broadcast = outputs(server)
+    from_disk(server, second_model_dir, "disk")
+    disk = outputs(server)
+    assert broadcast[0] == disk[0] and broadcast[1] == disk[1]  # the same greedy and sampled tokens
+    torch.testing.assert_close(torch.tensor(broadcast[2]), torch.tensor(disk[2]), rtol=0, atol=1e-5)
+    assert broadcast[1] != before[1] or max(abs(a - b) for a, b in zip(broadcast[2], before[2], strict=True)) > 1e-3
+
+    # the group stays open: a second update on it, back to the base weights, serves as they did
+    asyncio.run(_send(server, tr, staged(untrained_model_dir, bucket_bytes=1 << 30, flat=flat), 6))
+    after = outputs(server)
+    assert after[:2] == before[:2]
+    torch.testing.assert_close(torch.tensor(after[2]), torch.tensor(before[2]), rtol=0, atol=1e-5)
+    asyncio.run(_close(server, tr))
+
+
+async def _close(url: str, tr: DistributedTransport) -> None:
+    async with RemoteEngine(url) as engine:
+        await tr.close(engine)
+
+
+def _bad(model_dir, how: str) -> tuple[list[tuple[str, torch.Tensor]], str]:
+    tensors = list(load_file(model_dir / "model.safetensors").items())
+    name = "model.layers.0.mlp.up_proj.weight"
+    i = [n for n, _ in tensors].index(name)
+    t = tensors[i][1]
+    if how == "wrong-shape":
+        tensors[i] = (name, torch.zeros(t.shape[0] + 1, t.shape[1]))
+        return tensors, f"tensor {name!r} has shape ({t.shape[0] + 1}, {t.shape[1]}), expected {tuple(t.shape)}"
+    if how == "nan":
+        tensors[i] = (name, torch.full_like(t, float("nan")))
+        return tensors, f"tensor {name!r} holds NaN or infinite values"
+    tensors[i] = ("model.layers.0.mlp.extra.weight", t)
+    return tensors, "tensor 'model.layers.0.mlp.extra.weight' is not part of the served architecture"
+
+
+@pytest.mark.parametrize(("how", "flat"), [("wrong-shape", False), ("nan", False), ("unknown-name", False),
+                                           ("wrong-shape", True), ("nan", True)])
+def test_a_bad_update_is_a_400_naming_the_tensor_and_the_old_weights_keep_serving(server, untrained_model_dir,
+                                                                                  second_model_dir, how, flat):
+    from_disk(server, untrained_model_dir, "base")
+    before = outputs(server)
+    tr = transport()
+    tensors, expected = _bad(second_model_dir, how)
+
+    async def attempt() -> None:
+        async with RemoteEngine(server) as engine:
+            await tr.send(engine, staged(untrained_model_dir, 1 << 30), 1)  # forms the group
+            group = tr.group
+            names = [n for n, _ in tensors]
+            dtypes = [str(t.dtype).removeprefix("torch.") for _, t in tensors]
+            shapes = [list(t.shape) for _, t in tensors]
+            sent = ([torch.cat([t.reshape(-1).view(torch.uint8) for _, t in tensors])] if flat
+                    else [t for _, t in tensors])
+            with pytest.raises(RequestRejected) as refused:
+                await asyncio.gather(
+                    engine.update_weights_from_distributed(names, dtypes, shapes, group_name=GROUP, version=9,
+                                                           load_format="flattened_bucket" if flat else None),
+                    asyncio.to_thread(group.broadcast, sent))
+            assert refused.value.status_code == 400 and expected in str(refused.value), str(refused.value)
+            # every tensor was received, so the group is still in step: a good update goes through on it
+            await tr.send(engine, staged(untrained_model_dir, 1 << 30), 2)
+            assert tr.group is group
+            await tr.close(engine)
+
+    asyncio.run(attempt())
+    assert outputs(server) == before  # the refused tensors never served
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "2"
+
+
+def test_destroy_then_init_again_and_a_group_left_out_of_step(server, untrained_model_dir, second_model_dir):
+    from_disk(server, untrained_model_dir, "base")
+    r = httpx.post(server + "/destroy_weights_update_group", json={"group_name": GROUP}, timeout=10)
+    assert r.status_code == 400 and r.json() == {"success": False, "message": "The group to be destroyed does not exist."}
+    tr = transport()
+
+    async def scenario() -> None:
+        async with RemoteEngine(server) as engine:
+            await tr.send(engine, staged(second_model_dir, 1 << 30), 3)
+            first_port = tr.group.store.port
+            await tr.close(engine)
+            assert tr.group is None
+            # a new group (new port), the same name: init works again after destroy
+            await tr.send(engine, staged(untrained_model_dir, 1 << 30), 4)
+            assert tr.group is not None and tr.group.store.port != first_port
+            # metadata that cannot be received (no such dtype): refused before receiving anything, so
+            # the group is out of step and says so until it is destroyed and formed again
+            with pytest.raises(RequestRejected, match="dtypes\\[0\\] must name a torch dtype"):
+                await engine.update_weights_from_distributed(["model.norm.weight"], ["int99"], [[4]], group_name=GROUP)
+            with pytest.raises(RequestRejected, match="out of step .* destroy it"):
+                await engine.update_weights_from_distributed(["model.norm.weight"], ["float32"], [[4]],
+                                                             group_name=GROUP)
+            engine.needs_rejoin = True  # what the publisher does after a failed update
+            await tr.send(engine, staged(second_model_dir, 1 << 30), 5)
+            await tr.close(engine)
+
+    asyncio.run(scenario())
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "5"
+    disk = outputs(server)
+    from_disk(server, second_model_dir, "disk")
+    assert outputs(server) == disk
+
+
+def test_init_refusals_name_the_field(server):
+    base = {"master_address": "127.0.0.1", "master_port": 1, "rank_offset": 1, "world_size": 2, "backend": "gloo"}
+    for change, says in [({"backend": "nccl"}, "use backend 'gloo'"), ({"backend": "mpi"}, "backend must be one of"),
+                         ({"rank_offset": 2}, "rank_offset 2 is outside world_size 2"),
+                         ({"master_port": "x"}, "master_port is required")]:
+        r = httpx.post(server + "/init_weights_update_group", json={**base, **change}, timeout=10)
+        assert r.status_code == 400 and says in r.text, (change, r.text)
+    r = httpx.post(server + "/update_weights_from_distributed", timeout=10,
+                   json={"names": [], "dtypes": [], "shapes": [], "group_name": "nope"})
+    assert r.status_code == 400 and "Please call `init_weights_update_group` first" in r.json()["message"]
+
+
+def test_a_server_that_lost_the_broadcast_weights_waits_out_of_rotation_until_the_next_update(
+        server, untrained_model_dir, second_model_dir):
+    """Weights that came by broadcast cannot be re-sent to one server alone (the disk path re-loads
+    the last checkpoint): a server found serving other weights — restarted, here played by a disk
+    load — is kept from generating (paused with the others), and the next publish forms the group
+    again with it and brings it back."""
+    tr = transport()
+
+    async def scenario() -> None:
+        async with RemoteEngine(server) as engine:
+            await _publish(engine, tr, staged(second_model_dir, 1 << 30, flat=True), 7)
+            from_disk(server, untrained_model_dir, "restarted")  # it came back with other weights
+            assert await engine.check_health() == {server: False}
+            assert engine.needs_rejoin and engine.healthy_addresses() == []
+            await _publish(engine, tr, staged(second_model_dir, 1 << 30, flat=True), 8)  # pause reaches it
+            assert not engine.needs_rejoin and engine.healthy_addresses() == [server]
+            await tr.close(engine)
+
+    asyncio.run(scenario())
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "8"
+    served = outputs(server)
+    from_disk(server, second_model_dir, "disk")
+    assert outputs(server) == served
