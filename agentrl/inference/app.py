@@ -19,7 +19,12 @@ Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.
     writer lock; with the client's pause (abort) first, as DESIGN.md §4 orders, the two are
     indistinguishable. Updates over torch.distributed (``weight_sync``, gloo only on CPU) need
     no 0.5.23 ``/begin_weight_update`` session (the route is absent: 404), take no
-    ``load_format``, and always empty the prefix cache;
+    ``load_format`` but SGLang's ``flattened_bucket``, and always empty the prefix cache;
+  * ours, absent from SGLang: ``/update_weights_from_distributed``'s ``agentrl_stage_only``
+    field (receive and check a bucket into a staging copy while generation goes on, without
+    serving it), ``POST /agentrl/commit_staged_weights`` (swap the staged copy in, with its
+    version) and ``/server_info``'s ``agentrl_staged_weight_updates: true`` that advertises
+    them; a request without the field behaves as SGLang's;
   * logprobs are those of the distribution actually sampled from (after temperature, top-k,
     top-p; 0.0 for greedy), see ``sampling``; SGLang reports them before the top-k/p filter.
     Grammars (a non-null ``regex``, ``json_schema``, ``ebnf`` or ``structural_tag``), LoRA,

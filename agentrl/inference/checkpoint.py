@@ -243,13 +243,15 @@ def assemble(tensors: dict[str, torch.Tensor], slots: dict[str, Slot], spec: Dec
 
 def receive_targets(announced: list[tuple[str, torch.dtype, tuple[int, ...]]], slots: dict[str, Slot], *, base: dict,
                     device: Any, dtype: torch.dtype, alloc: Alloc | None = None,
+                    own: dict[tuple, torch.Tensor] | None = None,
                     ) -> tuple[list[torch.Tensor], dict[tuple, torch.Tensor]]:
     """Where to receive announced ``(name, dtype, shape)`` tensors, and the new fused tensors
     some of them land in. One of the served dtype and its slot's exact shape is received
     straight into its rows of a new fused tensor (uninitialised where the announced tensors
     cover every row of it, a copy of the served one elsewhere), so laying it out costs no copy;
     any other gets a buffer of its own, to be checked (and refused or converted) after.
-    Nothing here is checked: ``check_tensor`` runs on what arrives."""
+    ``own``: fused tensors of ``base`` that nobody serves (a staging copy's), received into in
+    place. Nothing here is checked: ``check_tensor`` runs on what arrives."""
     device = torch.device(device)
     alloc = alloc or (lambda shape: torch.empty(shape, device=device, dtype=dtype))
     direct: dict[int, Slot] = {}
@@ -260,10 +262,15 @@ def receive_targets(announced: list[tuple[str, torch.dtype, tuple[int, ...]]], s
         if slot is not None and name not in seen and dt == dtype and tuple(shape) == slot.shape:
             direct[i] = slot
         seen.add(name)
-    fresh = _new_fused(dict.fromkeys(direct.values()), base, _shapes(slots), alloc)
+    fresh = {**_new_fused(dict.fromkeys(direct.values()), base, _shapes(slots), alloc, skip=own), **(own or {})}
     targets = [fresh[direct[i].key][direct[i].start : direct[i].stop] if i in direct
                else torch.empty(tuple(shape), dtype=dt, device=device) for i, (_, dt, shape) in enumerate(announced)]
     return targets, fresh
+
+
+def fused_tensors(weights: dict, slots: dict[str, Slot]) -> dict[tuple, torch.Tensor]:
+    """Each fused tensor of ``weights`` by its key (``("embed",)``, ``("layers", i, "qkv")``...)."""
+    return {key: _get(weights, key) for key in _shapes(slots)}
 
 
 def _shapes(slots: dict[str, Slot]) -> dict[tuple, tuple[int, ...]]:

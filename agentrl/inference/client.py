@@ -12,7 +12,9 @@ DESIGN.md §4, and reads ``version``; over torch.distributed it calls
 rank per GPU of a tensor-parallel SGLang server),
 ``update_weights_from_distributed`` (per bucket, while it broadcasts) and
 ``destroy_weights_update_group`` instead of ``update_weights``, inside SGLang 0.5.23's
-``begin_weight_update``/``end_weight_update`` session (a 404 from a server without one is fine).
+``begin_weight_update``/``end_weight_update`` session (a 404 from a server without one is fine);
+against ``agentrl serve`` (``can_stage_weights``) the buckets go ``stage_only`` before the pause
+and ``commit_staged_weights`` swaps them in during it.
 
 How it behaves:
   * **Interruption is invisible.** A request that comes back ``abort`` (a pause for a weight
@@ -492,16 +494,25 @@ class RemoteEngine:
                 raise ServerUnavailable(f"{s.address}{path} failed: {a!r}") from a
         return answers
 
+    async def _server_info(self, s: _Server) -> dict[str, Any]:
+        r = await self._http.get(s.address + "/server_info", timeout=min(30.0, self.control_timeout))
+        if r.status_code == 404:
+            r = await self._http.get(s.address + "/get_server_info", timeout=min(30.0, self.control_timeout))
+        info = r.json() if r.status_code == 200 else {}
+        return info if isinstance(info, dict) else {}
+
     async def weight_group_ranks(self) -> list[int]:
         """How many ranks each server takes in a weight group: its GPUs (``tp_size`` x
         ``pp_size`` of ``/server_info``; 1 for ``agentrl serve``)."""
-        async def one(s: _Server) -> int:
-            r = await self._http.get(s.address + "/server_info", timeout=min(30.0, self.control_timeout))
-            if r.status_code == 404:
-                r = await self._http.get(s.address + "/get_server_info", timeout=min(30.0, self.control_timeout))
-            info = r.json() if r.status_code == 200 else {}
-            return int(info.get("tp_size") or 1) * int(info.get("pp_size") or 1)
-        return list(await asyncio.gather(*(one(s) for s in self._servers)))
+        infos = await asyncio.gather(*(self._server_info(s) for s in self._servers))
+        return [int(info.get("tp_size") or 1) * int(info.get("pp_size") or 1) for info in infos]
+
+    async def can_stage_weights(self) -> bool:
+        """Whether every server can receive broadcast buckets while generating and swap them in
+        later (``agentrl serve``'s ``/server_info``: ``agentrl_staged_weight_updates``; SGLang
+        has no such thing and swaps each bucket in on arrival)."""
+        infos = await asyncio.gather(*(self._server_info(s) for s in self._servers))
+        return bool(infos) and all(info.get("agentrl_staged_weight_updates") is True for info in infos)
 
     async def init_weights_update_group(self, master_address: str, master_port: int, *, group_name: str,
                                         backend: str, ranks: list[int] | None = None) -> None:
@@ -517,23 +528,37 @@ class RemoteEngine:
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
                                               group_name: str, version: int | None = None,
-                                              load_format: str | None = None) -> None:
+                                              load_format: str | None = None, stage_only: bool = False) -> None:
         """Every server receives these tensors by broadcast from rank 0 of ``group_name`` (the
         caller broadcasts them at the same time; one collective per tensor, or with
         ``load_format="flattened_bucket"`` one for all their bytes end to end) and swaps them in.
-        With ``version`` (the last bucket of an update), the servers and the client move to it."""
+        With ``version`` (the last bucket of an update), the servers and the client move to it.
+        ``stage_only`` (``agentrl serve`` only, ``can_stage_weights``): the servers keep them in a
+        staging copy instead, and go on generating; ``commit_staged_weights`` swaps them in."""
         payload: dict[str, Any] = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
                                    "flush_cache": True, "load_format": load_format}
-        if version is not None:
+        if stage_only:
+            payload["agentrl_stage_only"] = True
+        elif version is not None:
             payload["weight_version"] = str(version)
         await self._every_server("/update_weights_from_distributed", [payload] * len(self._servers))
-        if version is not None:
-            self._last_update = (None, int(version))
-            self._version = int(version)
-            for s in self._servers:  # every member received it: each one serves this version now
-                if not s.healthy:
-                    s.healthy, s.down_since = True, time.monotonic()
-                s.stale = False
+        if version is not None and not stage_only:
+            self._served_by_broadcast(int(version))
+
+    async def commit_staged_weights(self, group_name: str, version: int) -> None:
+        """Every server swaps in the buckets it staged on ``group_name`` (``stage_only``) and
+        serves ``version``; so does the client (``agentrl serve``'s ``/agentrl/commit_staged_weights``)."""
+        await self._every_server("/agentrl/commit_staged_weights", [
+            {"group_name": group_name, "weight_version": str(version), "flush_cache": True}] * len(self._servers))
+        self._served_by_broadcast(int(version))
+
+    def _served_by_broadcast(self, version: int) -> None:
+        self._last_update = (None, version)
+        self._version = version
+        for s in self._servers:  # every member received it: each one serves this version now
+            if not s.healthy:
+                s.healthy, s.down_since = True, time.monotonic()
+            s.stale = False
 
     async def wait_for_servers(self, timeout_s: float) -> None:
         """Return once every server answers ``GET /health`` (a group is formed with all of them)."""

@@ -36,6 +36,7 @@ from agentrl.inference.checkpoint import (
     assemble,
     canonical,
     check_tensor,
+    fused_tensors,
     layout,
     load_weights,
     read_config,
@@ -168,12 +169,15 @@ class Decoder:
         return load_weights(model_dir, self.spec, tied, self.device, self.dtype, alloc=self._alloc)
 
     def prepare_tensors(self, tensors: list[tuple[str, torch.Tensor]], where: str,
-                        fresh: dict[tuple, torch.Tensor] | None = None) -> dict:
+                        fresh: dict[tuple, torch.Tensor] | None = None, onto: dict | None = None) -> dict:
         """Validate some checkpoint tensors (names as in a Hugging Face checkpoint; each at most
         once) and lay them over a copy of the served weights: the staging copy the engine
-        installs. Tensors already received into ``fresh`` (``receive_targets``) stay where they are."""
+        installs. Tensors already received into ``fresh`` (``receive_targets``) stay where they are.
+        ``onto``: a staging copy made by an earlier call, laid over instead of the served weights
+        (its own tensors are written in place: after a refusal it must be dropped)."""
         named: dict[str, torch.Tensor] = {}
-        placed = {t.data_ptr() for t in (fresh or {}).values()}
+        fresh = {**self._owned(onto), **(fresh or {})}
+        placed = {t.data_ptr() for t in fresh.values()}
         for name, t in tensors:
             name = canonical(name)
             if name in named:
@@ -181,13 +185,27 @@ class Decoder:
             check_tensor(name, t, self.slots.get(name), where)
             named[name] = t
         rest = {n: t for n, t in named.items() if not _inside(t, fresh, placed)}
-        return assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype, base=self.weights,
-                        fresh=fresh, alloc=self._alloc)
+        return assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype,
+                        base=self.weights if onto is None else onto, fresh=fresh, alloc=self._alloc)
 
-    def receive_targets(self, announced: list[tuple[str, torch.dtype, tuple[int, ...]]]):
-        """Buffers to receive announced tensors into (``checkpoint.receive_targets``)."""
-        return receive_targets(announced, self.slots, base=self.weights, device=self.device, dtype=self.dtype,
-                               alloc=self._alloc)
+    def receive_targets(self, announced: list[tuple[str, torch.dtype, tuple[int, ...]]], onto: dict | None = None):
+        """Buffers to receive announced tensors into (``checkpoint.receive_targets``), over the
+        served weights or over the staging copy ``onto`` (into its own tensors in place)."""
+        return receive_targets(announced, self.slots, base=self.weights if onto is None else onto, device=self.device,
+                               dtype=self.dtype, alloc=self._alloc, own=self._owned(onto))
+
+    def _owned(self, onto: dict | None) -> dict[tuple, torch.Tensor]:
+        """The fused tensors of the staging copy ``onto`` that the served weights do not hold."""
+        if onto is None:
+            return {}
+        served = {id(t) for t in _fused(self.weights)}
+        return {k: t for k, t in fused_tensors(onto, self.slots).items() if id(t) not in served}
+
+    def discard(self, weights: dict) -> None:
+        """Drop a staging copy that will not be installed: its tensors become spares (under the
+        server's weight lock, as staging)."""
+        held = {id(t) for t in _fused(self.weights)} | {id(t) for t in self._spares}
+        self._spares += [t for t in _fused(weights) if id(t) not in held]
 
     def swap_weights(self, weights: dict) -> None:
         """Serve ``weights`` from the next forward pass on (engine thread, between two steps).

@@ -148,6 +148,8 @@ def native_routes(state: ServerState) -> APIRouter:
                                      "decode_seconds": round(state.engine.decode_s, 3),
                                      "effective_max_running_requests_per_dp": c.max_running_requests}],
                 "version": f"{SGLANG_API_VERSION} (agentrl serve)", "frontend": "python",
+                # ours: buckets can be staged while generating, then committed (weight_sync)
+                "agentrl_staged_weight_updates": True,
                 "startup_time": state.started}
 
     @router.get("/health")

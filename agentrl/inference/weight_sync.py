@@ -24,6 +24,19 @@ one is a 400 naming the tensor, and the old weights keep serving. A request may 
 the tensors (a bucket): the others keep their served values, as in SGLang, where each request
 loads into the running model.
 
+Ours, not SGLang's (so that the transfer overlaps generation): a request with
+``"agentrl_stage_only": true`` is received and checked the same way but *not* swapped in — it
+is laid over the group's staging copy (the buckets before it; a tensor whose fused tensor the
+copy already owns is written there in place) — and ``POST /agentrl/commit_staged_weights``
+(``group_name``, ``weight_version``, ``abort_all_requests``, ``flush_cache``) swaps the whole
+copy in between two engine steps, with the version. Receiving runs on a worker thread, so
+the engine keeps generating with the served weights meanwhile; only the commit touches them.
+A refused or lost staged bucket drops the whole copy (the old weights keep serving); so do
+destroying the group, a plain request on it, and any other update served in between (the
+commit is then a 400: send them all again). ``/server_info`` says
+``"agentrl_staged_weight_updates": true``; a client that sees no such field (SGLang) sends
+plain requests, each swapped in on arrival, exactly as before.
+
 The group stays in step with the sender only if every rank receives every broadcast, so a
 request whose tensors can be received is received in full even when a tensor will then be
 refused. One that cannot be (an unknown dtype, a malformed shape, more bytes than twice the
@@ -79,12 +92,26 @@ BROKEN = ("the group {name!r} is out of step with its sender (a broadcast was le
 FLATTENED = "flattened_bucket"
 
 
+STAGE_ONLY = "agentrl_stage_only"
+"""Ours, not SGLang's: an ``/update_weights_from_distributed`` field; true receives and checks
+the bucket into the group's staging copy without serving it (``COMMIT_ROUTE`` swaps it in)."""
+COMMIT_ROUTE = "/agentrl/commit_staged_weights"
+"""Ours, not SGLang's: swap in what ``agentrl_stage_only`` buckets staged, with the version."""
+
+
+@dataclass
+class _Staging:
+    weights: dict  # the staging copy, every bucket so far laid over the served weights
+    origin: dict  # the served weights it was laid over: a commit after any other update is refused
+
+
 @dataclass
 class _Open:
     group: UpdateGroup
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
     broken: bool = False
     flat: torch.Tensor | None = None  # the last flattened bucket's buffer, reused (no fresh pages to fault in)
+    staged: _Staging | None = None  # buckets received with agentrl_stage_only, not yet committed
 
 
 def weight_sync_routes(state: ServerState) -> APIRouter:
@@ -146,8 +173,12 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                 if body.get("load_format") is not None and not flattened:
                     raise BadRequest(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
                                      f"serve; leave it null (one broadcast per tensor) or send {FLATTENED!r}")
-                for key in ("flush_cache", "torch_empty_cache"):
+                for key in ("flush_cache", "torch_empty_cache", STAGE_ONLY):
                     check_type(key, body.get(key, False), (bool,), "true or false")
+                stage_only = body.get(STAGE_ONLY, False)
+                if stage_only and (version is not None or abort_all):
+                    raise BadRequest(f"weight_version and abort_all_requests go with {COMMIT_ROUTE}, not with a "
+                                     f"{STAGE_ONLY} bucket")
                 names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
             except BadRequest as e:  # nothing was received: the sender's broadcast has no taker now
                 opened.broken = True
@@ -155,19 +186,64 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                                       + BROKEN.format(name=name))
             device = torch.device("cpu") if opened.group.backend == "gloo" else state.decoder.device
             async with state.weight_lock:  # one staging copy at a time (the disk route takes it too)
+                staging, opened.staged = opened.staged, None
+                moved = staging is not None and staging.origin is not state.decoder.weights
+                if staging is not None and (moved or not stage_only):
+                    # a plain (SGLang) update, or another update served since: what was staged is dropped
+                    state.decoder.discard(staging.weights)
+                    staging = None
+                onto = staging.weights if staging is not None else None
+                receive = _receive_flat if flattened else _receive
                 try:
-                    tensors, fresh = await asyncio.to_thread(_receive_flat if flattened else _receive, state, opened,
-                                                             names, specs, device)
+                    tensors, fresh = await asyncio.to_thread(receive, state, opened, names, specs, device, onto)
                 except Exception as e:  # a timeout or a lost peer: the group cannot be trusted any more
                     opened.broken = True
+                    if onto is not None:
+                        state.decoder.discard(onto)
                     log.warning("receiving weights on group %r failed: %s", name, e)
                     return _answer(False, f"Failed to receive weights: {e}; " + BROKEN.format(name=name))
                 try:
                     weights = await asyncio.to_thread(state.decoder.prepare_tensors, list(zip(names, tensors, strict=True)),
-                                                      "update_weights_from_distributed", fresh)
+                                                      "update_weights_from_distributed", fresh, onto)
                 except ModelError as e:
-                    return _answer(False, f"Failed to update weights: {e}")
+                    if onto is not None:  # partly overwritten in place
+                        state.decoder.discard(onto)
+                    return _answer(False, f"Failed to update weights: {e}" + (
+                        "; the weights staged so far are dropped" if stage_only else ""))
+                if stage_only:
+                    if moved:
+                        state.decoder.discard(weights)
+                        return _answer(False, "Failed to stage weights: the served weights changed (another update) "
+                                              "since the first staged bucket; the staged weights are dropped, send "
+                                              "them all again")
+                    opened.staged = _Staging(weights, staging.origin if staging is not None else state.decoder.weights)
+                    return _answer(True, f"Staged {len(names)} tensor(s); {COMMIT_ROUTE} serves them.")
                 await asyncio.wrap_future(state.engine.install_weights(weights, version, abort_all))
+        message = "Succeeded to update parameter online."
+        if version is not None:
+            message += f" Weight version updated to {version}."
+        return _answer(True, message)
+
+    @router.post(COMMIT_ROUTE)
+    async def commit_staged_weights(http: Request):
+        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
+        name = body.get("group_name", DEFAULT_GROUP)
+        version, abort_all = update_options(body)
+        check_type("flush_cache", body.get("flush_cache", True), (bool,), "true or false")
+        opened = groups.get(name) if isinstance(name, str) else None
+        if opened is None:
+            return _answer(False, f"Group {name!r} not in {sorted(groups)}. Please call `init_weights_update_group` "
+                                  "first.")
+        async with opened.busy, state.weight_lock:
+            staging, opened.staged = opened.staged, None
+            if staging is None:
+                return _answer(False, f"Nothing is staged on group {name!r}: send the buckets with "
+                                      f"{STAGE_ONLY}: true first (or without it, to swap each one in as SGLang does)")
+            if staging.origin is not state.decoder.weights:
+                state.decoder.discard(staging.weights)
+                return _answer(False, "Failed to update weights: the served weights changed (another update) since "
+                                      "these were staged; they are dropped, send them all again")
+            await asyncio.wrap_future(state.engine.install_weights(staging.weights, version, abort_all))
         message = "Succeeded to update parameter online."
         if version is not None:
             message += f" Weight version updated to {version}."
@@ -183,6 +259,7 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
         if opened.busy.locked():
             return _answer(False, f"Failed to destroy custom process group: an update on {name!r} is in flight.")
         del groups[name]
+        opened.staged = None  # uncommitted staged weights go with their group
         with contextlib.suppress(Exception):
             opened.group.close()
         return _answer(True, "Succeeded to destroy custom process group.")
@@ -249,11 +326,13 @@ def _byte_limit(state: ServerState) -> int:
 
 
 def _receive(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
-             device: torch.device) -> tuple[list[torch.Tensor], dict]:
+             device: torch.device, onto: dict | None = None) -> tuple[list[torch.Tensor], dict]:
     """Every announced tensor, one broadcast each from rank 0 (worker thread): where it has the
-    served dtype and shape, straight into the staging copy's fused tensors."""
+    served dtype and shape, straight into the staging copy's fused tensors (``onto``: the
+    group's staging copy so far)."""
     if device == state.decoder.device:
-        tensors, fresh = state.decoder.receive_targets([(n, d, tuple(s)) for n, (d, s) in zip(names, specs, strict=True)])
+        tensors, fresh = state.decoder.receive_targets([(n, d, tuple(s)) for n, (d, s) in zip(names, specs, strict=True)],
+                                                       onto)
     else:
         tensors, fresh = [torch.empty(s, dtype=d, device=device) for d, s in specs], {}
     opened.group.broadcast(tensors)
@@ -261,7 +340,7 @@ def _receive(state: ServerState, opened: _Open, names: list[str], specs: list[tu
 
 
 def _receive_flat(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
-                  device: torch.device) -> tuple[list[torch.Tensor], dict]:
+                  device: torch.device, onto: dict | None = None) -> tuple[list[torch.Tensor], dict]:
     """SGLang's ``flattened_bucket``: one broadcast of every tensor's bytes end to end (worker
     thread); the tensors are views into that buffer, which the next bucket reuses."""
     total = sum(math.prod(s) * d.itemsize for d, s in specs)

@@ -112,7 +112,7 @@ class Trainer:
             self.transport = DistributedTransport(master_address=address,
                                                   master_port=sync.master_port, backend=backend,
                                                   bucket_bytes=int(sync.bucket_mb * (1 << 20)), flatten=sync.flatten,
-                                                  timeout_s=sync.timeout_s)
+                                                  timeout_s=sync.timeout_s, overlap=sync.overlap)
         else:
             self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2)
         self.engine = None
@@ -293,6 +293,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             metrics.update({
                 "perf/step_s": wall, "perf/train_s": t1 - t0, "perf/trainer_wait_s": batch.wait_s,
                 "perf/weight_stage_s": record.stage_s, "perf/weight_pause_s": record.paused_s,
+                "perf/weight_deliver_s": record.deliver_s,
                 "perf/generation_tokens_per_s": sampled / max(wall, 1e-9),
                 "perf/train_tokens_per_s": sum(len(t) for t in kept) / max(t1 - t0, 1e-9),
                 "perf/trainer_idle_fraction": batch.wait_s / max(wall, 1e-9),

@@ -67,6 +67,10 @@ class WeightSyncConfig:
     flatten: bool = option(True, help="distributed: send each bucket as SGLang's flattened_bucket (one collective "
                                       "for all its tensors' bytes); false: one collective per tensor")
     timeout_s: float = option(600.0, gt=0, help="distributed: seconds joining the group or one broadcast may take")
+    overlap: bool = option(True, help="distributed: broadcast the buckets while the servers generate (they receive "
+                                      "them into a staging copy) and pause them only to swap it in; needs agentrl "
+                                      "serve, SGLang servers get every bucket inside the pause whatever this says; "
+                                      "false: inside the pause everywhere, as SGLang's own protocol")
 
 
 @dataclass

@@ -2,20 +2,23 @@
 
 What it is: ``WeightPublisher.apublish(model, version)``, run on every rank after a train step.
 All ranks take part in *staging* the weights (a collective gather); then rank 0 drives the
-protocol of DESIGN.md §4 through the inference client: (optional hook: the rollout executor
-stops admitting episodes) → ``pause()`` (running requests come back aborted) → the transport
-sends the staged weights (every server swaps them in; the client's version becomes N) →
-``resume()`` (aborted requests are re-sent; the hook lets the executor admit again).
-``resume`` runs even when the update fails, so a failed publish never leaves the servers
-paused.
+protocol of DESIGN.md §4 through the inference client: the transport *delivers* what it can
+while the servers go on generating (a broadcast received into a staging copy they do not
+serve yet) → (optional hook: the rollout executor stops admitting episodes) → ``pause()``
+(running requests come back aborted) → the transport *sends* the rest (every server swaps the
+new weights in; the client's version becomes N) → ``resume()`` (aborted requests are re-sent;
+the hook lets the executor admit again). ``resume`` runs even when the update fails, so a
+failed publish never leaves the servers paused; a failed delivery happens before any pause.
 
-Staging happens *before* the pause, unlike the order written in early versions of the design:
-the gather (and, on disk, the export) is the slow part, and generation may go on with the old
-weights while it runs — the servers only stop for the transfer itself. Versions on tokens stay
-exact either way.
+Staging and delivery happen *before* the pause, unlike the order written in early versions of
+the design: the gather (and, on disk, the export; over torch.distributed, the transfer) is the
+slow part, and generation may go on with the old weights while it runs — the servers only stop
+for what is left: loading the checkpoint from disk, or swapping in weights already received.
+Versions on tokens stay exact either way: a token sampled before the swap carries the old
+version, one after it the new.
 
-Two transports (``WeightTransport``: ``stage`` on every rank, ``send`` on rank 0 while the
-servers are paused, ``close``):
+Two transports (``WeightTransport``: ``stage`` on every rank, ``deliver`` on rank 0 before the
+pause, ``send`` on rank 0 while the servers are paused, ``close``):
   * ``DiskTransport`` writes an HF directory per version (kept for the last ``keep_last``) on a
     filesystem the servers read; ``send`` is ``/update_weights_from_disk``.
   * ``DistributedTransport`` gathers the full state dict to rank 0's memory; ``send`` forms (once)
@@ -24,7 +27,12 @@ servers are paused, ``close``):
     counted from its ``/server_info``; gloo on CPU, NCCL on GPUs) and, bucket by bucket
     (``bucket_bytes``), posts ``/update_weights_from_distributed`` (names, dtypes, shapes) to
     every server while broadcasting the bucket — SGLang's protocol, the version on the last
-    bucket only. A bucket goes as SGLang's ``flattened_bucket`` (its tensors' bytes end to end,
+    bucket only — inside the pause. Against ``agentrl serve`` (``overlap``, and every server's
+    ``/server_info`` advertising ``agentrl_staged_weight_updates``) the buckets go in
+    ``deliver`` instead, marked ``agentrl_stage_only`` (received and checked into a staging copy
+    while generation goes on), and ``send`` only commits them (``/agentrl/commit_staged_weights``,
+    with the version; a failed commit falls back to the whole in-pause send). A bucket goes as
+    SGLang's ``flattened_bucket`` (its tensors' bytes end to end,
     one collective; flattened while staging, before the pause) unless ``flatten=False`` (one
     collective per tensor, which the server receives straight into place). After a failure the group is disbanded and formed again (a failure that
     is not the servers' refusal — a server lost mid-broadcast — is retried once, at once), as it
@@ -86,7 +94,7 @@ class BroadcastTarget(Protocol):
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
                                               group_name: str, version: int | None = None,
-                                              load_format: str | None = None) -> None: ...
+                                              load_format: str | None = None, stage_only: bool = False) -> None: ...
 
     async def destroy_weights_update_group(self, group_name: str) -> None: ...
 
@@ -96,13 +104,21 @@ class BroadcastTarget(Protocol):
 
     async def end_weight_update(self) -> None: ...
 
+    async def can_stage_weights(self) -> bool: ...
+
+    async def commit_staged_weights(self, group_name: str, version: int) -> None: ...
+
 
 @runtime_checkable
 class WeightTransport(Protocol):
     """Moves a model's weights into the servers. ``stage`` is a collective (every rank calls it;
-    what it returns matters on rank 0 only); ``send`` runs on rank 0 while the servers are paused."""
+    what it returns matters on rank 0 only); ``deliver`` runs on rank 0 while the servers still
+    generate (it moves what it can without changing what they serve); ``send`` runs on rank 0
+    while the servers are paused, and leaves them serving the new weights."""
 
     def stage(self, model: torch.nn.Module, version: int) -> Any: ...
+
+    async def deliver(self, target: Any, staged: Any, version: int) -> None: ...
 
     async def send(self, target: Any, staged: Any, version: int) -> None: ...
 
@@ -129,6 +145,9 @@ class DiskTransport:
         if dist.get_rank() == 0:
             self._prune(keep=version)
         return str(out)
+
+    async def deliver(self, target: Any, staged: str, version: int) -> None:
+        pass  # the checkpoint was written while staging: the servers read it in the pause
 
     async def send(self, target: WeightUpdateTarget, staged: str, version: int) -> None:
         await target.update_weights(staged, version)
@@ -161,18 +180,22 @@ class StagedTensors:
 
 class DistributedTransport:
     """The tensors themselves, broadcast from trainer rank 0 to every server (SGLang's
-    ``/update_weights_from_distributed``). One group per transport, formed at the first ``send``."""
+    ``/update_weights_from_distributed``). One group per transport, formed at the first transfer.
+    ``overlap``: where every server can stage (``agentrl serve``), broadcast the buckets before
+    the pause and only commit them in it; false, or against SGLang: every bucket in the pause."""
 
     def __init__(self, *, master_address: str, master_port: int = 0, backend: str = "gloo",
                  group_name: str = "agentrl_weights", bucket_bytes: int = 512 << 20, dtype: torch.dtype | None = None,
-                 flatten: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 flatten: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S, overlap: bool = True) -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         self.master_address, self.master_port = master_address, master_port
         self.backend, self.group_name = backend, group_name
         self.bucket_bytes, self.dtype, self.timeout_s = bucket_bytes, dtype, timeout_s
-        self.flatten = flatten
+        self.flatten, self.overlap = flatten, overlap
         self.group: UpdateGroup | None = None
+        self.staging = False  # every server of the group can stage buckets (asked when it forms)
+        self._delivered: int | None = None  # the version staged on every server, awaiting its commit
         self._flat: list[torch.Tensor] = []
 
     def stage(self, model: torch.nn.Module, version: int) -> StagedTensors | None:
@@ -214,15 +237,35 @@ class DistributedTransport:
         meta = [[(n, torch.empty(t.shape, dtype=t.dtype, device="meta")) for n, t in b] for b in buckets]
         return StagedTensors(meta, flat)
 
+    async def deliver(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
+        """Before the pause: where every server can stage (and ``overlap``), broadcast every
+        bucket into their staging copies while they keep generating with the old weights."""
+        self._delivered = None
+        if not self.overlap:
+            return
+        if await self._attempts(target, staged, version, stage_only=True):
+            self._delivered = version
+
     async def send(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
-        """Bucket by bucket: every server is told the names, dtypes and shapes while rank 0
-        broadcasts them; the last bucket carries the version. A failure disbands the group; one
-        that is not a refusal (a server lost mid-broadcast and restarted) is retried once, in
-        full, on a group formed anew."""
+        """In the pause: commit what ``deliver`` staged; else (or if the commit fails: a server
+        restarted since, say) bucket by bucket as SGLang takes them, the last with the version."""
+        delivered, self._delivered = self._delivered, None
+        if delivered == version and self.group is not None and not target.needs_rejoin:
+            try:
+                await target.commit_staged_weights(self.group_name, version)
+                return
+            except Exception as e:
+                log.warning("committing the staged weights of version %d failed (%s); sending them again in the "
+                            "pause", version, e)
+                await self._disband(target)
+        await self._attempts(target, staged, version, stage_only=False)
+
+    async def _attempts(self, target: BroadcastTarget, staged: StagedTensors, version: int, *, stage_only: bool) -> bool:
+        """``_send_once``, retried once in full on a group formed anew after a failure that is
+        not a refusal (a server lost mid-broadcast and restarted)."""
         for attempt in (1, 2):
             try:
-                await self._send_once(target, staged, version)
-                return
+                return await self._send_once(target, staged, version, stage_only=stage_only)
             except RequestRejected:
                 raise  # the server refused these tensors: sending them again would not help
             except Exception as e:
@@ -230,11 +273,16 @@ class DistributedTransport:
                     raise
                 log.warning("weight broadcast of version %d failed (%s); forming the group again and resending",
                             version, e)
+        raise AssertionError("unreachable")
 
-    async def _send_once(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
+    async def _send_once(self, target: BroadcastTarget, staged: StagedTensors, version: int, *,
+                         stage_only: bool = False) -> bool:
+        """Every bucket; False (nothing sent) when ``stage_only`` and some server cannot stage."""
         if self.group is None or target.needs_rejoin:
             await self._form(target)
         assert self.group is not None
+        if stage_only and not self.staging:
+            return False
         await target.begin_weight_update()
         try:
             for i, bucket in enumerate(staged.buckets):
@@ -243,10 +291,12 @@ class DistributedTransport:
                 shapes = [list(t.shape) for _, t in bucket]
                 last = i == len(staged.buckets) - 1
                 tensors = [staged.flat[i]] if staged.flat is not None else [t for _, t in bucket]
+                extra = {"stage_only": True} if stage_only else {}  # SGLang's targets know no such thing
                 await asyncio.gather(
                     target.update_weights_from_distributed(
-                        names, dtypes, shapes, group_name=self.group_name, version=version if last else None,
-                        load_format="flattened_bucket" if staged.flat is not None else None),
+                        names, dtypes, shapes, group_name=self.group_name,
+                        version=version if last and not stage_only else None,
+                        load_format="flattened_bucket" if staged.flat is not None else None, **extra),
                     asyncio.to_thread(self._broadcast, self.group, tensors))
         except BaseException:
             await self._disband(target)
@@ -254,6 +304,7 @@ class DistributedTransport:
         finally:
             with contextlib.suppress(Exception):
                 await target.end_weight_update()
+        return True
 
     async def close(self, target: BroadcastTarget) -> None:
         """Every server leaves the group (the end of a run)."""
@@ -286,6 +337,7 @@ class DistributedTransport:
             raise
         self.group = await joining
         target.needs_rejoin = False
+        self.staging = self.overlap and await target.can_stage_weights()
         log.info("weight group %r formed: trainer rank 0 and %d server rank(s) on %d server(s), %s, port %d",
                  self.group_name, world - 1, len(ranks), self.backend, store.port)
 
@@ -301,13 +353,14 @@ class DistributedTransport:
 @dataclass
 class PublishRecord:
     """What one publish did: ``path`` (where the weights went: the checkpoint directory, or the
-    broadcast's size; empty on ranks > 0 of a broadcast), seconds spent staging and with the
-    servers paused."""
+    broadcast's size; empty on ranks > 0 of a broadcast), seconds spent staging, delivering
+    (rank 0, the servers generating) and with the servers paused."""
 
     version: int
     path: str
     stage_s: float
     paused_s: float
+    deliver_s: float = 0.0
 
 
 Hook = Callable[[], Awaitable[None]]
@@ -330,11 +383,13 @@ class WeightPublisher:
         t0 = time.perf_counter()
         # the gather and the file writes block; keep the event loop (rollouts on rank 0) running
         staged = await asyncio.to_thread(self.transport.stage, model, version)
-        t1 = time.perf_counter()
+        t1 = t2 = time.perf_counter()
         paused = 0.0
         if dist.get_rank() == 0:
             if self.target is None:
                 raise ValueError("rank 0 needs a WeightUpdateTarget (the inference client) to publish to")
+            await self.transport.deliver(self.target, staged, version)  # the servers still generate
+            t2 = time.perf_counter()
             if self.before_pause is not None:
                 await self.before_pause()
             try:
@@ -344,10 +399,10 @@ class WeightPublisher:
                 finally:
                     await self.target.resume()
             finally:
-                paused = time.perf_counter() - t1
+                paused = time.perf_counter() - t2
                 if self.after_resume is not None:
                     await self.after_resume()
-        return PublishRecord(version, "" if staged is None else str(staged), t1 - t0, paused)
+        return PublishRecord(version, "" if staged is None else str(staged), t1 - t0, paused, t2 - t1)
 
     def publish(self, model: torch.nn.Module, version: int) -> PublishRecord:
         """``apublish`` for a caller without an event loop (a plain training loop). Each call runs

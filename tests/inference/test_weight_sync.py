@@ -8,12 +8,14 @@ and `RemoteEngine` calls `agentrl train` makes."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from agentrl.api import SamplingParams
 from agentrl.errors import RequestRejected
 from agentrl.inference import RemoteEngine
 from agentrl.launch.services import ServerProcess
@@ -226,6 +228,226 @@ def test_a_server_that_lost_the_broadcast_weights_waits_out_of_rotation_until_th
 
     asyncio.run(scenario())
     assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "8"
+    served = outputs(server)
+    from_disk(server, second_model_dir, "disk")
+    assert outputs(server) == served
+
+
+# ---------------------------------------------------------------- overlapped updates (ours, not SGLang's)
+# Against `agentrl serve` the transport broadcasts the buckets while the server generates
+# ("agentrl_stage_only": received and checked into a staging copy) and the pause only covers
+# /agentrl/commit_staged_weights, which swaps that copy in.
+
+
+def _greedy(url: str, ids: list[int], n: int) -> list[int]:
+    r = httpx.post(url + "/generate", timeout=60, json={
+        "input_ids": ids, "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    return r.json()["output_ids"]
+
+
+def _generated(url: str) -> int:
+    return httpx.get(url + "/server_info", timeout=10).json()["internal_states"][0]["num_generated_tokens"]
+
+
+def test_a_bucket_is_received_while_the_server_goes_on_generating(server, untrained_model_dir, second_model_dir):
+    """The receive runs on a worker thread: while a staged bucket waits for its broadcast, the
+    engine and the event loop keep serving the old weights; only the commit changes them."""
+    from_disk(server, untrained_model_dir, "1")
+    before = outputs(server)
+    tr = transport()
+    weights = staged(second_model_dir, 1 << 30)
+    (bucket,) = weights.buckets
+
+    async def scenario() -> None:
+        async with RemoteEngine(server) as engine, httpx.AsyncClient(timeout=60) as http:
+            await tr._form(engine)
+            assert tr.staging  # agentrl serve advertises it in /server_info
+            names = [n for n, _ in bucket]
+            receiving = asyncio.ensure_future(engine.update_weights_from_distributed(
+                names, [str(t.dtype).removeprefix("torch.") for _, t in bucket], [list(t.shape) for _, t in bucket],
+                group_name=GROUP, stage_only=True))
+            await asyncio.sleep(0.5)  # the server now waits in the broadcast for its tensors
+            assert not receiving.done()
+            r = await http.post(server + "/generate", json={
+                "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}})
+            assert r.status_code == 200 and r.json()["output_ids"] == before[0]  # served meanwhile, old weights
+            assert r.json()["meta_info"]["weight_version"] == "1"
+            await asyncio.to_thread(tr.group.broadcast, [t for _, t in bucket])
+            await receiving
+            assert await asyncio.to_thread(outputs, server) == before  # staged is not served
+            await engine.commit_staged_weights(GROUP, 2)
+            assert engine.version == 2
+            await tr.close(engine)
+
+    asyncio.run(scenario())
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "2"
+    committed = outputs(server)
+    from_disk(server, second_model_dir, "disk")
+    disk = outputs(server)
+    assert committed[:2] == disk[:2]  # same greedy and seeded tokens as the same weights from disk
+    torch.testing.assert_close(torch.tensor(committed[2]), torch.tensor(disk[2]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["one-broadcast-per-tensor", "flattened-bucket"])
+def test_an_overlapped_publish_switches_versions_exactly_at_the_commit(server, untrained_model_dir, second_model_dir,
+                                                                      flat):
+    """deliver (every bucket, generation going on) → pause → commit → continue, as the publisher
+    runs it, with a long greedy request in flight: its tokens carry the old version up to the
+    swap and the new one after, each from the weights of its version, and what the new weights
+    serve afterwards equals the same weights loaded from disk."""
+    from_disk(server, untrained_model_dir, "1")
+    tr = transport()
+    weights = staged(second_model_dir, bucket_bytes=200_000, flat=flat)
+    assert len(weights.buckets) > 1
+
+    async def scenario():
+        async with RemoteEngine(server, version=1) as engine:
+            await tr._form(engine)  # formed beforehand, so the request below outlives the delivery
+            long = asyncio.ensure_future(engine.generate(PROMPT, SamplingParams(max_new_tokens=480, temperature=0,
+                                                                                ignore_eos=True)))
+            assert tr.staging
+            await asyncio.to_thread(_wait_until_running, server)
+            start = await asyncio.to_thread(_generated, server)
+            await tr.deliver(engine, weights, 2)
+            during = await asyncio.to_thread(_generated, server) - start
+            assert engine.version == 1 and not long.done()
+            await engine.pause()
+            try:
+                await tr.send(engine, weights, 2)
+            finally:
+                await engine.resume()
+            assert engine.version == 2
+            await tr.close(engine)
+            return await long, during
+
+    c, during = asyncio.run(scenario())
+    assert during > 0  # tokens were generated while the buckets went over
+    k = c.versions.index(2)
+    assert k > 0 and c.versions == [1] * k + [2] * (480 - k) and len(c.tokens) == 480
+    from_disk(server, untrained_model_dir, "old")
+    assert _greedy(server, PROMPT, k) == c.tokens[:k]  # the old weights up to the swap
+    from_disk(server, second_model_dir, "new")
+    assert _greedy(server, PROMPT + c.tokens[:k], 8) == c.tokens[k:k + 8]  # the new ones after it
+
+
+def _wait_until_running(url: str) -> None:
+    for _ in range(1000):
+        if httpx.get(url + "/v1/loads", timeout=10).json()["loads"][0]["num_running_reqs"] > 0:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the request never started")
+
+
+@pytest.mark.parametrize(("how", "flat"), [("nan", False), ("wrong-shape", True)])
+def test_a_refused_delivery_drops_the_staged_weights_and_never_pauses(server, untrained_model_dir, second_model_dir,
+                                                                      how, flat):
+    from_disk(server, untrained_model_dir, "1")
+    before = outputs(server)
+    tensors, expected = _bad(second_model_dir, how)
+    tr = transport()
+    flat_bufs = [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in tensors])] if flat else None
+    bad = StagedTensors([staged(untrained_model_dir, 1 << 30).buckets[0], tensors], None)
+    if flat:
+        good = staged(untrained_model_dir, 1 << 30, flat=True)
+        bad = StagedTensors([good.buckets[0], tensors], [good.flat[0], flat_bufs[0]])
+
+    async def scenario() -> None:
+        async with RemoteEngine(server, version=1) as engine:
+            with pytest.raises(RequestRejected, match="staged so far are dropped") as refused:
+                await tr.deliver(engine, bad, 2)
+            assert expected in str(refused.value)
+            assert tr.group is None  # disbanded: the next publish forms it again
+            assert (await engine._http.get(server + "/ready", timeout=10)).status_code == 200  # never paused
+            # a good publish afterwards goes through, overlapped again
+            await tr.deliver(engine, staged(second_model_dir, 1 << 30, flat=flat), 3)
+            await engine.pause()
+            try:
+                await tr.send(engine, staged(second_model_dir, 1 << 30, flat=flat), 3)
+            finally:
+                await engine.resume()
+            await tr.close(engine)
+
+    asyncio.run(scenario())
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "3"
+    from_disk(server, untrained_model_dir, "1")
+    assert outputs(server) == before  # the refused bucket never served (and the good one did not linger)
+
+
+def test_commit_refusals_and_a_plain_update_drops_what_was_staged(server, untrained_model_dir, second_model_dir):
+    from_disk(server, untrained_model_dir, "1")
+    before = outputs(server)
+    tr = transport()
+    weights = staged(second_model_dir, 1 << 30)
+
+    async def stage(engine: RemoteEngine) -> None:
+        (bucket,) = weights.buckets
+        await asyncio.gather(
+            engine.update_weights_from_distributed(
+                [n for n, _ in bucket], [str(t.dtype).removeprefix("torch.") for _, t in bucket],
+                [list(t.shape) for _, t in bucket], group_name=GROUP, stage_only=True),
+            asyncio.to_thread(tr.group.broadcast, [t for _, t in bucket]))
+
+    async def scenario() -> None:
+        async with RemoteEngine(server, version=1) as engine:
+            await tr._form(engine)
+            with pytest.raises(RequestRejected, match="Nothing is staged"):
+                await engine.commit_staged_weights(GROUP, 2)
+            # another update served between staging and commit: the commit is refused
+            await stage(engine)
+            await asyncio.to_thread(from_disk, server, untrained_model_dir, "1")
+            with pytest.raises(RequestRejected, match="served weights changed"):
+                await engine.commit_staged_weights(GROUP, 2)
+            # a plain (SGLang) update drops what was staged and is swapped in on its own, as before
+            await stage(engine)
+            await tr.send(engine, staged(untrained_model_dir, 1 << 30), 4)
+            with pytest.raises(RequestRejected, match="Nothing is staged"):
+                await engine.commit_staged_weights(GROUP, 5)
+            # the version goes with the commit, not with a staged bucket (refused before receiving)
+            r = await engine._http.post(server + "/update_weights_from_distributed", json={
+                "names": ["model.norm.weight"], "dtypes": ["float32"], "shapes": [[32]], "group_name": GROUP,
+                "agentrl_stage_only": True, "weight_version": "6"})
+            assert r.status_code == 400 and "go with /agentrl/commit_staged_weights" in r.json()["message"]
+            await tr.close(engine)
+
+    asyncio.run(scenario())
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "4"
+    assert outputs(server) == before
+
+
+class _SGLangLike(RemoteEngine):
+    """A client of servers that cannot stage (SGLang): the transport must keep to SGLang's calls."""
+
+    async def can_stage_weights(self) -> bool:
+        return False
+
+    async def commit_staged_weights(self, group_name: str, version: int) -> None:
+        raise AssertionError("no commit route on SGLang")
+
+
+def test_without_staging_every_bucket_goes_inside_the_pause(server, untrained_model_dir, second_model_dir):
+    from_disk(server, untrained_model_dir, "1")
+    tr = transport()
+    weights = staged(second_model_dir, bucket_bytes=200_000)
+    posted: list[dict] = []
+
+    async def scenario() -> None:
+        async with _SGLangLike(server, version=1) as engine:
+            real = engine._every_server
+
+            async def spy(path, payloads):
+                posted.extend({"path": path, **p} for p in payloads)
+                return await real(path, payloads)
+            engine._every_server = spy
+            await tr.deliver(engine, weights, 2)
+            assert not [p for p in posted if p["path"] == "/update_weights_from_distributed"]  # nothing before the pause
+            await _publish(engine, tr, weights, 2)
+            await tr.close(engine)
+
+    asyncio.run(scenario())
+    updates = [p for p in posted if p["path"] == "/update_weights_from_distributed"]
+    assert len(updates) == len(weights.buckets) and not any("agentrl_stage_only" in p for p in updates)
+    assert [p.get("weight_version") for p in updates] == [None] * (len(updates) - 1) + ["2"]
     served = outputs(server)
     from_disk(server, second_model_dir, "disk")
     assert outputs(server) == served
