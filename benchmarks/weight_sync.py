@@ -1,20 +1,24 @@
 """How long generation stops for one weight update: from disk vs over torch.distributed.
 
 What is measured: ``PublishRecord.paused_s`` of the real ``WeightPublisher`` — the time from
-the end of staging to the end of ``/continue_generation``, i.e. while the servers do not
-generate — publishing to one real ``agentrl serve`` process, with the two transports of
+``before_pause`` to the end of ``/continue_generation``, i.e. while generation is stopped by
+one update — publishing to one real ``agentrl serve`` process, with the transports of
 ``agentrl.trainer.publish`` taking turns on the same model, server and process:
 
   * disk (baseline): the trainer writes an HF checkpoint *before* the pause (staging, not
     counted), then pause → ``/update_weights_from_disk`` (the server reads, checks and lays out
     every tensor) → continue;
-  * distributed: the trainer gathers the state dict into memory (and flattens it into SGLang's
-    ``flattened_bucket``; ``--no-flatten``: one broadcast per tensor) before the pause, then
-    pause → ``/update_weights_from_distributed`` per bucket while rank 0 broadcasts it over a
-    gloo group with the server (received, checked, laid out) → continue.
+  * distributed (what ``agentrl train`` does against ``agentrl serve``): the trainer gathers the
+    state dict into memory (and flattens it into SGLang's ``flattened_bucket``; ``--no-flatten``:
+    one broadcast per tensor), then *delivers* it while the server may generate —
+    ``/update_weights_from_distributed`` per bucket with ``agentrl_stage_only`` while rank 0
+    broadcasts it over a gloo group with the server (received, checked, laid out into a staging
+    copy) — and only then pause → ``/agentrl/commit_staged_weights`` (the swap) → continue;
+  * distributed in the pause (for reference: SGLang's protocol, what a real SGLang server
+    gets): pause → every bucket → continue.
 
-Both sides stage outside the pause, so the ratio compares only what the servers wait for. On
-one machine the server reads the checkpoint back from the page cache the trainer's write just
+All stage outside the pause, so the ratio compares only what generation waits for. On one
+machine the server reads the checkpoint back from the page cache the trainer's write just
 filled (a memory copy); the broadcast crosses loopback TCP — neither is a network.
 The trainer here is one process with a 1-rank gloo default group (what ``agentrl train`` runs
 with ``world_size: 1``) holding the model in float32 on CPU; the server runs with one thread
@@ -27,8 +31,10 @@ Models: ``tiny`` (the committed demo model, examples/tiny-model, 1.0 M parameter
 heads, 4 key/value heads, MLP 3200, tied embeddings — built here with transformers'
 ``Qwen2Config``, with the tiny model's tokenizer). Last line: one JSON object with
 ``"ratio"`` = disk pause ÷ distributed pause (> 1: the broadcast stops generation for less),
-both pauses in seconds, the model's parameters and bytes, and ``"publish_ratio"``, the same
-for staging + pause (what the trainer waits for before its next step). Usage::
+the pauses in seconds (``distributed_in_pause_s``: the reference's), the delivery's seconds,
+the model's parameters and bytes, and ``"publish_ratio"``: disk (staging + pause) ÷
+distributed (staging + delivery + pause), what the trainer waits for before its next step.
+Usage::
 
     .venv/bin/python benchmarks/weight_sync.py [--model tiny|qwen2-100m] [--repeats 5] [--no-flatten]
 """
@@ -80,17 +86,23 @@ async def measure(model, model_dir: Path, url: str, work: Path, repeats: int, fl
 
     disk = DiskTransport(work / "weights", source_dir=model_dir, keep_last=1)
     broadcast = DistributedTransport(master_address="127.0.0.1", backend="gloo", flatten=flatten)
-    times: dict[str, list[float]] = {"disk": [], "distributed": [], "disk_stage": [], "distributed_stage": []}
+    in_pause = DistributedTransport(master_address="127.0.0.1", backend="gloo", flatten=flatten, overlap=False,
+                                    group_name="agentrl_weights_in_pause")
+    transports = (("disk", disk), ("distributed", broadcast), ("distributed_in_pause", in_pause))
+    times: dict[str, list[float]] = {f"{n}{k}": [] for n, _ in transports for k in ("", "_stage", "_deliver")}
     async with RemoteEngine(url) as engine:
         version = 0
-        for i in range(repeats + 1):  # the first round warms both paths up (the group is formed there)
-            for name, transport in (("disk", disk), ("distributed", broadcast)):
+        for i in range(repeats + 1):  # the first round warms every path up (the groups are formed there)
+            for name, transport in transports:
                 version += 1
                 record = await WeightPublisher(transport, engine).apublish(model, version)
                 if i:
                     times[name].append(record.paused_s)
                     times[f"{name}_stage"].append(record.stage_s)
+                    times[f"{name}_deliver"].append(record.deliver_s)
+        assert broadcast.staging and not in_pause.staging, "the distributed transport did not overlap"
         await broadcast.close(engine)
+        await in_pause.close(engine)
     return times
 
 
@@ -123,17 +135,19 @@ def main() -> None:
                 times = asyncio.run(measure(model, model_dir, server.url, work, args.repeats, not args.no_flatten))
         finally:
             dist.destroy_process_group()
-    disk_s, dist_s = statistics.median(times["disk"]), statistics.median(times["distributed"])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    disk_s, dist_s = med["disk"], med["distributed"]
     print(json.dumps({
         "benchmark": "weight_sync", "model": args.model, "parameters": params, "bytes": nbytes,
         "repeats": args.repeats, "flattened_bucket": not args.no_flatten,
         "disk_pause_s": round(disk_s, 4), "distributed_pause_s": round(dist_s, 4),
         "disk_pause_min_s": round(min(times["disk"]), 4), "distributed_pause_min_s": round(min(times["distributed"]), 4),
-        "disk_stage_s": round(statistics.median(times["disk_stage"]), 4),
-        "distributed_stage_s": round(statistics.median(times["distributed_stage"]), 4),
-        # the trainer waits for the whole publish (staging too) before its next step
-        "publish_ratio": round((disk_s + statistics.median(times["disk_stage"]))
-                               / (dist_s + statistics.median(times["distributed_stage"])), 3),
+        "distributed_in_pause_s": round(med["distributed_in_pause"], 4),
+        "disk_stage_s": round(med["disk_stage"], 4), "distributed_stage_s": round(med["distributed_stage"], 4),
+        "distributed_deliver_s": round(med["distributed_deliver"], 4),
+        # the trainer waits for the whole publish (staging and delivery too) before its next step
+        "publish_ratio": round((disk_s + med["disk_stage"])
+                               / (dist_s + med["distributed_stage"] + med["distributed_deliver"]), 3),
         "ratio": round(disk_s / dist_s, 3),
     }), flush=True)
 

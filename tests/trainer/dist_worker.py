@@ -79,6 +79,7 @@ async def publish(actor: Actor, args, transport, last: bool) -> dict:
         if engine is not None:
             await engine.aclose()
     return {"path": record.path, "version": record.version, "events": events, "paused_s": record.paused_s,
+            "deliver_s": record.deliver_s, "staging": getattr(transport, "staging", None),
             "client_version": engine.version if engine is not None else None}
 
 

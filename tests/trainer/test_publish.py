@@ -74,7 +74,8 @@ def _teacher_forced_weights(model_dir, weights, ids):
 
 def test_publish_by_broadcast_serves_the_trained_weights(serve, untrained_model_dir, tmp_path):
     """The distributed transport: 2 FSDP ranks gather to rank 0, which broadcasts to the server over
-    a gloo group of their own, in several buckets; no file is written."""
+    a gloo group of their own, in several buckets, while the server generates (agentrl serve
+    stages them; the pause only commits them); no file is written."""
     root = tmp_path / "published"
     torchrun(2, str(untrained_model_dir), str(tmp_path / "out.pt"), "--steps", "2", "--lr", "1e-2",
              "--publish", serve, "--publish-root", str(root), "--transport", "distributed")
@@ -84,6 +85,7 @@ def test_publish_by_broadcast_serves_the_trained_weights(serve, untrained_model_
     assert all(p["events"] == ["before_pause", "after_resume"] for p in pubs)
     assert all(p["path"].startswith("broadcast: ") and "bucket(s)" in p["path"] for p in pubs)
     assert int(pubs[0]["path"].split(", ")[-1].split()[0]) > 1  # 256 KiB buckets: several requests
+    assert all(p["staging"] is True for p in pubs)  # overlapped: the buckets went before the pause
     assert not root.exists()
 
     info = httpx.get(serve + "/model_info", timeout=30).json()
