@@ -338,8 +338,10 @@ class DistributedTransport:
         self.group = await joining
         target.needs_rejoin = False
         self.staging = self.overlap and await target.can_stage_weights()
-        log.info("weight group %r formed: trainer rank 0 and %d server rank(s) on %d server(s), %s, port %d",
-                 self.group_name, world - 1, len(ranks), self.backend, store.port)
+        log.info("weight group %r formed: trainer rank 0 and %d server rank(s) on %d server(s), %s, port %d; %s",
+                 self.group_name, world - 1, len(ranks), self.backend, store.port,
+                 "buckets staged while the servers generate, committed in the pause" if self.staging
+                 else "every bucket in the pause")
 
     async def _disband(self, target: BroadcastTarget) -> None:
         with contextlib.suppress(Exception):

@@ -110,6 +110,8 @@ def test_a_short_run_with_weights_sent_by_broadcast(tmp_path):
     assert not (run_dir / "weights").exists()  # nothing went through files
     log = (run_dir / "logs" / "trainer.log").read_text()
     assert "weight group 'agentrl_weights' formed: trainer rank 0 and 1 server rank(s) on 1 server(s), gloo" in log
+    assert "buckets staged while the servers generate, committed in the pause" in log  # overlapped
+    assert all(r["perf/weight_deliver_s"] > 0 for r in steps)
 
 
 def test_bad_configs_fail_before_anything_starts(tmp_path):
