@@ -325,6 +325,11 @@ def test_an_overlapped_publish_switches_versions_exactly_at_the_commit(server, u
     assert during > 0  # tokens were generated while the buckets went over
     k = c.versions.index(2)
     assert k > 0 and c.versions == [1] * k + [2] * (480 - k) and len(c.tokens) == 480
+    committed = outputs(server)  # several buckets staged, one swap: what the same weights from disk serve
+    from_disk(server, second_model_dir, "disk")
+    disk = outputs(server)
+    assert committed[:2] == disk[:2]
+    torch.testing.assert_close(torch.tensor(committed[2]), torch.tensor(disk[2]), rtol=0, atol=1e-5)
     from_disk(server, untrained_model_dir, "old")
     assert _greedy(server, PROMPT, k) == c.tokens[:k]  # the old weights up to the swap
     from_disk(server, second_model_dir, "new")
