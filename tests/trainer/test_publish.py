@@ -47,19 +47,24 @@ def test_publish_round_trip_changes_the_served_weights_and_version(serve, untrai
     info = httpx.get(serve + "/model_info", timeout=30).json()
     assert info["weight_version"] == "2" and info["model_path"] == str(root / "v000002")
 
-    async def sample():
-        async with RemoteEngine(serve, version=2) as engine:
-            return await engine.generate([1, 2, 3, 4], SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
-
-    c = asyncio.run(sample())
-    assert c.versions == [2] * len(c.tokens)
-    ids = [1, 2, 3, 4, *c.tokens]
-    served = torch.tensor(c.logprobs)
+    ids, served = _served_sample(serve, version=2)
     new = _teacher_forced(root / "v000002", ids)[3:]
     old = _teacher_forced(untrained_model_dir, ids)[3:]
     torch.testing.assert_close(served, new, rtol=0, atol=1e-4)  # the server runs the published weights
     assert (served - old).abs().max().item() > 1e-2  # ... which are not the initial ones
+
+
+def _served_sample(serve: str, version: int) -> tuple[list[int], torch.Tensor]:
+    """A seeded 8-token sample from the server, which must carry ``version`` on every token: the
+    prompt + sample ids and the server's log-probabilities of the sample."""
+    async def sample():
+        async with RemoteEngine(serve, version=version) as engine:
+            return await engine.generate([1, 2, 3, 4], SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+
+    c = asyncio.run(sample())
+    assert c.versions == [version] * len(c.tokens)
     assert all(math.isfinite(x) for x in c.logprobs)
+    return [1, 2, 3, 4, *c.tokens], torch.tensor(c.logprobs)
 
 
 def _teacher_forced_weights(model_dir, weights, ids):
@@ -91,14 +96,7 @@ def test_publish_by_broadcast_serves_the_trained_weights(serve, untrained_model_
     info = httpx.get(serve + "/model_info", timeout=30).json()
     assert info["weight_version"] == "2"
 
-    async def sample():
-        async with RemoteEngine(serve, version=2) as engine:
-            return await engine.generate([1, 2, 3, 4], SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
-
-    c = asyncio.run(sample())
-    assert c.versions == [2] * len(c.tokens)
-    ids = [1, 2, 3, 4, *c.tokens]
-    served = torch.tensor(c.logprobs)
+    ids, served = _served_sample(serve, version=2)
     new = _teacher_forced_weights(untrained_model_dir, out["weights_final"], ids)[3:]
     old = _teacher_forced(untrained_model_dir, ids)[3:]
     torch.testing.assert_close(served, new, rtol=0, atol=1e-4)  # the server runs the trained weights
