@@ -35,12 +35,6 @@ from agentrl.errors import ServerUnavailable
 # --------------------------------------------------------------------------- the service side
 
 
-HTTP_PARSER = "httptools"
-"""uvicorn's HTTP/1.1 implementation for every service of ours: httptools (C; a base dependency),
-not the pure-Python h11 uvicorn falls back to (on 2 cores its parsing showed in the gateway's
-profile, and the gateway's overhead went from 0.137 to a median of 0.074)."""
-
-
 def bind(host: str, port: int) -> socket.socket:
     """A listening-ready TCP socket on (host, port); port 0 picks a free one. Made with
     ``IPPROTO_TCP`` spelled out: asyncio sets ``TCP_NODELAY`` only on sockets whose ``proto``
@@ -71,7 +65,7 @@ def run_app(app: Any, sock: socket.socket, *, ready_line: str, log_level: str = 
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5,
-                                           **{"http": HTTP_PARSER, **uvicorn_options}))
+                                           **uvicorn_options))
 
     async def main() -> None:
         if before_ready is not None:
@@ -102,8 +96,7 @@ async def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *,
 
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
-    server = Quiet(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5,
-                                  **{"http": HTTP_PARSER, **uvicorn_options}))
+    server = Quiet(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5, **uvicorn_options))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
