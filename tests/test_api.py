@@ -117,13 +117,15 @@ def test_bad_sampling_params_are_rejected(kw):
 
 
 def test_valid_edge_cases_are_accepted():
-    make_traj(logprobs=[0, 0, -0.5, 0.0])  # an int 0 is a log-probability; a sampled token may have p=1
-    make_traj(loss_mask=[0, 0, 0, 0], logprobs=[0.0] * 4, versions=[NOT_SAMPLED] * 4)
-    make_traj(input_ids=[0, 1, 0, 1], versions=[NOT_SAMPLED, NOT_SAMPLED, 0, 1], reward=0)
-    make_traj(logprobs=[0.0, -0.0, -0.5, 5e-7])  # float32 log-softmax may round a hair above 0
-    Trajectory([], [], [], [])
-    Completion([], [], [], "abort")
-    Completion([1, 2], [-0.1, 0], [0, 1], "stop", matched_stop="</s>")
+    """Each constructs (no error) and keeps what it was given."""
+    assert make_traj(logprobs=[0, 0, -0.5, 0.0]).logprobs == [0, 0, -0.5, 0.0]  # an int 0: a token with p=1
+    assert make_traj(loss_mask=[0, 0, 0, 0], logprobs=[0.0] * 4, versions=[NOT_SAMPLED] * 4).loss_mask == [0] * 4
+    t = make_traj(input_ids=[0, 1, 0, 1], versions=[NOT_SAMPLED, NOT_SAMPLED, 0, 1], reward=0)
+    assert t.input_ids == [0, 1, 0, 1] and t.reward == 0
+    assert make_traj(logprobs=[0.0, -0.0, -0.5, 5e-7]).logprobs[3] == 5e-7  # float32 log-softmax rounds a hair above 0
+    assert len(Trajectory([], [], [], [])) == 0
+    assert Completion([], [], [], "abort").tokens == []
+    assert Completion([1, 2], [-0.1, 0], [0, 1], "stop", matched_stop="</s>").matched_stop == "</s>"
 
 
 def test_completion_lengths_must_agree():

@@ -153,7 +153,7 @@ class DiskTransport:
         await target.update_weights(staged, version)
 
     async def close(self, target: Any) -> None:
-        pass
+        pass  # the disk path holds no group or connection of its own to end
 
     def _prune(self, keep: int) -> None:
         versions = sorted(int(m.group(1)) for p in self.root.iterdir()

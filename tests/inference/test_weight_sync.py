@@ -50,6 +50,16 @@ def from_disk(url: str, model_dir, version: str) -> None:
     assert r.status_code == 200 and r.json()["success"], r.text
 
 
+def assert_serves_like_disk(url: str, model_dir, version: str | None = None) -> None:
+    """The server is at ``version`` (when given) and serves exactly what ``model_dir`` loaded
+    from disk serves: greedy tokens, seeded tokens and their logprobs."""
+    if version is not None:
+        assert httpx.get(url + "/model_info", timeout=10).json()["weight_version"] == version
+    served = outputs(url)
+    from_disk(url, model_dir, "disk")
+    assert outputs(url) == served
+
+
 def staged(model_dir, bucket_bytes: int, flat: bool = False) -> StagedTensors:
     """A checkpoint's tensors as the trainer stages them (name order, buckets of ``bucket_bytes``;
     ``flat``: each bucket as SGLang's flattened_bucket, one buffer of the tensors' bytes)."""
@@ -190,10 +200,7 @@ def test_destroy_then_init_again_and_a_group_left_out_of_step(server, untrained_
             await tr.close(engine)
 
     asyncio.run(scenario())
-    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "5"
-    disk = outputs(server)
-    from_disk(server, second_model_dir, "disk")
-    assert outputs(server) == disk
+    assert_serves_like_disk(server, second_model_dir, "5")
 
 
 def test_init_refusals_name_the_field(server):
@@ -227,10 +234,7 @@ def test_a_server_that_lost_the_broadcast_weights_waits_out_of_rotation_until_th
             await tr.close(engine)
 
     asyncio.run(scenario())
-    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "8"
-    served = outputs(server)
-    from_disk(server, second_model_dir, "disk")
-    assert outputs(server) == served
+    assert_serves_like_disk(server, second_model_dir, "8")
 
 
 # ---------------------------------------------------------------- overlapped updates (ours, not SGLang's)
@@ -453,6 +457,4 @@ def test_without_staging_every_bucket_goes_inside_the_pause(server, untrained_mo
     updates = [p for p in posted if p["path"] == "/update_weights_from_distributed"]
     assert len(updates) == len(weights.buckets) and not any("agentrl_stage_only" in p for p in updates)
     assert [p.get("weight_version") for p in updates] == [None] * (len(updates) - 1) + ["2"]
-    served = outputs(server)
-    from_disk(server, second_model_dir, "disk")
-    assert outputs(server) == served
+    assert_serves_like_disk(server, second_model_dir)
