@@ -10,13 +10,15 @@ calls ``/generate`` through ``RemoteEngine``), then ``POST /v1/sessions/{id}/end
 bookkeeping is part of the gateway's cost. The client is the same on both sides (httpx over
 ``KeepAliveTransport``, so its own cost stays small on a 2-core machine where every client
 CPU millisecond is taken from the server). The two sides alternate for ``--rounds`` rounds,
-so machine load drifts affect both; the ratio uses the total time of each side.
+so machine load drifts affect both; the ratio uses the total time of each side. A round's
+time swings by 10-20% on its own on a 2-core machine (the server's batches form differently
+each time), hence several rounds of several seconds each.
 
     overhead = 1 - (gateway completions/s) / (direct completions/s)       goal: < 0.10
 
 Last line: one JSON object. Usage::
 
-    .venv/bin/python benchmarks/gateway.py [--episodes 64] [--concurrency 16] [--turns 3] [--max-tokens 32]
+    .venv/bin/python benchmarks/gateway.py [--episodes 128] [--rounds 5] [--concurrency 16] [--turns 3] [--max-tokens 32]
 """
 
 from __future__ import annotations
@@ -76,11 +78,11 @@ async def side(url: str, episodes: int, concurrency: int, turns: int, max_tokens
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=ROOT / "examples" / "tiny-model")
-    ap.add_argument("--episodes", type=int, default=64, help="episodes per side and round (default 64)")
+    ap.add_argument("--episodes", type=int, default=128, help="episodes per side and round (default 128)")
     ap.add_argument("--concurrency", type=int, default=16, help="episodes in flight (default 16)")
     ap.add_argument("--turns", type=int, default=3, help="calls per episode (default 3)")
     ap.add_argument("--max-tokens", type=int, default=32, help="new tokens per call (default 32)")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of both sides (default 3)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds of both sides (default 5)")
     args = ap.parse_args()
 
     with ServerProcess(args.model, "--served-model-name", "tiny") as server, \

@@ -22,7 +22,7 @@ COPY certs/ /tmp/certs/
 ARG PIP_CERT
 COPY src/pyproject.toml src/docker/requirements.py /tmp/deps/
 RUN python3 /tmp/deps/requirements.py /tmp/deps/pyproject.toml --extras docker \
-        --only fastapi,uvicorn,pyyaml,httpx >/tmp/deps/requirements.txt \
+        --only fastapi,uvicorn,httptools,uvloop,pyyaml,httpx >/tmp/deps/requirements.txt \
  && pip install -q -r /tmp/deps/requirements.txt && rm -rf /tmp/deps
 COPY src/ /opt/agentrl-src/
 RUN pip install -q --no-deps /opt/agentrl-src && rm -rf /opt/agentrl-src

@@ -33,7 +33,8 @@ def test_api_imports_no_heavy_packages():
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
-IMPORT_NAMES = {"pyyaml": "yaml", "math-verify": "math_verify", "tensorboard": r"torch\.utils\.tensorboard"}
+IMPORT_NAMES = {"pyyaml": "yaml", "math-verify": "math_verify", "tensorboard": r"torch\.utils\.tensorboard",
+                "httptools": "uvicorn"}  # uvicorn's HTTP parser (launch.services.HTTP_PARSER)
 """Requirement name -> the module (a regex) whose import uses it."""
 
 

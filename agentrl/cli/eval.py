@@ -28,7 +28,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    import asyncio
     import json
     from pathlib import Path
 
@@ -36,6 +35,7 @@ def run(args) -> int:
     from agentrl.config import load_config
     from agentrl.errors import ConfigError
     from agentrl.inference.client import RemoteEngine
+    from agentrl.launch.services import run_async
     from agentrl.rollout.evaluate import curate, evaluate
     from agentrl.run.config import RunConfig, check_run_config
     from agentrl.run.launcher import Run
@@ -73,7 +73,7 @@ def run(args) -> int:
 
     try:
         urls = run.start_servers()
-        report = asyncio.run(main())
+        report = run_async(main())
     finally:
         run.stop()
     result = {"model": cfg.model, "dataset": cfg.eval.dataset, "k": k, **report.summary(),

@@ -399,6 +399,7 @@ async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary:
 
 def main(argv: list[str] | None = None) -> int:
     from agentrl.config import load_config
+    from agentrl.launch.services import run_async
     from agentrl.run.config import RunConfig
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -418,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if resume_from is not None:
         tr.restore(resume_from)
     if tr.rank == 0:
-        summary = asyncio.run(lead(tr, resume_from))
+        summary = run_async(lead(tr, resume_from))
         print("agentrl train: summary " + json.dumps(summary), flush=True)
     else:
         tr.follow()
