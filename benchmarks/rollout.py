@@ -26,7 +26,6 @@ Last line: one JSON object. Usage::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import importlib.util
 import json
@@ -38,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentrl.launch.services import ServerProcess
+from agentrl.launch.services import ServerProcess, run_async
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,7 +163,7 @@ def main() -> None:
     slots = str(max(64, args.prompts * args.samples))
     with ServerProcess(args.model, "--max-running-requests", slots, threads=args.threads,
                        startup_timeout=300) as server:
-        result = asyncio.run(measure(server.url, args.model, args))
+        result = run_async(measure(server.url, args.model, args))  # the event loop `agentrl train` runs
     demo = demo_step_time(args.model, args.demo_steps, args.demo_threads) if args.demo_steps >= 2 else None
     print(json.dumps({
         "mode": "rollout", "model": str(args.model), "threads": args.threads, "prompts": args.prompts,
