@@ -64,6 +64,7 @@ only sees the output since the resume).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -77,7 +78,7 @@ from agentrl.api import Completion, SamplingParams
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
 from agentrl.inference.batcher import GroupBatcher
-from agentrl.inference.transport import KeepAliveTransport
+from agentrl.inference.transport import KeepAliveTransport, Origin
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,14 @@ class _Server:
     failures: int = 0
     pinned: set[str] = field(default_factory=set)
     stale: bool = False  # answers, but lacks the weights last sent by broadcast: no generation until the next
+    origin: Origin | None = field(init=False, repr=False)  # for KeepAliveTransport.post_json; plain http only
+
+    def __post_init__(self) -> None:
+        self.origin = Origin.of(self.address) if self.address.startswith("http://") else None
+
+
+def _text(content: bytes) -> str:
+    return content[:300].decode(errors="replace")
 
 
 def _prompt(input_ids: Sequence[int]) -> list[int]:
@@ -140,8 +149,12 @@ class RemoteEngine:
         self.timeout, self.control_timeout = timeout, control_timeout
         self.max_retries, self.backoff = max_retries, backoff
         self.health_check_interval, self.max_resumes = health_check_interval, max_resumes
+        self._transport = transport or KeepAliveTransport()
+        # /generate goes through the lean path of our own transport (no httpx objects per call)
+        self._lean = self._transport if isinstance(self._transport, KeepAliveTransport) else None
+        self._auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
         self._http = httpx.AsyncClient(
-            transport=transport or KeepAliveTransport(),
+            transport=self._transport,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
@@ -417,18 +430,24 @@ class RemoteEngine:
         return await self._post(server, "/generate", payload, self.timeout)
 
     async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float) -> Any:
-        r = await self._http.post(server.address + path, json=payload, timeout=httpx.Timeout(seconds, connect=5.0))
-        if r.status_code >= 500:
-            raise ServerError(f"{server.address}{path} answered HTTP {r.status_code}: {r.text[:300]}")
+        if self._lean is not None and server.origin is not None:
+            status, content = await self._lean.post_json(server.origin, path, json.dumps(payload).encode(),
+                                                         read_timeout=seconds, headers=self._auth)
+        else:
+            r = await self._http.post(server.address + path, json=payload,
+                                      timeout=httpx.Timeout(seconds, connect=5.0))
+            status, content = r.status_code, r.content
+        if status >= 500:
+            raise ServerError(f"{server.address}{path} answered HTTP {status}: {_text(content)}")
         try:
-            data = r.json() if r.content else None
+            data = json.loads(content) if content else None
         except ValueError as e:
-            raise ServerError(f"{server.address}{path} answered non-JSON: {r.text[:300]}") from e
-        if r.status_code >= 400:
+            raise ServerError(f"{server.address}{path} answered non-JSON: {_text(content)}") from e
+        if status >= 400:
             err = data.get("error", data.get("message", data)) if isinstance(data, dict) else data
             if isinstance(err, dict):
                 err = err.get("message", err)
-            raise RequestRejected(f"{server.address}{path} refused the request: {err}", r.status_code)
+            raise RequestRejected(f"{server.address}{path} refused the request: {err}", status)
         return data
 
     # ------------------------------------------------------------------ weight publishing

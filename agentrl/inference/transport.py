@@ -7,6 +7,9 @@ for ``RemoteEngine``'s hot path (a ``/generate`` call per model turn, tens in fl
 default transport (httpcore) walks every pooled connection and polls each one's socket on
 every request, which at 16 calls in flight cost more CPU than the rest of a gateway call
 (``benchmarks/gateway.py``); ``RemoteEngine`` uses it unless given another transport.
+``post_json(Origin.of(base_url), path, body)`` is the same exchange without httpx's request
+and response objects (status and body back): ``RemoteEngine``'s ``/generate`` calls go that
+way, where building and reading those objects cost as much CPU as the exchange itself.
 
 How it behaves: a pooled connection that the server closed while idle is noticed before use
 (or, when the close arrives while the request is written, the request is sent once more on a
@@ -57,15 +60,33 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         if url.scheme != "http":
             raise httpx.UnsupportedProtocol(f"KeepAliveTransport speaks plain http://, not {url.scheme}://",
                                             request=request)
-        key = (url.host, url.port or 80)
         timeout = request.extensions.get("timeout") or {}
         payload = _head(request) + await request.aread()
+        status, headers, body = await self._roundtrip((url.host, url.port or 80), payload, timeout, request)
+        return httpx.Response(status, headers=headers, content=body, request=request,
+                              extensions={"http_version": b"HTTP/1.1"})
+
+    async def post_json(self, origin: Origin, path: str, body: bytes, *, read_timeout: float | None,
+                        connect_timeout: float | None = 5.0, headers: bytes = b"") -> tuple[int, bytes]:
+        """``POST`` of a JSON ``body`` without httpx's request and response objects: the answer's
+        status and body. ``origin`` comes from ``Origin.of(base_url)``; ``headers`` are extra
+        ``b"Name: value\r\n"`` lines. For a caller that sends many small calls (``RemoteEngine``'s
+        ``/generate``): building and reading httpx's objects cost as much as the exchange."""
+        payload = b"".join((b"POST ", origin.prefix, path.encode(), b" HTTP/1.1\r\nHost: ", origin.host_header,
+                            b"\r\nContent-Type: application/json\r\nAccept-Encoding: identity\r\n", headers,
+                            b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n", body))
+        timeout = {"connect": connect_timeout, "read": read_timeout, "write": read_timeout}
+        status, _, content = await self._roundtrip(origin.key, payload, timeout, None)
+        return status, content
+
+    async def _roundtrip(self, key: tuple[str, int], payload: bytes, limits: dict, request: httpx.Request | None
+                         ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         for attempt in (0, 1):
             conn, reused = self._take(key), True
             if conn is None:
-                conn, reused = await self._connect(key, timeout.get("connect"), request), False
+                conn, reused = await self._connect(key, limits.get("connect"), request), False
             try:
-                status, headers, body, keep = await self._exchange(conn, payload, timeout, request)
+                status, headers, body, keep = await self._exchange(conn, payload, limits, request)
             except _Stale:
                 conn.close()
                 if reused and attempt == 0:
@@ -79,8 +100,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                 self._idle[key].append(conn)
             else:
                 conn.close()
-            return httpx.Response(status, headers=headers, content=body, request=request,
-                                  extensions={"http_version": b"HTTP/1.1"})
+            return status, headers, body
         raise AssertionError("unreachable")
 
     def _take(self, key: tuple[str, int]) -> _Connection | None:
@@ -92,7 +112,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             conn.close()
         return None
 
-    async def _connect(self, key: tuple[str, int], seconds: float | None, request: httpx.Request) -> _Connection:
+    async def _connect(self, key: tuple[str, int], seconds: float | None, request: httpx.Request | None) -> _Connection:
         try:
             async with asyncio.timeout(seconds):
                 reader, writer = await asyncio.open_connection(*key, limit=_MAX_HEAD)
@@ -103,7 +123,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         self.connections_opened += 1
         return _Connection(reader, writer)
 
-    async def _exchange(self, conn: _Connection, payload: bytes, limits: dict, request: httpx.Request
+    async def _exchange(self, conn: _Connection, payload: bytes, limits: dict, request: httpx.Request | None
                         ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
         try:
             async with asyncio.timeout(limits.get("write")):
@@ -125,7 +145,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                 except ConnectionResetError as e:
                     raise _Stale() from e
                 status, headers, keep, length, chunked = _parse_head(head, request)
-                if request.method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+                if (request is not None and request.method == "HEAD") or status in (204, 304) or 100 <= status < 200:
                     body = b""
                 elif chunked:
                     body = await _read_chunked(conn.reader)
@@ -148,6 +168,25 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
 
+class Origin:
+    """Where ``post_json`` sends: the connection key, the ``Host`` header and the base URL's path."""
+
+    __slots__ = ("host_header", "key", "prefix")
+
+    def __init__(self, key: tuple[str, int], host_header: bytes, prefix: bytes) -> None:
+        self.key, self.host_header, self.prefix = key, host_header, prefix
+
+    @classmethod
+    def of(cls, base_url: str) -> Origin:
+        url = httpx.URL(base_url)
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol(f"KeepAliveTransport speaks plain http://, not {url.scheme}://")
+        port = url.port or 80
+        host = f"[{url.host}]" if ":" in url.host else url.host
+        return cls((url.host, port), f"{host}:{port}".encode() if url.port else host.encode(),
+                   url.raw_path.rstrip(b"/"))
+
+
 class _Stale(Exception):
     """The connection was closed before any byte of the response came back."""
 
@@ -162,7 +201,7 @@ def _head(request: httpx.Request) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-def _parse_head(head: bytes, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]], bool, int | None, bool]:
+def _parse_head(head: bytes, request: httpx.Request | None) -> tuple[int, list[tuple[bytes, bytes]], bool, int | None, bool]:
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():

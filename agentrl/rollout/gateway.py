@@ -148,43 +148,12 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     # ------------------------------------------------------------------ errors
 
-    def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
-                            status_code=status, headers=headers)
+    async def on_error(_: Request, e: Exception) -> JSONResponse:
+        return error_response(e, retry_after_s)
 
-    @app.exception_handler(HTTPError)
-    async def _http(_: Request, e: HTTPError):
-        return error(e.status, str(e), e.kind, e.headers)
-
-    @app.exception_handler(BadRequest)
-    async def _bad(_: Request, e: BadRequest):
-        return error(e.status, str(e), "invalid_request_error")
-
-    @app.exception_handler(RequestRejected)
-    async def _rejected(_: Request, e: RequestRejected):
-        return error(e.status_code if 400 <= e.status_code < 500 else 400, str(e), "invalid_request_error")
-
-    @app.exception_handler(RolloutError)
-    async def _rollout(_: Request, e: RolloutError):
-        return error(400, str(e), "invalid_request_error")
-
-    @app.exception_handler(ServerUnavailable)
-    async def _unavailable(_: Request, e: ServerUnavailable):
-        return error(503, f"no inference server could take the call: {e}", "server_error",
-                     {"Retry-After": str(retry_after_s)})
-
-    @app.exception_handler(ServerError)
-    async def _upstream(_: Request, e: ServerError):
-        return error(502, f"the inference server failed: {e}", "server_error")
-
-    @app.exception_handler(TimeoutError)
-    async def _timeout(_: Request, e: TimeoutError):
-        return error(504, "the generation call ran past its timeout", "server_error")
-
-    @app.exception_handler(Exception)
-    async def _internal(_: Request, e: Exception):
-        log.exception("internal error in the gateway")
-        return error(500, f"internal error: {e!r}", "server_error")
+    for kind in (HTTPError, BadRequest, RequestRejected, RolloutError, ServerUnavailable, ServerError, TimeoutError,
+                 Exception):
+        app.add_exception_handler(kind, on_error)
 
     # ------------------------------------------------------------------ sessions
 
@@ -322,11 +291,58 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
             return await generate(request, session_for_path(request, session_id), route)
         return endpoint
 
-    for path, route in (("/v1/chat/completions", ChatClient.complete), ("/v1/responses", ChatClient.respond)):
+    hot = {"/v1/chat/completions": ChatClient.complete, "/v1/responses": ChatClient.respond}
+    for path, route in hot.items():
         app.add_api_route(path, by_key(route), methods=["POST"])  # the session from the bearer key
         app.add_api_route(f"/sessions/{{session_id}}{path}", by_path(route), methods=["POST"])  # or the path
 
+    class HotPath:
+        """``POST /v1/chat/completions`` and ``/v1/responses`` by key, answered before FastAPI's
+        routing, dependency and exception layers (a third of the gateway's CPU per call on 2
+        cores, ``benchmarks/gateway.py``); the same handler and error answers as the routes above,
+        which serve them in the OpenAPI document and for the path form."""
+
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+            route = hot.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+            if route is None:
+                return await self.app(scope, receive, send)
+            request = Request(scope, receive)
+            try:
+                response = await generate(request, session_for_key(request), route)
+            except Exception as e:  # noqa: BLE001 (every failure becomes its HTTP answer, as in the routes)
+                response = error_response(e, retry_after_s)
+            await response(scope, receive, send)
+
+    app.add_middleware(HotPath)
     return app
+
+
+def error_response(e: Exception, retry_after_s: int) -> JSONResponse:
+    """The answer to an exception a route raised, in OpenAI's error shape."""
+    status, kind, message, headers = 500, "server_error", str(e), None
+    if isinstance(e, HTTPError):
+        status, kind, headers = e.status, e.kind, e.headers
+    elif isinstance(e, BadRequest):
+        status, kind = e.status, "invalid_request_error"
+    elif isinstance(e, RequestRejected):
+        status, kind = (e.status_code if 400 <= e.status_code < 500 else 400), "invalid_request_error"
+    elif isinstance(e, RolloutError):
+        status, kind = 400, "invalid_request_error"
+    elif isinstance(e, ServerUnavailable):
+        status, message = 503, f"no inference server could take the call: {e}"
+        headers = {"Retry-After": str(retry_after_s)}
+    elif isinstance(e, ServerError):
+        status, message = 502, f"the inference server failed: {e}"
+    elif isinstance(e, TimeoutError):
+        status, message = 504, "the generation call ran past its timeout"
+    else:
+        log.error("internal error in the gateway", exc_info=e)
+        message = f"internal error: {e!r}"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                        status_code=status, headers=headers)
 
 
 def _only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:

@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from agentrl.inference.transport import KeepAliveTransport
+from agentrl.inference.transport import KeepAliveTransport, Origin
 
 
 async def test_answers_match_httpx_and_connections_are_kept(server):
@@ -37,6 +37,43 @@ async def test_answers_match_httpx_and_connections_are_kept(server):
         answers = await asyncio.gather(*(lean.get("/health") for _ in range(20)))
         assert all(r.status_code == 200 for r in answers)
     assert transport.connections_opened <= 21  # sequential calls shared one connection
+
+
+async def test_post_json_answers_like_httpx_on_the_same_connections(server):
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}}
+    transport = KeepAliveTransport()
+    async with httpx.AsyncClient(base_url=server, timeout=60, transport=transport) as http:
+        want = await http.post("/generate", json=body)
+        status, content = await transport.post_json(Origin.of(server + "/"), "/generate", json.dumps(body).encode(),
+                                                     read_timeout=60)
+        assert (status, json.loads(content)["output_ids"]) == (200, want.json()["output_ids"])
+        status, content = await transport.post_json(Origin.of(server), "/generate", b'{"input_ids": "x"}',
+                                                    read_timeout=60)
+        assert status == 400 and "input_ids" in json.loads(content)["error"]["message"]
+    assert transport.connections_opened == 1
+
+
+async def test_post_json_writes_one_plain_request():
+    seen = []
+
+    async def record(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+        seen.append(head + await reader.readexactly(length))
+        writer.write(answer(b'{"ok": true}'))
+        await writer.drain()
+        writer.close()
+
+    async with peer(record) as url:
+        status, content = await KeepAliveTransport().post_json(
+            Origin.of(url + "/base/"), "/generate", b'{"a": 1}', read_timeout=5, headers=b"Authorization: Bearer k\r\n")
+    port = url.rsplit(":", 1)[1]
+    assert (status, content) == (200, b'{"ok": true}')
+    assert seen == [f"POST /base/generate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                    "Accept-Encoding: identity\r\nAuthorization: Bearer k\r\nContent-Length: 8\r\n\r\n"
+                    '{"a": 1}'.encode()]
+    with pytest.raises(httpx.UnsupportedProtocol):
+        Origin.of("https://example.org")
 
 
 @contextlib.asynccontextmanager
