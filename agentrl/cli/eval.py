@@ -35,7 +35,7 @@ def run(args) -> int:
     from agentrl.config import load_config
     from agentrl.errors import ConfigError
     from agentrl.inference.client import RemoteEngine
-    from agentrl.launch.services import run_async
+    from agentrl.launch.services import exit_on_signals, run_async
     from agentrl.rollout.evaluate import curate, evaluate
     from agentrl.run.config import RunConfig, check_run_config
     from agentrl.run.launcher import Run
@@ -72,8 +72,9 @@ def run(args) -> int:
         return report
 
     try:
-        urls = run.start_servers()
-        report = run_async(main())
+        with exit_on_signals("agentrl eval"):  # a SIGTERM stops the servers it started, too
+            urls = run.start_servers()
+            report = run_async(main())
     finally:
         run.stop()
     result = {"model": cfg.model, "dataset": cfg.eval.dataset, "k": k, **report.summary(),

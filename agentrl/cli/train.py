@@ -46,6 +46,7 @@ def run(args) -> int:
 
     from agentrl.config import describe, load_config, save_config
     from agentrl.errors import ConfigError
+    from agentrl.launch.services import exit_on_signals
     from agentrl.run.config import RunConfig, check_run_config
     from agentrl.run.launcher import launch
     from agentrl.run.loop import latest_checkpoint
@@ -78,6 +79,7 @@ def run(args) -> int:
         save_config(cfg, run_dir / "config.yaml")
     if cfg.launcher == "ray":
         from agentrl.run.ray_launcher import launch
-    summary = launch(cfg, run_dir)
+    with exit_on_signals("agentrl train"):  # a SIGTERM stops the servers and ranks it started, too
+        summary = launch(cfg, run_dir)
     print(json.dumps(summary), flush=True)
     return 0

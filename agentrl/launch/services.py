@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +240,31 @@ def stop_process(proc: subprocess.Popen | None, grace_s: float = 15.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def exit_on_signals(name: str, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Within the block, SIGTERM or SIGHUP raises ``SystemExit(128 + signum)`` in the main thread,
+    so the ``finally`` blocks that stop this program's children run — by default Python dies at
+    once on them and the inference servers it started go on holding their cores or GPUs (after a
+    ``kill``, Slurm's ``scancel``, a closed terminal). A second signal while stopping is ignored;
+    the previous handlers come back at the end. ``name`` is the program, for the line it prints."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        for s in signals:
+            signal.signal(s, signal.SIG_IGN)
+        print(f"{name}: {signal.Signals(signum).name} received; stopping its processes", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 SERVE_READY = "agentrl serve: ready on "

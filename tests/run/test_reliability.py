@@ -1,6 +1,6 @@
 """`agentrl train` when parts fail: a killed inference server is restarted and the run goes on; a
-SIGKILLed trainer rank stops the run cleanly and `--resume` loses nothing; an env that raises on
-30% of episodes is counted, not fatal."""
+SIGKILLed trainer rank stops the run cleanly and `--resume` loses nothing; a SIGTERM to the run
+stops everything it started; an env that raises on 30% of episodes is counted, not fatal."""
 
 from __future__ import annotations
 
@@ -92,6 +92,19 @@ def test_a_killed_trainer_rank_stops_the_run_and_resume_loses_nothing(tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["steps"] == 6 and summary["counters"]["episodes_replayed"] > 0
     assert "resumed from step_000002" in out or "resumed from step_000004" in out
+
+
+def test_sigterm_stops_the_run_and_every_process_it_started(tmp_path):
+    run_dir = tmp_path / "run"
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=500", "checkpoint.every_steps=0", *SMALL)
+    t.wait_for("step    2")
+    port = json.loads((run_dir / "servers.json").read_text())["servers"][0].rsplit(":", 1)[1]
+    assert len(pids_with("agentrl", "serve", "--port", port)) == 1
+    t.proc.send_signal(signal.SIGTERM)  # what kill, Slurm's scancel or a closed terminal (SIGHUP) send
+    code, out = t.finish(timeout=120)
+    assert code == 128 + signal.SIGTERM and "agentrl train: SIGTERM received; stopping its processes" in out, out[-3000:]
+    time.sleep(1)
+    assert pids_with(str(run_dir)) == [] and pids_with("agentrl", "serve", "--port", port) == []  # nothing left
 
 
 def test_an_env_failing_on_30_percent_of_episodes_is_counted_not_fatal(tmp_path):
