@@ -160,20 +160,19 @@ def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> Path | No
     try:
         from agentrl.plugins import import_optional
 
-        matplotlib = import_optional("matplotlib", extra="plots", purpose="curves.png")
+        import_optional("matplotlib", extra="plots", purpose="curves.png")
     except Exception as e:  # a missing plot must not fail a finished run
         warnings.warn(str(e), RuntimeWarning, stacklevel=2)
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global state, so any thread may draw
 
     rows = read_metrics(run_dir)
     panels = [(title, keys) for title, keys in CURVES if any(k in r for r in rows for k in keys)]
     if not panels:
         return None
     cols = 3
-    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(5 * cols, 3.2 * math.ceil(len(panels) / cols)),
-                             squeeze=False)
+    fig = Figure(figsize=(5 * cols, 3.2 * math.ceil(len(panels) / cols)))
+    axes = fig.subplots(math.ceil(len(panels) / cols), cols, squeeze=False)
     for ax, (title, keys) in zip(axes.flat, panels, strict=False):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if key in r and math.isfinite(r[key])]
@@ -188,5 +187,4 @@ def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> Path | No
     fig.tight_layout()
     path = Path(out) if out is not None else Path(run_dir) / "curves.png"
     fig.savefig(path, dpi=90)
-    plt.close(fig)
     return path
