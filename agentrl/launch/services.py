@@ -12,9 +12,11 @@ demo, the benchmarks and the tests. ``free_port()`` is for the few programs (tor
 rendezvous) that must be told a port instead of reporting one; ``stop_process(proc)`` ends
 any child (SIGTERM, then SIGKILL). Every service runs on uvloop's event loop
 (``run_async``, also used by the trainer's rank-0 loop) with uvicorn parsing HTTP in C
-(httptools): with the pure-Python defaults, asyncio's loop and h11, ``benchmarks/gateway.py``
-served 81 direct completions/s and the gateway cost 9-14% of them; with these, 120-142/s and
-2-8%.
+(httptools). What that is worth, measured in ``benchmarks/gateway.py``'s setting with both
+stacks running side by side, rounds interleaved: the gateway costs 4% of the completions per
+second ``agentrl serve`` answers directly, against 16% with asyncio's loop and h11 (the server
+alone answers as many either way, within noise). ``exit_on_signals`` makes SIGTERM and SIGHUP
+run a program's ``finally`` blocks, so the children it started are stopped.
 
 What it is not: the apps themselves, nor a launcher for SGLang (``python -m
 sglang.launch_server`` on GPU machines; pass their URLs to ``RemoteEngine``).
