@@ -114,19 +114,25 @@ class WeightTransport(Protocol):
     """Moves a model's weights into the servers. ``stage`` is a collective (every rank calls it;
     what it returns matters on rank 0 only); ``deliver`` runs on rank 0 while the servers still
     generate (it moves what it can without changing what they serve); ``send`` runs on rank 0
-    while the servers are paused, and leaves them serving the new weights."""
+    while the servers are paused, and leaves them serving the new weights. A transport that
+    subclasses this one inherits the defaults of ``deliver`` (nothing to move before the pause)
+    and ``close`` (nothing held open)."""
 
     def stage(self, model: torch.nn.Module, version: int) -> Any: ...
 
-    async def deliver(self, target: Any, staged: Any, version: int) -> None: ...
+    async def deliver(self, target: Any, staged: Any, version: int) -> None:
+        return None
 
     async def send(self, target: Any, staged: Any, version: int) -> None: ...
 
-    async def close(self, target: Any) -> None: ...
+    async def close(self, target: Any) -> None:
+        return None
 
 
-class DiskTransport:
-    """HF directories ``<root>/v000042`` on a filesystem the servers can read."""
+class DiskTransport(WeightTransport):
+    """HF directories ``<root>/v000042`` on a filesystem the servers can read: ``stage`` writes
+    the directory (before the pause, so nothing is left to ``deliver``), ``send`` has the servers
+    load it in the pause."""
 
     def __init__(self, root: str | Path, *, source_dir: str | Path, dtype: torch.dtype | None = None,
                  keep_last: int = 2) -> None:
@@ -146,14 +152,8 @@ class DiskTransport:
             self._prune(keep=version)
         return str(out)
 
-    async def deliver(self, target: Any, staged: str, version: int) -> None:
-        pass  # the checkpoint was written while staging: the servers read it in the pause
-
     async def send(self, target: WeightUpdateTarget, staged: str, version: int) -> None:
         await target.update_weights(staged, version)
-
-    async def close(self, target: Any) -> None:
-        pass  # the disk path holds no group or connection of its own to end
 
     def _prune(self, keep: int) -> None:
         versions = sorted(int(m.group(1)) for p in self.root.iterdir()
