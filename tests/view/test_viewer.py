@@ -136,24 +136,36 @@ def test_the_page_shows_the_curves_and_the_trained_tokens(trained_run, serve_vie
         check_tokens(page, row)
 
 
-def test_new_steps_appear_without_a_reload(trained_run, serve_view, page, tmp_path):
-    src, _ = trained_run
-    run_dir = tmp_path / "live"
+REWARD_POINTS = '.chart[data-keys~="rollout/reward_mean"] svg circle'
+
+
+def live_copy(src: Path, run_dir: Path) -> list[str]:
+    """A run directory that looks like ``src`` after its first step; returns src's metrics lines."""
     (run_dir / "trajectories").mkdir(parents=True)
     shutil.copy(src / "config.yaml", run_dir)
     lines = (src / "metrics.jsonl").read_text().splitlines(keepends=True)
-    early = [line for line in lines if json.loads(line)["step"] <= 1]
-    (run_dir / "metrics.jsonl").write_text("".join(early))
+    (run_dir / "metrics.jsonl").write_text("".join(line for line in lines if json.loads(line)["step"] <= 1))
     shutil.copy(src / "trajectories" / "step_000001.jsonl", run_dir / "trajectories")
+    return lines
+
+
+def write_step(run_dir: Path, lines: list[str], step: int) -> None:
+    with (run_dir / "metrics.jsonl").open("a") as f:  # what the run appends after that step
+        f.write("".join(line for line in lines if json.loads(line)["step"] == step))
+
+
+def test_new_steps_appear_without_a_reload(trained_run, serve_view, page, tmp_path):
+    src, _ = trained_run
+    run_dir = tmp_path / "live"
+    lines = live_copy(src, run_dir)
     url = serve_view(run_dir)
     page.goto(url + "/#curves")
-    points = '.chart[data-keys~="rollout/reward_mean"] svg circle'
+    points = REWARD_POINTS
     page.wait_for_selector(points)
     assert page.locator(points).count() == 2
     assert "live" in page.inner_text("#status")
 
-    with (run_dir / "metrics.jsonl").open("a") as f:  # the run writes step 2
-        f.write("".join(line for line in lines if json.loads(line)["step"] == 2))
+    write_step(run_dir, lines, 2)
     page.wait_for_function(f"() => document.querySelectorAll('{points}').length === 4", timeout=15_000)
 
     page.goto(url + "/#steps")
@@ -162,6 +174,28 @@ def test_new_steps_appear_without_a_reload(trained_run, serve_view, page, tmp_pa
     (run_dir / "trajectories" / "tmp").rename(run_dir / "trajectories" / "step_000002.jsonl")
     page.wait_for_selector("h2 >> text=Step 2", timeout=15_000)  # followed, no reload
     assert page.locator("tr.link").count() == len(read_step(run_dir, 2))
+
+
+def test_a_slow_link_draws_each_step_once(trained_run, serve_view, page, tmp_path):
+    """The bug: the page polled on a fixed 2 s timer, so on a link slower than that (a viewer
+    through an SSH tunnel; a loaded CI host) two polls asked for the same new rows and step 2
+    was drawn twice (6 points, not 4). Every request is delayed 2.5 s here by Chromium's own
+    network emulation."""
+    src, _ = trained_run
+    run_dir = tmp_path / "live"
+    lines = live_copy(src, run_dir)
+    url = serve_view(run_dir)
+    page.goto(url + "/#curves")
+    page.wait_for_selector(REWARD_POINTS)
+    assert page.locator(REWARD_POINTS).count() == 2
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 2500, "downloadThroughput": -1,
+                                                  "uploadThroughput": -1})
+    write_step(run_dir, lines, 2)
+    page.wait_for_function(f"() => document.querySelectorAll('{REWARD_POINTS}').length >= 4", timeout=30_000)
+    page.wait_for_timeout(8_000)  # a poll's two requests take 5 s: more polls come and go, none may add a point
+    assert page.locator(REWARD_POINTS).count() == 4
 
 
 def test_two_runs_compared_on_the_same_axes(trained_run, serve_view, page, tmp_path):

@@ -837,14 +837,18 @@ function renderHeader() {
   notes.replaceChildren(...((EMBEDDED && EMBEDDED.notes) || []).map(n => el("div", {}, n)));
 }
 
+const POLL_MS = 2000;
+
 async function poll() {
   let changed = false, newSteps = false;
   const runs = await source.runs();
   for (let r = 0; r < runs.length; r++) {
-    if (!state.metrics[r]) state.metrics[r] = [];
-    const got = await source.metrics(r, state.metrics[r].length);
-    if (got.reset) state.metrics[r] = [];
-    if (got.rows.length || got.reset) { state.metrics[r].push(...got.rows); changed = true; }
+    const have = state.metrics[r] || [];
+    const got = await source.metrics(r, have.length);
+    // got.rows are the run's rows from `have.length` on (from 0 after a reset): put them there, never append
+    // blindly, so an answer that arrives twice cannot draw a step twice
+    if (got.rows.length || got.reset) changed = true;
+    state.metrics[r] = got.reset ? got.rows : have.slice(0, got.total - got.rows.length).concat(got.rows);
     const before = state.runs[r];
     if (!before || before.steps.length !== runs[r].steps.length || JSON.stringify(before.summary) !== JSON.stringify(runs[r].summary)) {
       changed = true;
@@ -870,7 +874,8 @@ async function main() {
   renderHeader();
   await render();
   if (!source.live) return;
-  setInterval(async () => {
+  for (;;) {  // one poll at a time: the next is asked POLL_MS after the last answer, however slow the link
+    await new Promise(resolve => setTimeout(resolve, POLL_MS));
     try {
       const {changed, newSteps} = await poll();
       renderHeader();
@@ -879,14 +884,14 @@ async function main() {
       if ((changed && view === "curves") || (newSteps && followed)) {
         if (followed && view === "steps") {
           const steps = state.runs[route().a ?? 0].steps;
-          if (b !== null && steps.length) { location.hash = `#steps/${route().a ?? 0}/${steps[steps.length - 1]}`; return; }
+          if (b !== null && steps.length) { location.hash = `#steps/${route().a ?? 0}/${steps[steps.length - 1]}`; continue; }
         }
         render();
       }
     } catch (err) {
       document.getElementById("status").textContent = `lost the server (${err.message}); retrying`;
     }
-  }, 2000);
+  }
 }
 
 main();
