@@ -154,19 +154,29 @@ def write_step(run_dir: Path, lines: list[str], step: int) -> None:
         f.write("".join(line for line in lines if json.loads(line)["step"] == step))
 
 
+def wait_for_points(page, n: int, timeout_ms: int) -> None:
+    """Until the reward chart has ``n`` points; a timeout says what the page shows instead."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(f"() => document.querySelectorAll('{REWARD_POINTS}').length === {n}", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        raise AssertionError(f"expected {n} reward points within {timeout_ms} ms; the page has "
+                             f"{page.locator(REWARD_POINTS).count()}, status {page.inner_text('#status')!r}") from None
+
+
 def test_new_steps_appear_without_a_reload(trained_run, serve_view, page, tmp_path):
     src, _ = trained_run
     run_dir = tmp_path / "live"
     lines = live_copy(src, run_dir)
     url = serve_view(run_dir)
     page.goto(url + "/#curves")
-    points = REWARD_POINTS
-    page.wait_for_selector(points)
-    assert page.locator(points).count() == 2
+    page.wait_for_selector(REWARD_POINTS)
+    assert page.locator(REWARD_POINTS).count() == 2
     assert "live" in page.inner_text("#status")
 
     write_step(run_dir, lines, 2)
-    page.wait_for_function(f"() => document.querySelectorAll('{points}').length === 4", timeout=15_000)
+    wait_for_points(page, 4, 15_000)
 
     page.goto(url + "/#steps")
     page.wait_for_selector("text=Step 1")
