@@ -149,6 +149,8 @@ class _Container:
     def destroy(self) -> None:
         with contextlib.suppress(Exception):
             self.raw.close()
+        with contextlib.suppress(Exception):  # the attach's HTTP response still holds the socket: close it too,
+            getattr(self.keep, "_response", self.keep).close()  # or the descriptor stays open until a GC
         with contextlib.suppress(Exception):
             self.container.remove(force=True)
 
@@ -211,6 +213,7 @@ class DockerSandbox:
     def _connect(self) -> Any:
         if self._client is None:
             docker = import_optional("docker", extra="docker", purpose="the Docker sandbox backend")
+            client = None
             try:
                 if self.config.docker_host:
                     client = docker.DockerClient(base_url=self.config.docker_host, timeout=60)
@@ -218,6 +221,8 @@ class DockerSandbox:
                     client = docker.from_env(timeout=60)
                 client.ping()
             except Exception as e:
+                if client is not None:
+                    client.close()
                 raise SandboxUnavailable(
                     f"no Docker engine answers ({e}); start one (`make sandbox-image` does, as root) "
                     "or set DOCKER_HOST / docker_host"
@@ -225,6 +230,7 @@ class DockerSandbox:
             try:
                 client.images.get(self.config.image)
             except Exception as e:
+                client.close()
                 raise SandboxUnavailable(
                     f"image {self.config.image!r} not found ({e}); build it with `make sandbox-image`"
                 ) from e
@@ -385,6 +391,10 @@ class DockerSandbox:
             await asyncio.shield(self._release(box, session.broken))
 
     async def aclose(self) -> None:
-        """Remove every container of this pool."""
+        """Remove every container of this pool and close the engine connections (a later run
+        opens new ones)."""
         await self._in_thread(self._destroy_all)
         self._started = False
+        client, self._client = self._client, None
+        if client is not None:
+            await self._in_thread(client.close)

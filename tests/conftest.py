@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -48,9 +49,9 @@ def docker_ready():
     try:
         import docker
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-        client.images.get("agentrl-sandbox:latest")
+        with contextlib.closing(docker.from_env(timeout=10)) as client:
+            client.ping()
+            client.images.get("agentrl-sandbox:latest")
     except Exception as e:
         why = f"{type(e).__name__}: {e}"
         if os.environ.get("CI"):

@@ -191,15 +191,16 @@ class ServiceProcess:
 
         def read() -> None:
             assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self.lines.append(line)
-                if len(self.lines) > 2000:
-                    del self.lines[:1000]
-                if log is not None:
-                    log.write(line)
-                if line.startswith(ready) and not self.url:
-                    self.url = line[len(ready):].strip()
-                    ready_event.set()
+            with self.proc.stdout:  # closed at the end of the output, not left to a GC
+                for line in self.proc.stdout:
+                    self.lines.append(line)
+                    if len(self.lines) > 2000:
+                        del self.lines[:1000]
+                    if log is not None:
+                        log.write(line)
+                    if line.startswith(ready) and not self.url:
+                        self.url = line[len(ready):].strip()
+                        ready_event.set()
             ready_event.set()  # the process ended: wake the constructor either way
             if log is not None:
                 log.close()

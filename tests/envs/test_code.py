@@ -5,6 +5,7 @@ the CodeAgent's persistent session."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 
@@ -233,9 +234,9 @@ def docker_sandbox():
     try:
         import docker
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-        client.images.get("agentrl-sandbox:latest")
+        with contextlib.closing(docker.from_env(timeout=10)) as client:
+            client.ping()
+            client.images.get("agentrl-sandbox:latest")
     except Exception as e:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set but Docker is not usable ({e}); `make sandbox-image` sets it up")
@@ -245,7 +246,7 @@ def docker_sandbox():
     sandbox = DockerSandbox(pool_size=1, memory_mb=384)
     asyncio.run(sandbox.start())
     yield sandbox
-    sandbox._destroy_all()
+    asyncio.run(sandbox.aclose())
 
 
 @pytest.mark.docker

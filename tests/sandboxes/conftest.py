@@ -165,7 +165,7 @@ def docker_sandbox(docker_ready, test_cgroup):
     sandbox = DockerSandbox(pool_size=2, memory_mb=384, cgroup_parent="/" + test_cgroup, uid=DOCKER_UID_BASE)
     asyncio.run(sandbox.start())
     yield sandbox
-    sandbox._destroy_all()
+    asyncio.run(sandbox.aclose())
 
 
 def start_service(backend: str, cgroup: str, api_key: str = API_KEY, extra: tuple[str, ...] = ()):

@@ -4,6 +4,7 @@ a crashed owner are removed. Real Docker engine; skipped only without one and wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -57,10 +58,10 @@ async def test_a_cancelled_run_destroys_its_container_at_once(docker_sandbox):
         await task
     import docker
 
-    client = docker.from_env()
-    for cid in busy:  # destroyed already, not at the end of its 60 s
-        with pytest.raises(docker.errors.NotFound):
-            client.containers.get(cid)
+    with contextlib.closing(docker.from_env()) as client:
+        for cid in busy:  # destroyed already, not at the end of its 60 s
+            with pytest.raises(docker.errors.NotFound):
+                client.containers.get(cid)
     r = await docker_sandbox.run(ExecRequest(code="print('up')"))  # and the pool refills
     assert r.stdout == "up\n"
 
@@ -108,3 +109,4 @@ async def test_leftovers_of_a_dead_owner_are_removed(docker_ready):
             orphan.remove(force=True)
         except docker.errors.NotFound:
             pass
+        client.close()

@@ -4,6 +4,7 @@ the test cgroup that holds every backend under test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -214,6 +215,7 @@ def test_cli_run_on_docker_leaves_no_container(tmp_path, docker_ready, helpers):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["stdout"] == "sandbox\n"
     # the CLI process is gone: no container may be left that names a dead owner
-    labelled = docker.from_env().containers.list(all=True, filters={"label": "agentrl.sandbox"})
+    with contextlib.closing(docker.from_env()) as client:
+        labelled = client.containers.list(all=True, filters={"label": "agentrl.sandbox"})
     owners = [c.labels.get("agentrl.sandbox.owner", "") for c in labelled]
     assert all(os.path.exists(f"/proc/{o.rpartition(':')[2]}") for o in owners), owners
