@@ -165,14 +165,21 @@ def wait_for_points(page, n: int, timeout_ms: int) -> None:
                              f"{page.locator(REWARD_POINTS).count()}, status {page.inner_text('#status')!r}") from None
 
 
-def test_new_steps_appear_without_a_reload(trained_run, serve_view, page, tmp_path):
-    src, _ = trained_run
-    run_dir = tmp_path / "live"
+def watch_live_copy(src: Path, run_dir: Path, serve_view, page) -> tuple[list[str], str]:
+    """``agentrl view`` on a live copy of ``src`` after its first step, its curves open in ``page``;
+    returns src's metrics lines and the viewer's URL."""
     lines = live_copy(src, run_dir)
     url = serve_view(run_dir)
     page.goto(url + "/#curves")
     page.wait_for_selector(REWARD_POINTS)
     assert page.locator(REWARD_POINTS).count() == 2
+    return lines, url
+
+
+def test_new_steps_appear_without_a_reload(trained_run, serve_view, page, tmp_path):
+    src, _ = trained_run
+    run_dir = tmp_path / "live"
+    lines, url = watch_live_copy(src, run_dir, serve_view, page)
     assert "live" in page.inner_text("#status")
 
     write_step(run_dir, lines, 2)
@@ -193,11 +200,7 @@ def test_a_slow_link_draws_each_step_once(trained_run, serve_view, page, tmp_pat
     network emulation."""
     src, _ = trained_run
     run_dir = tmp_path / "live"
-    lines = live_copy(src, run_dir)
-    url = serve_view(run_dir)
-    page.goto(url + "/#curves")
-    page.wait_for_selector(REWARD_POINTS)
-    assert page.locator(REWARD_POINTS).count() == 2
+    lines, _ = watch_live_copy(src, run_dir, serve_view, page)
     cdp = page.context.new_cdp_session(page)
     cdp.send("Network.enable")
     cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 2500, "downloadThroughput": -1,
