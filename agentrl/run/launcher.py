@@ -63,8 +63,8 @@ class ManagedServer:
                    "--port", str(self.port), "--weight-version", "0", "--random-seed", str(self.cfg.seed + self.index),
                    *inf.extra_args]
             env = self.gpu_env()
-            log = open(log_path, "a")  # noqa: SIM115 (kept open for the child's lifetime)
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            with open(log_path, "a") as log:  # the child has its own copy of the descriptor
+                self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
             wait_healthy(self.url, self.process, inf.startup_timeout_s, log_path)
 
     def gpu_env(self) -> dict[str, str] | None:
@@ -161,13 +161,13 @@ class Run:
 
         def pump() -> None:
             assert self.trainer is not None and self.trainer.stdout is not None
-            for line in self.trainer.stdout:
-                log.write(line)
-                self.trainer_lines.append(line)
-                del self.trainer_lines[:-200]
-                if not line.startswith("agentrl train: summary "):
-                    self.echo(line)
-            log.close()
+            with self.trainer.stdout, log:  # both closed at the end of the output
+                for line in self.trainer.stdout:
+                    log.write(line)
+                    self.trainer_lines.append(line)
+                    del self.trainer_lines[:-200]
+                    if not line.startswith("agentrl train: summary "):
+                        self.echo(line)
 
         self._pump = threading.Thread(target=pump, name="trainer-output", daemon=True)
         self._pump.start()

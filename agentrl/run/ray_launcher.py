@@ -126,10 +126,10 @@ class TrainerRank:
 
         def pump() -> None:
             assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                log.write(line)
-                self.lines.append(line)
-            log.close()
+            with self.proc.stdout, log:  # both closed at the end of the output
+                for line in self.proc.stdout:
+                    log.write(line)
+                    self.lines.append(line)
 
         threading.Thread(target=pump, name=f"rank-{self.rank}-output", daemon=True).start()
 

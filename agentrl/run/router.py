@@ -49,8 +49,8 @@ class SGLangRouter:
                 *self.inference.router_args]
 
     def start(self) -> None:
-        log = open(self.log_path, "a")  # noqa: SIM115 (kept open for the child's lifetime)
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        with open(self.log_path, "a") as log:  # the child has its own copy of the descriptor
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         self.wait_ready(self.inference.startup_timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:

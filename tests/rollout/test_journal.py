@@ -46,6 +46,7 @@ async def test_new_calls_are_generated_and_logged_then_replayed(tmp_path):
     # a third call of episode 0:0 was never made: it goes to the engine
     await client.generate([1, 2, *first.tokens, 7], SP)
     assert len(engine2.calls) == 1
+    again.close()
 
 
 async def test_an_interrupted_call_continues_from_its_last_logged_token(tmp_path):
@@ -59,6 +60,7 @@ async def test_an_interrupted_call_continues_from_its_last_logged_token(tmp_path
     assert prompt == [1, 2, 100, 101] and sampling.max_new_tokens == 4
     assert out.tokens == [100, 101, 100, 101, 102, 103]
     assert out.versions == [3, 3, 4, 4, 4, 4] and out.logprobs[:2] == [-0.1, -0.2]  # kept as sampled
+    log.close()
 
 
 async def test_progress_reports_are_logged_as_partial(tmp_path):
@@ -76,6 +78,7 @@ async def test_a_changed_prompt_or_sampling_is_generated_afresh(tmp_path):
     await ReplayClient(engine, log, "2:0").generate([1, 3], SP)
     await ReplayClient(engine, log, "2:0").generate([1, 2], dataclasses.replace(SP, temperature=0.5))
     assert len(engine.calls) == 2
+    log.close()
 
 
 async def test_finished_episodes_forget_and_compaction(tmp_path):
@@ -94,3 +97,4 @@ async def test_finished_episodes_forget_and_compaction(tmp_path):
         f.write('{"kind": "episode", "key": "7:0", "traj')  # a line cut short by a crash
     kept = EpisodeLog(path, keep=lambda key: key != "9:0")
     assert kept.keys() == {"3:0"}
+    kept.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 
 import pytest
 
@@ -112,27 +113,34 @@ async def test_leftovers_of_a_dead_owner_are_removed(docker_ready):
         client.close()
 
 
+def open_descriptors() -> dict[str, str]:
+    """This process's open descriptors: number -> what it points at."""
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return out
+
+
 async def test_a_closed_pool_holds_no_descriptor(docker_ready):
     """The bug: a destroyed container's socket stayed open while the SDK's HTTP response lived,
     and ``aclose`` left the engine client's connections open — both until a garbage collection,
     which a long-lived trainer may not run for a while (seen as ResourceWarnings in other tests).
     The collector is off here, so only what the pool closes itself is closed."""
     import gc
-    import os
 
     from sandboxes.docker import DockerSandbox
 
     gc.collect()
     gc.disable()
     try:
-        before = set(os.listdir("/proc/self/fd"))
+        before = open_descriptors()
         sandbox = DockerSandbox(pool_size=2)
         r = await sandbox.run(ExecRequest(code="print('ok')"))
         assert r.stdout == "ok\n"
         await sandbox.aclose()
         del sandbox
-        left = {fd: os.readlink(f"/proc/self/fd/{fd}") for fd in set(os.listdir("/proc/self/fd")) - before
-                if os.path.exists(f"/proc/self/fd/{fd}")}
+        left = {fd: target for fd, target in open_descriptors().items() if fd not in before}
     finally:
         gc.enable()
     assert not left, f"descriptors still open after aclose: {left}"
