@@ -191,7 +191,7 @@ class ServiceProcess:
 
         def read() -> None:
             assert self.proc.stdout is not None
-            with self.proc.stdout:  # closed at the end of the output, not left to a GC
+            with self.proc.stdout, log or contextlib.nullcontext():  # both closed at the end of the output
                 for line in self.proc.stdout:
                     self.lines.append(line)
                     if len(self.lines) > 2000:
@@ -202,8 +202,6 @@ class ServiceProcess:
                         self.url = line[len(ready):].strip()
                         ready_event.set()
             ready_event.set()  # the process ended: wake the constructor either way
-            if log is not None:
-                log.close()
 
         threading.Thread(target=read, name=f"{Path(self.cmd[0]).name}-output", daemon=True).start()
         if not ready_event.wait(startup_timeout) or not self.url:

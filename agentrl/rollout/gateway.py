@@ -151,6 +151,8 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     async def on_error(_: Request, e: Exception) -> JSONResponse:
         return error_response(e, retry_after_s)
 
+    # each expected kind by name: Starlette answers a handler for bare Exception from its outermost
+    # layer and then re-raises (a traceback in the log), which only an unexpected error should get
     for kind in (HTTPError, BadRequest, RequestRejected, RolloutError, ServerUnavailable, ServerError, TimeoutError,
                  Exception):
         app.add_exception_handler(kind, on_error)
