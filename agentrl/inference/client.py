@@ -45,7 +45,8 @@ How it behaves:
     calls still go to every server directly (the router does not forward them). Nothing is
     batched then: the router's typed ``/generate`` refuses SGLang's batch form with
     per-request sampling parameters or ids (422), so each request goes alone (a group still as
-    one request with ``n``).
+    one request with ``n``; a seeded group, whose samples differ in their seed, as ``n``
+    requests).
   * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
     polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
     0.2 ms with ours) unless a ``transport`` is given.
@@ -218,6 +219,8 @@ class RemoteEngine:
         if n < 1:
             raise RequestRejected(f"n must be >= 1, got {n}", 400)
         each = [sampling] * n if sampling.seed is None else [replace(sampling, seed=sampling.seed + i) for i in range(n)]
+        if self._router is not None and n > 1 and sampling.seed is not None:  # no batch form behind it
+            return list(await asyncio.gather(*(self.generate(prompt, sp) for sp in each)))
         self.stats["requests"] += 1
         await self._wait_unpaused()
         server = await self._pick()

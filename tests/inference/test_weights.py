@@ -151,7 +151,7 @@ def test_api_key_guards_every_route_but_the_probes(serve_factory, untrained_mode
 
     async def client_side() -> None:
         async with RemoteEngine(url, api_key="k-123") as engine:
-            done = await engine.generate(PROMPT, SamplingParams(max_new_tokens=4))
+            done = await engine.generate(PROMPT, SamplingParams(max_new_tokens=4, ignore_eos=True))
             assert len(done.tokens) == 4
             await engine.pause()
             await engine.resume()

@@ -7,6 +7,7 @@ the router, resume and carry both versions."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -92,10 +93,11 @@ async def test_short_requests_of_one_tick_pass_the_router(fleet):
     """A rollout's short requests arrive together; the router refuses SGLang's batch form with
     per-request ids or sampling parameters (422), so behind it each one goes alone."""
     router, _ = fleet
-    short = SamplingParams(max_new_tokens=6, temperature=1.0)
+    short = SamplingParams(max_new_tokens=6, temperature=1.0, ignore_eos=True)  # a sampled EOS would end one early
     async with RemoteEngine(fleet[1], router=router.url, timeout=60) as engine:
         singles = await asyncio.gather(*(engine.generate([*PROMPT, i], short) for i in range(8)))
         group = await engine.generate_group(PROMPT, short, 4)
-        seeded = await engine.generate_group(PROMPT, SamplingParams(max_new_tokens=6, temperature=1.0, seed=7), 3)
+        seeded = await engine.generate_group(PROMPT, replace(short, seed=7), 3)
     assert all(len(c.tokens) == 6 for c in [*singles, *group, *seeded])
+    assert engine.stats["retries"] == 0  # none was refused and re-run
     assert len({tuple(c.tokens) for c in seeded}) > 1  # seeds 7, 8, 9: not one sample three times
