@@ -170,6 +170,29 @@ async def background_server(app: Any, host: str = "127.0.0.1", port: int = 0, *,
 # --------------------------------------------------------------------------- the parent side
 
 
+def pump_output(proc: subprocess.Popen, log_path: str | Path | None, on_line: Callable[[str], None],
+                name: str, at_end: Callable[[], None] | None = None) -> threading.Thread:
+    """Start a daemon thread that appends each line of ``proc``'s text output to ``log_path``
+    (line-buffered, if given) and hands it to ``on_line``; at the end of the output it closes
+    the pipe and the log (neither is left to the garbage collector) and calls ``at_end``."""
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    log = open(log_path, "a", buffering=1) if log_path is not None else None  # noqa: SIM115 (closed at the end)
+
+    def pump() -> None:
+        with stdout, log or contextlib.nullcontext():
+            for line in stdout:
+                if log is not None:
+                    log.write(line)
+                on_line(line)
+        if at_end is not None:
+            at_end()
+
+    thread = threading.Thread(target=pump, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 class ServiceProcess:
     """A child process of ours, ready (its ``url`` known) when the constructor returns.
 
@@ -187,23 +210,17 @@ class ServiceProcess:
         self.lines: list[str] = []
         self.url = ""
         ready_event = threading.Event()
-        log = open(log_path, "a", buffering=1) if log_path is not None else None  # noqa: SIM115 (the reader closes it)
 
-        def read() -> None:
-            assert self.proc.stdout is not None
-            with self.proc.stdout, log or contextlib.nullcontext():  # both closed at the end of the output
-                for line in self.proc.stdout:
-                    self.lines.append(line)
-                    if len(self.lines) > 2000:
-                        del self.lines[:1000]
-                    if log is not None:
-                        log.write(line)
-                    if line.startswith(ready) and not self.url:
-                        self.url = line[len(ready):].strip()
-                        ready_event.set()
-            ready_event.set()  # the process ended: wake the constructor either way
+        def read(line: str) -> None:
+            self.lines.append(line)
+            if len(self.lines) > 2000:
+                del self.lines[:1000]
+            if line.startswith(ready) and not self.url:
+                self.url = line[len(ready):].strip()
+                ready_event.set()
 
-        threading.Thread(target=read, name=f"{Path(self.cmd[0]).name}-output", daemon=True).start()
+        # at the end of the output (the process ended) the constructor wakes either way
+        pump_output(self.proc, log_path, read, f"{Path(self.cmd[0]).name}-output", at_end=ready_event.set)
         if not ready_event.wait(startup_timeout) or not self.url:
             self.stop()
             raise ServerUnavailable(

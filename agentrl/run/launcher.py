@@ -29,14 +29,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import AgentRLError, ServerUnavailable, TrainerError
-from agentrl.launch.services import ServerProcess, ServiceProcess, free_port, stop_process
+from agentrl.launch.services import ServerProcess, ServiceProcess, free_port, pump_output, stop_process
 
 
 class ManagedServer:
@@ -157,20 +156,14 @@ class Run:
                "PYTHONUNBUFFERED": "1"}
         self.trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                         start_new_session=True)
-        log = (self.log_dir / "trainer.log").open("a", buffering=1)
 
-        def pump() -> None:
-            assert self.trainer is not None and self.trainer.stdout is not None
-            with self.trainer.stdout, log:  # both closed at the end of the output
-                for line in self.trainer.stdout:
-                    log.write(line)
-                    self.trainer_lines.append(line)
-                    del self.trainer_lines[:-200]
-                    if not line.startswith("agentrl train: summary "):
-                        self.echo(line)
+        def take(line: str) -> None:
+            self.trainer_lines.append(line)
+            del self.trainer_lines[:-200]
+            if not line.startswith("agentrl train: summary "):
+                self.echo(line)
 
-        self._pump = threading.Thread(target=pump, name="trainer-output", daemon=True)
-        self._pump.start()
+        self._pump = pump_output(self.trainer, self.log_dir / "trainer.log", take, "trainer-output")
 
     def watch(self, poll_s: float = 1.0) -> int:
         """Until the trainer ends: restart dead servers (or fail); returns the trainer's exit code."""

@@ -38,14 +38,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, ServerUnavailable, TrainerError
-from agentrl.launch.services import stop_process
+from agentrl.launch.services import pump_output, stop_process
 from agentrl.run.launcher import ManagedServer, watch_servers, write_servers
 
 FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_TOKEN", "WANDB_API_KEY", "AGENTRL_DATA_DIR", "AGENTRL_SANDBOX_API_KEY")
@@ -122,16 +121,7 @@ class TrainerRank:
     def start(self, run_dir: str, env: dict[str, str], log_path: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "agentrl.run.loop", run_dir], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env={**os.environ, **self.env, **env})
-        log = open(log_path, "a", buffering=1)  # noqa: SIM115 (the reader closes it)
-
-        def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            with self.proc.stdout, log:  # both closed at the end of the output
-                for line in self.proc.stdout:
-                    log.write(line)
-                    self.lines.append(line)
-
-        threading.Thread(target=pump, name=f"rank-{self.rank}-output", daemon=True).start()
+        pump_output(self.proc, log_path, self.lines.append, f"rank-{self.rank}-output")
 
     def poll(self) -> tuple[int | None, list[str]]:
         """(exit code or None, the lines printed since the last poll)."""

@@ -70,7 +70,7 @@ async def test_health_stays_fast_while_a_10mb_prompt_is_refused(server):
             await asyncio.sleep(0.02)
         r = await big
     assert r.status_code == 400 and "longer than the model's context length (512 tokens)" in r.text, r.text
-    assert worst < 2.0, f"/health took {worst:.2f} s while the big prompt was handled"
+    assert worst < 5.0, f"/health took {worst:.2f} s while the big prompt was handled"
 
 
 def test_a_body_over_the_limit_is_a_413(serve_factory, untrained_model_dir):

@@ -124,7 +124,7 @@ async def test_update_without_pause_swaps_between_steps_and_bad_updates_are_refu
     async with httpx.AsyncClient(timeout=60) as client:
         job = asyncio.create_task(client.post(proc.url + "/generate", json={
             "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 450, "ignore_eos": True}}))
-        await wait_running(client, proc.url, min_tokens=30)
+        await wait_running(client, proc.url, min_tokens=5)  # a few at version 0, most of it still to run
         r = await client.post(proc.url + "/update_weights_from_disk",
                               json={"model_path": str(second_model_dir), "weight_version": "7"})
         assert r.status_code == 200 and r.json()["success"] and r.json()["message"].endswith("to 7.")

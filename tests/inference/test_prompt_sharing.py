@@ -8,6 +8,7 @@ counters that show the work was really shared — and never shared across a weig
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
 import httpx
@@ -41,10 +42,14 @@ async def wait_running(client: httpx.AsyncClient, url: str) -> None:
             await asyncio.sleep(0.01)
 
 
+PROMPTS = random.Random(2026)  # seeded: a run draws the same prompts, so any near-tie in greedy
+# decoding they meet is met every time, not once in a few hundred runs
+
+
 def unique_prompt(n: int = 24) -> list[int]:
-    """Tokens no other test sends, so nothing of them is cached yet."""
-    rng = random.Random()
-    return [rng.randrange(3, 250) for _ in range(n)]
+    """Random tokens: no other prompt is likely to share more than their first token or two
+    (the cache may hold such a head; the tests allow for it where it matters)."""
+    return [PROMPTS.randrange(3, 250) for _ in range(n)]
 
 
 def triples(result: dict) -> tuple[list[int], torch.Tensor]:
@@ -98,9 +103,10 @@ def test_the_n_samples_of_a_group_compute_the_prompt_once(server):
                         "return_logprob": True})
     after = state(server)
     # one sample computed the prompt; its seven twins took its keys/values (and its first logits)
-    assert sorted(r["meta_info"]["cached_tokens"] for r in out) == [0] + [len(prompt)] * 7
+    first, *twins = sorted(r["meta_info"]["cached_tokens"] for r in out)
+    assert first < len(prompt) and twins == [len(prompt)] * 7  # first: a head an earlier request cached
     assert after["num_prompt_tokens"] - before["num_prompt_tokens"] == 8 * len(prompt)
-    assert after["num_cached_tokens"] - before["num_cached_tokens"] == 7 * len(prompt)
+    assert after["num_cached_tokens"] - before["num_cached_tokens"] == first + 7 * len(prompt)
     assert len({tuple(r["output_ids"]) for r in out}) > 1  # still eight independent samples
     loads = httpx.get(server + "/v1/loads", timeout=10).json()["loads"][0]
     assert 0 < loads["cache_hit_rate"] == after["cache_hit_rate"] <= 1
@@ -148,8 +154,11 @@ async def test_a_weight_update_invalidates_every_cached_prefix(untrained_model_d
         assert after["meta_info"]["cached_tokens"] == 0
         resumed = (await client.post(url + "/generate", json={
             "input_ids": prompt[:10] + mixed["output_ids"][:-1], "sampling_params": {"max_new_tokens": 1}})).json()
-        # only the prompt head, which `after` computed under the new weights; none of the mixed output
-        assert resumed["meta_info"]["cached_tokens"] == 10
+        # only the prompt head, which `after` computed under the new weights (with the odd mixed
+        # token that happens to equal what follows the head there); none of the mixed output
+        asked, cached = prompt[:10] + mixed["output_ids"][:-1], [*prompt, *after["output_ids"][:-1]]
+        head = len(list(itertools.takewhile(lambda ab: ab[0] == ab[1], zip(asked, cached, strict=False))))
+        assert head >= 10 and resumed["meta_info"]["cached_tokens"] == min(head, len(asked) - 1)
     tokens, logprobs = triples(after)
     assert torch.allclose(logprobs, teacher_forced(second_model_dir, prompt, tokens), atol=1e-4)
 
@@ -205,5 +214,7 @@ async def test_remote_engine_groups_share_the_prompt(server):
         a = await engine.generate_group(prompts[0], seeded, 3)
         b = await engine.generate_group(prompts[0], seeded, 3)
     assert [len(g) for g in groups] == [4, 4, 4] and all(c.finish_reason in ("stop", "length") for g in groups for c in g)
-    assert after["num_cached_tokens"] - before["num_cached_tokens"] == 3 * 3 * len(prompts[0])
+    # each group's three twins took its first sample's prompt; that one may have found a head
+    # of its prompt cached by an earlier request (a random prompt's first token, most often)
+    assert 0 <= after["num_cached_tokens"] - before["num_cached_tokens"] - 3 * 3 * len(prompts[0]) < 3 * len(prompts[0])
     assert [c.tokens for c in a] == [c.tokens for c in b] and len({tuple(c.tokens) for c in a}) == 3

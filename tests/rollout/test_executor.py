@@ -81,7 +81,7 @@ async def test_eta_bounds_groups_ahead_of_the_trainer():
 
 
 async def test_concurrency_cap_counts_whole_groups():
-    wf = Scripted(delay=0.2)
+    wf = Scripted(delay=1.0)  # none ends before the check, even on a loaded machine
     ex = executor(wf, max_staleness=10, max_concurrent=5)  # 5 episodes = 2 groups of 2
     await ex.start()
     await asyncio.sleep(0.05)

@@ -201,7 +201,7 @@ def test_200_concurrent_sessions_do_not_mix(gateway, renderer):
         answers = []
         for follow in (f"Is {i} odd?", None):
             r = await http.post("/v1/chat/completions", headers=auth, json={
-                "model": "tiny", "messages": messages, "max_tokens": 6, "temperature": 1.0})
+                "model": "tiny", "messages": messages, "max_tokens": 6, "temperature": 0})
             assert r.status_code == 200, r.text
             answers.append(r.json()["choices"][0]["message"]["content"])
             if follow:
@@ -294,7 +294,7 @@ async def test_backpressure_idle_sessions_and_the_episode_hook(tiny_server, tiny
     session ends as failed data (tokens kept, counted, written, handed to the hook)."""
     delivered = []
     async with RemoteEngine(tiny_server.url) as engine:
-        gw = Gateway(engine, tiny_model_dir, out=tmp_path, session_timeout_s=0.5,
+        gw = Gateway(engine, tiny_model_dir, out=tmp_path, session_timeout_s=2.0,
                      on_episode=lambda ts, s: delivered.append((s.id, ts)))
         async with background_server(build_app(gw)) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
             gw.admit(False)
@@ -306,7 +306,7 @@ async def test_backpressure_idle_sessions_and_the_episode_hook(tiny_server, tiny
             r = await http.post("/v1/chat/completions", headers=auth, json={
                 "model": "m", "messages": [{"role": "user", "content": "What is 1+2?"}], "max_tokens": 8})
             assert r.status_code == 200
-            for _ in range(100):
+            for _ in range(300):
                 if delivered:
                     break
                 await asyncio.sleep(0.1)
@@ -317,6 +317,19 @@ async def test_backpressure_idle_sessions_and_the_episode_hook(tiny_server, tiny
                 "model": "m", "messages": [{"role": "user", "content": "hi"}]})).status_code == 401
             [line] = (tmp_path / "trajectories.jsonl").read_text().splitlines()
             assert json.loads(line)["status"] == "timeout" and json.loads(line)["metadata"] == {"row": 7}
+
+
+async def until_generating(urls: list[str], min_tokens: int = 0, limit_s: float = 30.0) -> None:
+    """Until one of the servers runs a request and has produced ``min_tokens`` tokens since the call."""
+    async with httpx.AsyncClient(timeout=10) as client, asyncio.timeout(limit_s):
+        start: dict[str, int] = {}
+        while True:
+            for url in urls:
+                info = (await client.get(url + "/server_info")).json()["internal_states"][0]
+                start.setdefault(url, info["num_generated_tokens"])
+                if info["num_running_reqs"] and info["num_generated_tokens"] - start[url] >= min_tokens:
+                    return
+            await asyncio.sleep(0.01)
 
 
 async def test_interrupted_and_killed_upstreams(tiny_model_dir):
@@ -335,7 +348,7 @@ async def test_interrupted_and_killed_upstreams(tiny_model_dir):
                 long_call = {"model": "m", "messages": [{"role": "user", "content": "What is 1+2?"}],
                              "max_tokens": 800, "ignore_eos": True}
                 call = asyncio.create_task(http.post("/v1/chat/completions", headers=auth, json=long_call))
-                await asyncio.sleep(0.3)
+                await until_generating([first.url, second.url], min_tokens=20)  # some tokens at version 0
                 await engine.pause()
                 await engine.update_weights(str(tiny_model_dir), 1)
                 await engine.resume()
@@ -348,12 +361,7 @@ async def test_interrupted_and_killed_upstreams(tiny_model_dir):
                 session = (await http.post("/v1/sessions", json={})).json()
                 auth = {"Authorization": f"Bearer {session['api_key']}"}
                 call = asyncio.create_task(http.post("/v1/chat/completions", headers=auth, json=long_call))
-                async with httpx.AsyncClient(base_url=first.url, timeout=10) as upstream, asyncio.timeout(30):
-                    while True:  # the call is on the first server (least loaded, first in the list)
-                        info = (await upstream.get("/server_info")).json()["internal_states"][0]
-                        if info["num_running_reqs"]:
-                            break
-                        await asyncio.sleep(0.01)
+                await until_generating([first.url])  # the first server: least loaded, first in the list
                 first.kill()  # mid-call (a fixed sleep let a fast server finish the call first)
                 r = await call
                 assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 800

@@ -118,6 +118,7 @@ def test_an_env_failing_on_30_percent_of_episodes_is_counted_not_fatal(tmp_path)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     failed = sum(r["rollout/failed"] for r in rows)
     total = sum(r["rollout/trajectories"] for r in rows)
-    assert 0.15 < failed / total < 0.45, (failed, total)
+    # a coin per sampled reply (replies within a group often agree): wide bounds, never a failed run
+    assert 0.05 < failed / total < 0.6, (failed, total)
     assert all(r["batch/num_env_error"] == r["rollout/failed"] for r in rows)
     assert all(r["train/loss"] == pytest.approx(r["train/loss"]) for r in rows)  # finite: a step was trained
