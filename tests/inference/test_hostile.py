@@ -84,6 +84,8 @@ def test_the_queue_limit_refuses_with_503_and_a_request_larger_than_it_with_400(
     r = httpx.post(proc.url + "/generate", json={"input_ids": PROMPT, "sampling_params": {"n": 5}}, timeout=30)
     assert r.status_code == 400 and "split it" in r.text, r.text
     with httpx.Client(timeout=60) as client:
+        # paused in place, the server queues the four and none can finish before the fifth comes
+        assert client.post(proc.url + "/pause_generation", json={"mode": "in_place"}).status_code == 200
         threads = [threading.Thread(target=client.post, args=(proc.url + "/generate",),
                                     kwargs={"json": {"input_ids": PROMPT, "sampling_params": LONG}}) for _ in range(4)]
         for t in threads:
@@ -95,6 +97,7 @@ def test_the_queue_limit_refuses_with_503_and_a_request_larger_than_it_with_400(
             time.sleep(0.01)
         r = client.post(proc.url + "/generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1}})
         assert r.status_code == 503 and "queue is full" in r.text, r.text
+        assert client.post(proc.url + "/continue_generation", json={}).status_code == 200
         for t in threads:
             t.join()
 
