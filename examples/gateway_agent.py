@@ -9,14 +9,17 @@ reward, as an agent in production would: for each task it opens ``--samples`` se
 group (``{"metadata": {"group": ...}}``: one GRPO group), asks the model the question with the
 unmodified ``openai`` SDK, scores the answer itself, posts the reward and ends the session.
 When the trainer is as far behind as the run's staleness bound allows, the gateway answers
-429 with ``Retry-After`` and the agent waits. Nothing here imports agentrl: the same loop
-works from any language. It stops after ``--groups`` tasks, or when the run is gone.
+429 with ``Retry-After`` and the agent waits. A call the gateway refuses (503 when no
+inference server answers) loses that episode: said on stderr, the session ended so the
+gateway keeps it as failed data, and the agent goes on. Nothing here imports agentrl: the
+same loop works from any language. It stops after ``--groups`` tasks, or when the run is gone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -24,7 +27,7 @@ import sys
 import time
 
 import httpx
-from openai import APIConnectionError, OpenAI
+from openai import APIConnectionError, APIStatusError, OpenAI
 
 
 def open_session(http: httpx.Client, gateway: str, group: str) -> dict | None:
@@ -43,17 +46,24 @@ def open_session(http: httpx.Client, gateway: str, group: str) -> dict | None:
 
 
 def play(http: httpx.Client, gateway: str, group: str, a: int, b: int, c: int) -> float | None:
-    """One episode: ask, score, reward, end. None once the run (and its gateway) is gone."""
+    """One episode: ask, score, reward, end; its reward, NaN if the gateway refused the call
+    (the episode is lost; the gateway keeps what it has as failed data), None once the run (and
+    its gateway) is gone."""
     session = open_session(http, gateway, group)
     if session is None:
         return None
     client = OpenAI(base_url=session["base_url"], api_key=session["api_key"], max_retries=0)
+    auth = {"Authorization": f"Bearer {session['api_key']}"}
     try:
-        reply = client.chat.completions.create(model="policy", max_tokens=12, temperature=1.0,
-                                               messages=[{"role": "user", "content": f"What is {a}+{b}+{c}?"}])
+        try:
+            reply = client.chat.completions.create(model="policy", max_tokens=12, temperature=1.0,
+                                                   messages=[{"role": "user", "content": f"What is {a}+{b}+{c}?"}])
+        except APIStatusError as e:  # 503: no inference server answered; 401: the session was ended idle
+            print(f"episode lost: HTTP {e.status_code}: {e.message}", file=sys.stderr, flush=True)
+            http.post(f"{gateway}/v1/sessions/{session['session_id']}/end", json={}, headers=auth)  # failed data
+            return math.nan
         boxed = re.findall(r"\\boxed\{(-?\d+)\}", reply.choices[0].message.content or "")
         reward = 1.0 if boxed and int(boxed[-1]) == a + b + c else 0.0
-        auth = {"Authorization": f"Bearer {session['api_key']}"}
         http.post(f"{gateway}/v1/sessions/{session['session_id']}/reward", json={"reward": reward}, headers=auth)
         http.post(f"{gateway}/v1/sessions/{session['session_id']}/end", json={}, headers=auth)
     except (httpx.TransportError, APIConnectionError):
@@ -79,7 +89,9 @@ def main() -> int:
             if any(r is None for r in rewards):
                 break
             played += 1
-            print(json.dumps({"group": g, "mean_reward": sum(rewards) / len(rewards)}), flush=True)
+            scored = [r for r in rewards if not math.isnan(r)]
+            mean = sum(scored) / len(scored) if scored else None
+            print(json.dumps({"group": g, "mean_reward": mean, "lost": len(rewards) - len(scored)}), flush=True)
     print(json.dumps({"groups_played": played}), flush=True)
     return 0
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 import httpx
 import openai
@@ -20,7 +21,7 @@ import pytest
 from agentrl.api import TrajectoryStatus
 from agentrl.inference.client import RemoteEngine
 from agentrl.inference.transport import KeepAliveTransport
-from agentrl.launch.services import ServerProcess, ServiceProcess, background_server
+from agentrl.launch.services import ServerProcess, ServiceProcess, background_server, free_port
 from agentrl.model.arith_data import CALCULATOR_TOOL, calculate
 from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.gateway import build_app
@@ -30,6 +31,7 @@ from agentrl.toolcalls import parse_tool_calls
 
 ADMIN = "admin-key-for-tests"
 READY = "agentrl gateway: ready on "
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -375,3 +377,21 @@ async def test_interrupted_and_killed_upstreams(tiny_model_dir):
     finally:
         first.stop()
         second.stop()
+
+
+async def test_the_example_agent_counts_a_refused_episode_as_lost(tiny_model_dir, tmp_path):
+    """examples/gateway_agent.py against a gateway whose one upstream is gone: every call is a
+    503, every episode is lost and said to be, and the agent plays on to its end (exit 0)."""
+    async with RemoteEngine(f"http://127.0.0.1:{free_port()}", max_retries=0) as engine:
+        gw = Gateway(engine, tiny_model_dir, out=tmp_path)
+        async with background_server(build_app(gw)) as url:
+            agent = await asyncio.create_subprocess_exec(
+                sys.executable, str(EXAMPLES / "gateway_agent.py"), "--gateway", url, "--groups", "2",
+                "--samples", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(agent.communicate(), 120)
+    assert agent.returncode == 0, err.decode()
+    assert [json.loads(line) for line in out.decode().splitlines()] == [
+        {"group": 0, "mean_reward": None, "lost": 2}, {"group": 1, "mean_reward": None, "lost": 2},
+        {"groups_played": 2}]
+    assert err.decode().count("episode lost: HTTP 503") == 4, err.decode()
+    assert gw.stats["sessions_failed"] == 4  # what the gateway kept of them: failed data
