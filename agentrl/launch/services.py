@@ -180,13 +180,15 @@ def pump_output(proc: subprocess.Popen, log_path: str | Path | None, on_line: Ca
     log = open(log_path, "a", buffering=1) if log_path is not None else None  # noqa: SIM115 (closed at the end)
 
     def pump() -> None:
-        with stdout, log or contextlib.nullcontext():
-            for line in stdout:
-                if log is not None:
-                    log.write(line)
-                on_line(line)
-        if at_end is not None:
-            at_end()
+        try:
+            with stdout, log or contextlib.nullcontext():
+                for line in stdout:
+                    if log is not None:
+                        log.write(line)
+                    on_line(line)
+        finally:  # whoever waits on the end hears of it, even if a line could not be taken
+            if at_end is not None:
+                at_end()
 
     thread = threading.Thread(target=pump, name=name, daemon=True)
     thread.start()
