@@ -5,7 +5,6 @@ the CodeAgent's persistent session."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 
@@ -229,18 +228,8 @@ def test_code_agent_session_persists_within_an_episode_only(local_sandbox):
 
 
 @pytest.fixture(scope="module")
-def docker_sandbox():
+def docker_sandbox(docker_ready):
     """A small DockerSandbox; skipped without an engine and image unless CI is set."""
-    try:
-        import docker
-
-        with contextlib.closing(docker.from_env(timeout=10)) as client:
-            client.ping()
-            client.images.get("agentrl-sandbox:latest")
-    except Exception as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but Docker is not usable ({e}); `make sandbox-image` sets it up")
-        pytest.skip(f"no Docker engine or sandbox image ({type(e).__name__}); run `make sandbox-image` as root")
     from sandboxes.docker import DockerSandbox
 
     sandbox = DockerSandbox(pool_size=1, memory_mb=384)

@@ -16,16 +16,10 @@ from agentrl.inference.decoder import Decoder
 from agentrl.inference.engine import Engine, Request
 from agentrl.inference.prefix_cache import PrefixCache
 
+from ..serving import until_generating
+
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 LONG = {"max_new_tokens": 150, "ignore_eos": True, "temperature": 0}
-
-
-async def _wait_running(client: httpx.AsyncClient, url: str) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            if (await client.get(url + "/v1/loads")).json()["loads"][0]["num_running_reqs"]:
-                return
-            await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("bad", [
@@ -40,7 +34,7 @@ async def test_a_bad_request_is_refused_and_the_running_ones_finish(server, bad)
     async with httpx.AsyncClient(timeout=120) as client:
         running = asyncio.create_task(client.post(server + "/generate", json={
             "input_ids": PROMPT, "sampling_params": LONG, "return_logprob": True}))
-        await _wait_running(client, server)
+        await until_generating(server)
         r = await client.post(server + "/generate", json=bad)
         assert r.status_code == 400, r.text
         done = await running

@@ -11,20 +11,9 @@ import torch
 from agentrl.api import SamplingParams
 from agentrl.inference.client import RemoteEngine
 
+from ..serving import until_generating
+
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
-
-
-async def wait_running(client: httpx.AsyncClient, url: str, min_tokens: int = 20, limit_s: float = 30.0) -> None:
-    """Until the server has a running request and has produced ``min_tokens`` more tokens than
-    when called (its counter runs over the server's life, which other tests share)."""
-    async with asyncio.timeout(limit_s):
-        start = None
-        while True:
-            info = (await client.get(url + "/server_info")).json()["internal_states"][0]
-            start = info["num_generated_tokens"] if start is None else start
-            if info["num_running_reqs"] > 0 and info["num_generated_tokens"] - start >= min_tokens:
-                return
-            await asyncio.sleep(0.02)
 
 
 async def reset(url: str, model_dir, version: str) -> None:
@@ -48,7 +37,7 @@ async def test_pause_aborts_running_requests_and_holds_new_ones(server):
         long = asyncio.create_task(client.post(server + "/generate", json={
             "input_ids": PROMPT, "return_logprob": True,
             "sampling_params": {"max_new_tokens": 450, "temperature": 1.0, "ignore_eos": True}}))
-        await wait_running(client, server)
+        await until_generating(server, min_tokens=20)
         try:
             r = await client.post(server + "/pause_generation", json={})
             assert r.json() == {"message": "Generation paused successfully.", "status": "ok"}
@@ -74,7 +63,7 @@ async def test_retract_and_in_place_keep_the_request_open(server, mode):
     async with httpx.AsyncClient(timeout=60) as client:
         long = asyncio.create_task(client.post(server + "/generate", json={
             "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 450, "temperature": 0, "ignore_eos": True}}))
-        await wait_running(client, server)
+        await until_generating(server, min_tokens=20)
         try:
             await client.post(server + "/pause_generation", json={"mode": mode})
             done, _ = await asyncio.wait({long}, timeout=0.5)
@@ -97,7 +86,7 @@ async def test_weight_update_mid_generation_switches_versions_at_the_update_poin
     sampling = SamplingParams(max_new_tokens=400, temperature=1.0, ignore_eos=True, seed=11)
     async with RemoteEngine([proc.url], timeout=120) as engine, httpx.AsyncClient(timeout=60) as client:
         job = asyncio.create_task(engine.generate(PROMPT, sampling))
-        await wait_running(client, proc.url, min_tokens=30)
+        await until_generating(proc.url, min_tokens=30)
         await engine.pause()
         await engine.update_weights(str(second_model_dir), 1)
         assert engine.version == 1
@@ -124,7 +113,7 @@ async def test_update_without_pause_swaps_between_steps_and_bad_updates_are_refu
     async with httpx.AsyncClient(timeout=60) as client:
         job = asyncio.create_task(client.post(proc.url + "/generate", json={
             "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 450, "ignore_eos": True}}))
-        await wait_running(client, proc.url, min_tokens=5)  # a few at version 0, most of it still to run
+        await until_generating(proc.url, min_tokens=5)  # a few at version 0, most of it still to run
         r = await client.post(proc.url + "/update_weights_from_disk",
                               json={"model_path": str(second_model_dir), "weight_version": "7"})
         assert r.status_code == 200 and r.json()["success"] and r.json()["message"].endswith("to 7.")
@@ -151,9 +140,9 @@ async def test_a_group_interrupted_by_a_weight_update_loses_no_token(
     proc = updatable_server
     await reset(proc.url, untrained_model_dir, "0")
     sampling = SamplingParams(max_new_tokens=300, temperature=1.0, ignore_eos=True)
-    async with RemoteEngine([proc.url], timeout=120) as engine, httpx.AsyncClient(timeout=60) as client:
+    async with RemoteEngine([proc.url], timeout=120) as engine:
         job = asyncio.create_task(engine.generate_group(PROMPT, sampling, 4))
-        await wait_running(client, proc.url, min_tokens=4 * 20)
+        await until_generating(proc.url, min_tokens=4 * 20)
         await engine.pause()
         await engine.update_weights(str(second_model_dir), 1)
         await engine.resume()

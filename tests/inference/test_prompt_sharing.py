@@ -17,6 +17,8 @@ import torch
 from agentrl.api import SamplingParams
 from agentrl.inference.client import RemoteEngine
 
+from ..serving import until_generating
+
 SYSTEM = list(range(40, 80))  # a 40-token "system prompt" that several prompts share
 
 
@@ -32,14 +34,6 @@ def state(url: str) -> dict:
 
 async def astate(client: httpx.AsyncClient, url: str) -> dict:
     return (await client.get(url + "/get_server_info")).json()["internal_states"][0]
-
-
-async def wait_running(client: httpx.AsyncClient, url: str) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            if (await astate(client, url))["num_running_reqs"]:
-                return
-            await asyncio.sleep(0.01)
 
 
 PROMPTS = random.Random(2026)  # seeded: a run draws the same prompts, so any near-tie in greedy
@@ -144,7 +138,7 @@ async def test_a_weight_update_invalidates_every_cached_prefix(untrained_model_d
         # a long request runs across the update: its keys/values mix both weights
         long = asyncio.create_task(client.post(url + "/generate", json={
             "input_ids": prompt[:10], "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}))
-        await wait_running(client, url)
+        await until_generating(url)
         r = await client.post(url + "/update_weights_from_disk", json={"model_path": str(second_model_dir),
                                                                        "weight_version": "1"})
         assert r.status_code == 200 and (await astate(client, url))["radix_cache_tokens"] == 0
@@ -171,7 +165,7 @@ async def test_flush_cache_empties_it_and_waits_for_idleness(server):
         assert (await client.post(server + "/generate", json=body)).json()["meta_info"]["cached_tokens"] > 0
         long = asyncio.create_task(client.post(server + "/generate", json={
             "input_ids": prompt, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}))
-        await wait_running(client, server)
+        await until_generating(server)
         busy = await client.post(server + "/flush_cache")
         assert busy.status_code == 400 and "not flushed" in busy.text
         await long

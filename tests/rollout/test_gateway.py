@@ -29,6 +29,8 @@ from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.sessions import Gateway
 from agentrl.toolcalls import parse_tool_calls
 
+from ..serving import until_generating
+
 ADMIN = "admin-key-for-tests"
 READY = "agentrl gateway: ready on "
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -321,19 +323,6 @@ async def test_backpressure_idle_sessions_and_the_episode_hook(tiny_server, tiny
             assert json.loads(line)["status"] == "timeout" and json.loads(line)["metadata"] == {"row": 7}
 
 
-async def until_generating(urls: list[str], min_tokens: int = 0, limit_s: float = 30.0) -> None:
-    """Until one of the servers runs a request and has produced ``min_tokens`` tokens since the call."""
-    async with httpx.AsyncClient(timeout=10) as client, asyncio.timeout(limit_s):
-        start: dict[str, int] = {}
-        while True:
-            for url in urls:
-                info = (await client.get(url + "/server_info")).json()["internal_states"][0]
-                start.setdefault(url, info["num_generated_tokens"])
-                if info["num_running_reqs"] and info["num_generated_tokens"] - start[url] >= min_tokens:
-                    return
-            await asyncio.sleep(0.01)
-
-
 async def test_interrupted_and_killed_upstreams(tiny_model_dir):
     """A weight update mid-call (versions change mid-completion, nothing lost); an upstream killed
     mid-call (re-run on the other); every upstream dead (503, the session fails as data)."""
@@ -350,7 +339,7 @@ async def test_interrupted_and_killed_upstreams(tiny_model_dir):
                 long_call = {"model": "m", "messages": [{"role": "user", "content": "What is 1+2?"}],
                              "max_tokens": 800, "ignore_eos": True}
                 call = asyncio.create_task(http.post("/v1/chat/completions", headers=auth, json=long_call))
-                await until_generating([first.url, second.url], min_tokens=20)  # some tokens at version 0
+                await until_generating(first.url, second.url, min_tokens=20)  # some tokens at version 0
                 await engine.pause()
                 await engine.update_weights(str(tiny_model_dir), 1)
                 await engine.resume()
@@ -363,7 +352,7 @@ async def test_interrupted_and_killed_upstreams(tiny_model_dir):
                 session = (await http.post("/v1/sessions", json={})).json()
                 auth = {"Authorization": f"Bearer {session['api_key']}"}
                 call = asyncio.create_task(http.post("/v1/chat/completions", headers=auth, json=long_call))
-                await until_generating([first.url])  # the first server: least loaded, first in the list
+                await until_generating(first.url)  # the first server: least loaded, first in the list
                 first.kill()  # mid-call (a fixed sleep let a fast server finish the call first)
                 r = await call
                 assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 800
