@@ -252,7 +252,7 @@ class InferenceClient(Protocol):
 
 
 @runtime_checkable
-class ChatClient(Protocol):
+class ChatAPI(Protocol):
     """The inference engine behind the ``openai`` SDK's interface, recording one episode.
 
     ``chat.completions.create(messages=..., tools=..., ...)`` (and ``responses.create``)
@@ -498,7 +498,7 @@ Message = dict[str, Any]
 
 __all__ = [
     "NOT_SAMPLED",
-    "ChatClient",
+    "ChatAPI",
     "Completion",
     "ExecRequest",
     "ExecResult",

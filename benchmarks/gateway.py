@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from agentrl.inference.transport import KeepAliveTransport
-from agentrl.launch.services import ServerProcess, ServiceProcess
+from agentrl.client.transport import KeepAliveTransport
+from agentrl.process.services import ServerProcess, ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentrl.launch.services import ServerProcess
+from agentrl.process.services import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ async def run_engine(url: str, prompts, lengths, concurrency: int = 64) -> tuple
     import httpx
 
     from agentrl.api import SamplingParams
-    from agentrl.inference.client import RemoteEngine
+    from agentrl.client.remote_engine import RemoteEngine
 
     gate = asyncio.Semaphore(concurrency)
     async with RemoteEngine([url], timeout=600) as engine:
@@ -102,7 +102,7 @@ def run_hf(model_dir: Path, prompts, lengths, batch: int = 64) -> float:
 
 async def run_interrupt(url: str, prompts, ckpts: list[Path], updates: int, new_tokens: int) -> dict:
     from agentrl.api import SamplingParams
-    from agentrl.inference.client import RemoteEngine
+    from agentrl.client.remote_engine import RemoteEngine
 
     async with RemoteEngine([url], timeout=600) as engine:
         sampling = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, ignore_eos=True)

@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentrl.launch.services import ServerProcess, run_async
+from agentrl.process.services import ServerProcess, run_async
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ async def measure(url: str, model_dir: Path, args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentrl.api import SamplingParams
-    from agentrl.inference.client import RemoteEngine
+    from agentrl.client.remote_engine import RemoteEngine
     from agentrl.plugins import load_object, register_envs
 
     demo = load_demo()

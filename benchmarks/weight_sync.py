@@ -52,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.launch.services import ServerProcess, free_port
+from agentrl.process.services import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny-model"
@@ -81,7 +81,7 @@ def model_size(model: torch.nn.Module) -> tuple[int, int]:
 
 
 async def measure(model, model_dir: Path, url: str, work: Path, repeats: int, flatten: bool) -> dict[str, list[float]]:
-    from agentrl.inference import RemoteEngine
+    from agentrl.client import RemoteEngine
     from agentrl.trainer.publish import DiskTransport, DistributedTransport, WeightPublisher
 
     disk = DiskTransport(work / "weights", source_dir=model_dir, keep_last=1)

@@ -124,8 +124,8 @@ def main(argv: list[str]) -> int:
     import json
 
     from agentrl.config import apply_overrides, from_dict, save_config
-    from agentrl.run.config import RunConfig, check_run_config
-    from agentrl.run.launcher import launch
+    from agentrl.run.local_launcher import launch
+    from agentrl.run.run_config import RunConfig, check_run_config
 
     data = apply_overrides(json.loads(json.dumps(CONFIG)), argv)  # key=value, as on agentrl train's line
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))

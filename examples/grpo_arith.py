@@ -146,14 +146,14 @@ async def main_async(cfg: DemoConfig) -> dict:
     from transformers.utils import logging as hf_logging
 
     from agentrl.api import SamplingParams
-    from agentrl.inference.client import RemoteEngine
-    from agentrl.launch.services import ServerProcess, free_port
+    from agentrl.client.remote_engine import RemoteEngine
     from agentrl.model.arith_data import generate_problems
     from agentrl.plugins import load_object
+    from agentrl.process.services import ServerProcess, free_port
     from agentrl.trainer.actor import Actor
     from agentrl.trainer.batch import prepare_batch
-    from agentrl.trainer.config import LossConfig, TrainerConfig
     from agentrl.trainer.publish import DiskTransport, WeightPublisher
+    from agentrl.trainer.trainer_config import LossConfig, TrainerConfig
 
     console = Console()
     hf_logging.disable_progress_bar()  # our own progress bar is the one to read

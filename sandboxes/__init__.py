@@ -6,9 +6,9 @@
     remote.py     RemoteSandbox  the client of the sandbox service (service.py, FastAPI;
                                  admission.py: request validation, ceilings, concurrency)
     fleet.py      SandboxFleet   several sandbox services, the least busy first
-    executor.py   our pid 1 inside every jail and container: runs, caps, kills, reports
+    supervisor.py our pid 1 inside every jail and container: runs, caps, kills, reports
     seccomp.py    the seccomp filter every program runs under (compiled with libseccomp)
-    wire.py       the host side of the executor's protocol (request payload, reply -> ExecResult)
+    wire.py       the host side of the supervisor's protocol (request payload, reply -> ExecResult)
 
 The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL|"URL,URL")``.
 """

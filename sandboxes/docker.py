@@ -1,11 +1,11 @@
-"""DockerSandbox: a pool of warm, locked-down containers, each running our executor.
+"""DockerSandbox: a pool of warm, locked-down containers, each running our supervisor.
 
 What it is: the Docker backend of the Sandbox interface. ``pool_size`` containers are
 created once with every limit set — no network (``network_mode=none``), memory and swap,
 pids, CPU quota, read-only root, size-bounded tmpfs ``/work`` and ``/tmp``, all
 capabilities dropped but SETUID, SETGID and KILL, ``no-new-privileges``, labels naming
 the owner process so a crashed owner's leftovers are removed by the next pool. Each
-container's main process (pid 1) is ``sandboxes/executor.py``, passed on the command line
+container's main process (pid 1) is ``sandboxes/supervisor.py``, passed on the command line
 (the image needs only python3), reached through the container's attached stdin/stdout: one
 execution is one JSON line each way, milliseconds, not a container start. A container that
 fails a call, times out, stops answering or whose caller went away is destroyed (at once)
@@ -15,7 +15,7 @@ Trust boundary — what is covered:
   * the container is the isolation boundary: its own pid, net (none: only ``lo``), mount,
     ipc and uts namespaces, cgroup limits on memory, pids and CPU, read-only root, Docker's
     default seccomp profile;
-  * inside it the executor runs each program as an unprivileged uid of that container (no
+  * inside it the supervisor runs each program as an unprivileged uid of that container (no
     capabilities, no new privileges) under rlimits (CPU time, address space, file size,
     processes, fds, core size) and, on top of Docker's, the seccomp filter of
     ``sandboxes/seccomp.py`` (compiled on this host, passed in the environment) — a Python
@@ -23,8 +23,8 @@ Trust boundary — what is covered:
     request, so it holds no other run's code or output — drains output with caps, enforces
     the deadline, then SIGKILLs every process of that uid and wipes ``/work``, ``/tmp`` and
     ``/dev/shm`` before the next request;
-  * the executor's own file I/O for the program (``files``, ``fetch``, the wipe) runs with
-    the program's filesystem uid and never follows a link (see ``sandboxes/executor.py``);
+  * the supervisor's own file I/O for the program (``files``, ``fetch``, the wipe) runs with
+    the program's filesystem uid and never follows a link (see ``sandboxes/supervisor.py``);
     it keeps only SETUID, SETGID and KILL and is not dumpable;
   * a session's processes are stopped between its calls.
 What is not covered, and why:
@@ -33,9 +33,9 @@ What is not covered, and why:
     profile, which would weaken the container far more than it gains. So consecutive
     executions in one container share its (empty) network namespace and pid namespace — the
     kill-by-uid sweep and the wipe are what separate them; ``/proc`` is Docker's (read-write
-    for the program's own entries, ``/proc/sys`` read-only), and lists the executor, whose
+    for the program's own entries, ``/proc/sys`` read-only), and lists the supervisor, whose
     entries the program cannot open (another uid, not dumpable);
-  * the executor itself runs as root in the container (with the three capabilities above)
+  * the supervisor itself runs as root in the container (with the three capabilities above)
     so that it can drop to the program's uid and kill what the program leaves behind;
   * memory is reported as MEMORY from the program's MemoryError under RLIMIT_AS, or from an
     OOM kill of the container (which is then replaced); peak memory is the program's max RSS;
@@ -75,9 +75,9 @@ from sandboxes.wire import request_payload, result_from_reply, sandbox_error
 
 LABEL = "agentrl.sandbox"
 CALL_GRACE_S = 10.0
-"""Seconds an executor may take beyond the program's time limit before its container is replaced."""
+"""Seconds an supervisor may take beyond the program's time limit before its container is replaced."""
 
-EXECUTOR_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "executor.py")
+SUPERVISOR_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
 
 
 @dataclass
@@ -86,14 +86,14 @@ class DockerSandboxConfig:
     pool_size: int = option(4, help="warm containers; also the number of programs running at once", ge=1)
     memory_mb: int = option(512, help="memory (and memory+swap) limit of each container", ge=64)
     cpus: float = option(1.0, help="CPU quota of each container, in CPUs", gt=0)
-    pids: int = option(128, help="pids limit of each container (the executor included)", ge=16)
+    pids: int = option(128, help="pids limit of each container (the supervisor included)", ge=16)
     work_mb: int = option(64, help="size of the tmpfs /work (/tmp gets a quarter) and the file-size limit", ge=1)
     max_processes: int = option(64, help="processes and threads one program may have at once", ge=1)
     session_memory_mb: int = option(512, help="address-space limit of a session's interpreter", ge=16)
     docker_host: str = option("", help="engine URL; empty = DOCKER_HOST or the default socket")
     cgroup_parent: str = option("", help="cgroup the containers are placed under (cgroupfs driver)")
     uid: int = option(10000, help="uid of the programs in the first container (the next gets uid+1, ...)", ge=1000)
-    start_timeout_s: float = option(60.0, help="seconds to wait for a container's executor to answer", gt=0)
+    start_timeout_s: float = option(60.0, help="seconds to wait for a container's supervisor to answer", gt=0)
     fork_interpreter: bool = option(
         True, help="run Python programs in a fork of a pristine interpreter made when the container "
         "starts (reset to a fresh `python -I -S` state) instead of starting a new one per run"
@@ -108,7 +108,7 @@ class _Container:
         self.raw: socket.socket = getattr(sock, "_sock", sock)
         self.keep = sock  # the SDK's wrapper owns the connection; keep it alive
         self.buffer = bytearray()
-        self.log = bytearray()  # what the executor wrote on stderr (for error messages)
+        self.log = bytearray()  # what the supervisor wrote on stderr (for error messages)
 
     def _frames(self, deadline: float) -> None:
         """Read one multiplexed frame (8-byte header: stream, 0, 0, 0, big-endian size)."""
@@ -125,13 +125,13 @@ class _Container:
         while len(out) < n:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError("the container's executor did not answer in time")
+                raise TimeoutError("the container's supervisor did not answer in time")
             self.raw.settimeout(left)
             chunk = self.raw.recv(n - len(out))
             if not chunk:
                 raise SandboxError(
                     "the container closed its stream (it died: OOM kill or crash); "
-                    f"executor said: {self.log.decode(errors='replace')[-300:]!r}"
+                    f"supervisor said: {self.log.decode(errors='replace')[-300:]!r}"
                 )
             out += chunk
         return bytes(out)
@@ -204,8 +204,8 @@ class DockerSandbox:
         self._started = False
         # one uid per container (RLIMIT_NPROC counts per uid across the host)
         self._uids = itertools.cycle(range(self.config.uid, self.config.uid + 1000))
-        with open(EXECUTOR_PATH) as f:
-            self._executor_src = f.read()
+        with open(SUPERVISOR_PATH) as f:
+            self._supervisor_src = f.read()
         atexit.register(self._destroy_all)
 
     # ---- engine and containers (blocking; run in the thread pool)
@@ -253,7 +253,7 @@ class DockerSandbox:
         client = self._connect()
         python = "python3"
         kwargs: dict[str, Any] = dict(
-            command=[python, "-I", "-S", "-c", self._executor_src, "container"],
+            command=[python, "-I", "-S", "-c", self._supervisor_src, "container"],
             stdin_open=True,
             tty=False,
             network_mode="none",
@@ -283,7 +283,7 @@ class DockerSandbox:
             box = _Container(container, sock)
             reply = box.call({"op": "ping"}, cfg.start_timeout_s)
             if not reply.get("ok"):
-                raise SandboxError(f"the container's executor answered {reply}")
+                raise SandboxError(f"the container's supervisor answered {reply}")
         except BaseException:
             with contextlib.suppress(Exception):
                 container.remove(force=True)

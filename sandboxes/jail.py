@@ -1,4 +1,4 @@
-"""The local jail: fresh Linux namespaces, a read-only root, and our executor as pid 1.
+"""The local jail: fresh Linux namespaces, a read-only root, and our supervisor as pid 1.
 
 What it is: a warm fork server (the *zygote*, ``zygote_main``) that LocalSandbox starts once,
 as root on the host (*root mode*) or, without root, inside one bubblewrap sandbox of its own
@@ -8,8 +8,8 @@ it is sent a small JSON message and one end of a socket pair; it picks a free *s
 and, in root mode, a reusable pair of cgroups) and clones pid 1 of new pid/net/ipc/uts
 namespaces (``clone_jail``; rootless, a user namespace too), which unshares the mount
 namespace (a copy of the template), mounts its own ``/work``, ``/tmp`` and a read-only
-``/proc``, pivots into it, drops its capabilities and serves the executor protocol
-(``sandboxes/executor.py``) on the socket. When the socket closes, pid 1 exits and the
+``/proc``, pivots into it, drops its capabilities and serves the supervisor protocol
+(``sandboxes/supervisor.py``) on the socket. When the socket closes, pid 1 exits and the
 kernel kills everything left in the namespace; the slot is reused once its cgroup is empty.
 
 What is covered (both modes unless said):
@@ -19,7 +19,7 @@ What is covered (both modes unless said):
   * mount namespace with pivot_root into a tmpfs root that holds read-only, nosuid, nodev
     binds of ``/usr`` and the interpreter's prefix, a minimal ``/etc`` and ``/dev``, size-
     bounded tmpfs ``/work`` and ``/tmp``, and ``/proc`` of the jail's own pid namespace,
-    read-only and with ``hidepid=2`` (pid 1, the executor, is not dumpable, so it is not
+    read-only and with ``hidepid=2`` (pid 1, the supervisor, is not dumpable, so it is not
     even listed); the host's other files (``/root``, ``/home``, the repository,
     ``/etc/shadow``) are not in its view;
   * ipc and uts namespaces; hostname ``sandbox``;
@@ -38,7 +38,7 @@ What is covered (both modes unless said):
     namespace makes ``RLIMIT_NPROC`` count this jail's processes only;
   * Python programs run in a fork of pid 1's warm interpreter, after the privileges are
     dropped and the interpreter is reset to a fresh ``python -I -S`` state (see
-    ``executor.run_inline``); that fork holds nothing but this jail's own request.
+    ``supervisor.run_inline``); that fork holds nothing but this jail's own request.
 
 What is not covered: kernel exploits through the system calls the filter allows, CPU
 contention between jails (no cpu quota; the CPU-time rlimit bounds each program), timing side
@@ -68,7 +68,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from executor import Executor, Kernel, serve  # noqa: E402  (stdlib-only sibling, importable as a script)
+from supervisor import Kernel, Supervisor, serve  # noqa: E402  (stdlib-only sibling, importable as a script)
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -323,7 +323,7 @@ def clone_jail(flags: int) -> int:
 
 
 def _pid1(sock: socket.socket, params: dict, config: dict, kernel: Kernel, uid: int, cg: Cgroups | None) -> None:
-    """Pid 1 of a new jail (cloned by the zygote): ids, root, executor, no capabilities
+    """Pid 1 of a new jail (cloned by the zygote): ids, root, supervisor, no capabilities
     beyond what it needs, serve. Never returns."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote gone: the jail goes
@@ -333,7 +333,7 @@ def _pid1(sock: socket.socket, params: dict, config: dict, kernel: Kernel, uid: 
             map_own_ids(uid, *config["outer_ids"])
         _libc.sethostname(b"sandbox", 7)
         enter_root(ROOT_DIR, params["work_mb"], uid, config["rootless"])
-        executor = Executor(uid, config["python"], kernel, cgroups=cg, inline_python=params.get("inline_python", False))
+        supervisor = Supervisor(uid, config["python"], kernel, cgroups=cg, inline_python=params.get("inline_python", False))
         if config["rootless"]:  # the user namespace gave a full bounding set; pid 1 has the program's uid
             kernel.drop_bounding_set()  # already and needs nothing
             kernel.drop_capabilities()
@@ -341,7 +341,7 @@ def _pid1(sock: socket.socket, params: dict, config: dict, kernel: Kernel, uid: 
             kernel.drop_capabilities(KEEP_AS_ROOT)
         kernel.set_dumpable(False)  # no /proc/1/{mem,environ,fd} for the program, not even listed
         f = sock.makefile("rwb")
-        serve(executor, f, f)
+        serve(supervisor, f, f)
         os._exit(0)
     except BaseException as e:
         try:

@@ -3,7 +3,7 @@
 What it is: the asyncio client of a warm fork server (``sandboxes/jail.py``, started once
 per LocalSandbox). Each ``run`` gets a fresh jail — new pid/net/mount/ipc/uts namespaces, a
 read-only root, size-bounded tmpfs work dir, an unprivileged uid, the seccomp filter of
-``sandboxes/seccomp.py`` — whose pid 1 is our executor (``sandboxes/executor.py``), so the
+``sandboxes/seccomp.py`` — whose pid 1 is our supervisor (``sandboxes/supervisor.py``), so the
 real exit status, signal, CPU time and peak memory are reported, output is capped while it
 is read, and nothing outlives the jail. ``session()`` keeps one jail and a persistent
 interpreter for a whole episode (its processes are stopped between calls).
@@ -48,7 +48,7 @@ from sandboxes import seccomp
 from sandboxes.wire import request_payload, result_from_reply, sandbox_error
 
 CGROUP_HEADROOM_MB = 64
-"""Memory a jail's cgroup allows beyond the program's limit and its work dir (interpreter, executor)."""
+"""Memory a jail's cgroup allows beyond the program's limit and its work dir (interpreter, supervisor)."""
 
 AUTO_UID_START, AUTO_UID_BLOCK, AUTO_UID_BLOCKS = 100_000, 256, 15_000
 _INSTANCES = itertools.count()
@@ -120,7 +120,7 @@ def _cgroup_procs(parent: str) -> list[str]:
 
 
 class _Jail:
-    """One jail: a stream to its executor and a pidfd to kill it by."""
+    """One jail: a stream to its supervisor and a pidfd to kill it by."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -130,7 +130,7 @@ class _Jail:
 
     async def hello(self, limit_s: float) -> None:
         """Read the fork server's first line, which carries the jail's pidfd, then switch
-        the socket to asyncio streams for the executor's protocol."""
+        the socket to asyncio streams for the supervisor's protocol."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit_s
         data, fds = b"", []

@@ -2,7 +2,7 @@
 
 What it is: ``program_filter()`` builds, once per process, a classic-BPF seccomp program with
 libseccomp (``libseccomp.so.2``, Debian's ``libseccomp2``, through ctypes) and returns its
-bytes. The executor (``sandboxes/executor.py``, standard library only) installs those bytes
+bytes. The supervisor (``sandboxes/supervisor.py``, standard library only) installs those bytes
 with ``prctl(PR_SET_SECCOMP)`` in each program's process, after dropping to the program's
 uid and setting no-new-privileges, just before ``execve``; the filter is inherited by every
 process and thread the program makes and cannot be removed.
@@ -160,7 +160,7 @@ def _build(export: str, arch: str = "") -> bytes:
 
 @functools.lru_cache(maxsize=1)
 def program_filter() -> bytes:
-    """The filter as BPF bytes (8 bytes per instruction), for ``executor.Seccomp``.
+    """The filter as BPF bytes (8 bytes per instruction), for ``supervisor.Seccomp``.
     Raises SandboxUnavailable when libseccomp is missing."""
     bpf = _build("bpf")
     if not bpf or len(bpf) % 8:

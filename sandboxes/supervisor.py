@@ -1,4 +1,4 @@
-"""The executor: our own small program that runs untrusted code and reports what happened.
+"""The supervisor: our own small program that runs untrusted code and reports what happened.
 
 What it is: a standard-library-only script that serves a line protocol (one JSON object per
 line in, one per line out) and, for each request, starts the program as an unprivileged uid
@@ -25,7 +25,7 @@ What it lends the program, and what it does not:
     a time from a descriptor of ``/work`` with ``O_NOFOLLOW`` (``O_DIRECTORY`` for the
     directories), and ``fetch`` returns only regular files of the work dir's own
     filesystem (no FIFO, device, socket, or file reached through a mount or link);
-  * after setup the executor keeps only the capabilities it needs, effective and bounding
+  * after setup the supervisor keeps only the capabilities it needs, effective and bounding
     (``Kernel``: SETUID, SETGID and KILL as root; none in a rootless jail, where it shares
     the program's uid), is not dumpable (its ``/proc`` entries and memory are closed to the
     program), and ignores SIGINT (pid 1 of a namespace receives only the signals it handles);
@@ -43,7 +43,7 @@ script: DockerSandbox passes its source to ``python3 -c`` in each container.
 Protocol ops: ``run`` (one program, fresh work dir), ``session_start`` / ``session_call`` /
 ``session_end`` (a persistent Python interpreter whose globals survive between calls; a call
 that times out or kills the interpreter restarts it with empty state), ``ping``.
-Main hook: ``Executor.handle(message) -> reply``.
+Main hook: ``Supervisor.handle(message) -> reply``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ GRACE_S = 0.2  # how long output pipes may stay open after the program exited
 
 # The interpreter a session keeps: reads one JSON request per line on fd 0, runs the code in
 # one persistent globals dict (the value of a trailing expression is printed, like a REPL),
-# answers on fd 3. User output goes to fd 1/2, which the executor drains with caps.
+# answers on fd 3. User output goes to fd 1/2, which the supervisor drains with caps.
 SESSION_DRIVER = r"""
 import ast, json, os, resource, sys, traceback
 reply = os.fdopen(3, "w")
@@ -122,7 +122,7 @@ class Kernel:
     """The kernel calls the standard library lacks, through ctypes (part of the standard
     library; the sandbox image has it): no-new-privileges, dumpability, capabilities,
     filesystem ids, and installing the seccomp filter (BPF bytes compiled on the host by
-    ``sandboxes/seccomp.py``; the executor never needs libseccomp itself)."""
+    ``sandboxes/seccomp.py``; the supervisor never needs libseccomp itself)."""
 
     PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 22, 24
     PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
@@ -158,7 +158,7 @@ class Kernel:
 
     def restrict_program(self) -> None:
         """In a program's process, after the uid switch, before exec: no new privileges,
-        dumpable like any exec'd program (a fork of the executor inherits "not dumpable"),
+        dumpable like any exec'd program (a fork of the supervisor inherits "not dumpable"),
         then the seccomp filter, which every process and thread it makes inherits."""
         self._prctl(self.PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
         self.set_dumpable(True)
@@ -236,7 +236,7 @@ def run_inline(path: str) -> None:
     sys.argv = [path]
     here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else None  # none under -c
     sys.path[:] = [p for p in sys.path if p and p != here]
-    for name in ("executor", "jail", "sandboxes.executor", "sandboxes.jail"):
+    for name in ("supervisor", "jail", "sandboxes.supervisor", "sandboxes.jail"):
         sys.modules.pop(name, None)
     atexit._clear()
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -483,7 +483,7 @@ class Template:
         try:
             devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)
-            os.dup2(devnull, 1)  # never write on the executor's protocol stream
+            os.dup2(devnull, 1)  # never write on the supervisor's protocol stream
             while True:
                 msg, fds, _, _ = self._socket.recv_fds(sock, 1 << 16, 8)
                 if not msg:
@@ -631,7 +631,7 @@ def classify(*, exit_code, sig, timed_out, over_cap, oom, cpu_s, cpu_limit, stde
     return "runtime_error"
 
 
-# --------------------------------------------------------------------------- the executor
+# --------------------------------------------------------------------------- the supervisor
 
 
 def _safe_name(name: str) -> str:
@@ -726,7 +726,7 @@ class ContainerMemory:
         return 0.0
 
 
-class Executor:
+class Supervisor:
     """Serves the protocol for one sandbox slot (one uid, one work dir, one session at most).
 
     ``python`` is the interpreter programs run under; ``kernel`` installs their seccomp
@@ -738,7 +738,7 @@ class Executor:
     def __init__(self, uid: int, python: str, kernel: Kernel, cgroups=None, inline_python: bool = False,
                  template: Template | None = None, reusable: bool = False) -> None:
         if os.getpid() != 1:  # it kills every other process it sees: only ever inside a jail/container
-            raise RuntimeError("the executor runs only as pid 1 of a jail or container")
+            raise RuntimeError("the supervisor runs only as pid 1 of a jail or container")
         self.uid = uid
         self.python = python
         self.kernel = kernel
@@ -776,7 +776,7 @@ class Executor:
     @contextlib.contextmanager
     def _as_program(self):
         """File access as the program's: its fsuid and fsgid (a no-op in a rootless jail,
-        where the executor has the program's uid already)."""
+        where the supervisor has the program's uid already)."""
         switch = os.geteuid() != self.uid
         if switch:
             self.kernel.filesystem_ids(self.uid)
@@ -1017,7 +1017,7 @@ class Executor:
         }
 
 
-def serve(executor: Executor, rfile, wfile) -> None:
+def serve(supervisor: Supervisor, rfile, wfile) -> None:
     """Answer one JSON line per request line until EOF."""
     for line in rfile:
         if not line.strip():
@@ -1027,10 +1027,10 @@ def serve(executor: Executor, rfile, wfile) -> None:
         except ValueError as e:
             reply = {"status": "sandbox_error", "error": f"bad request line: {e}"}
         else:
-            reply = executor.handle(msg)
+            reply = supervisor.handle(msg)
         wfile.write((json.dumps(reply) + "\n").encode())
         wfile.flush()
-    executor.session_end()
+    supervisor.session_end()
 
 
 def container_main() -> None:
@@ -1044,9 +1044,9 @@ def container_main() -> None:
     kernel.drop_capabilities(keep=(Kernel.CAP_KILL, Kernel.CAP_SETGID, Kernel.CAP_SETUID))
     kernel.set_dumpable(False)
     template = Template(kernel) if os.environ.get("SANDBOX_FORK_INTERPRETER", "1") == "1" else None
-    executor = Executor(uid, python=os.environ.get("SANDBOX_PYTHON", "/usr/bin/python3"), kernel=kernel,
-                        cgroups=ContainerMemory(), template=template, reusable=True)
-    serve(executor, sys.stdin.buffer, sys.stdout.buffer)
+    supervisor = Supervisor(uid, python=os.environ.get("SANDBOX_PYTHON", "/usr/bin/python3"), kernel=kernel,
+                            cgroups=ContainerMemory(), template=template, reusable=True)
+    serve(supervisor, sys.stdin.buffer, sys.stdout.buffer)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["container"]:

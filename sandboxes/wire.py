@@ -1,7 +1,7 @@
-"""The executor protocol, host side: what a backend sends for one ExecRequest and how the
-executor's JSON reply becomes an ExecResult. Shared by LocalSandbox and DockerSandbox.
+"""The supervisor protocol, host side: what a backend sends for one ExecRequest and how the
+supervisor's JSON reply becomes an ExecResult. Shared by LocalSandbox and DockerSandbox.
 
-What it is not: the executor (``sandboxes/executor.py``, which runs inside the jail or the
+What it is not: the supervisor (``sandboxes/supervisor.py``, which runs inside the jail or the
 container and may import nothing of ours). Main hook: ``request_payload(request, ...)``.
 """
 
@@ -25,7 +25,7 @@ def check_names(request: ExecRequest) -> None:
 
 
 def check_sizes(request: ExecRequest, work_mb: int) -> None:
-    """Reject code and files that cannot fit where the executor writes them (the program
+    """Reject code and files that cannot fit where the supervisor writes them (the program
     in ``/tmp``, a quarter of the work dir's size; the files in ``/work``): the caller's
     request is too big, which is not the backend's failure."""
     code = len(request.code.encode())
@@ -40,7 +40,7 @@ def check_sizes(request: ExecRequest, work_mb: int) -> None:
 
 
 def request_payload(request: ExecRequest, work_mb: int, max_processes: int) -> dict[str, Any]:
-    """The executor's ``run`` request: the ExecRequest plus the backend's fixed limits.
+    """The supervisor's ``run`` request: the ExecRequest plus the backend's fixed limits.
     Raises ValueError for file names outside the work dir and for code or files too big
     for the work dirs."""
     check_names(request)

@@ -34,7 +34,7 @@ def tiny_model_dir():
 def tiny_server(tiny_model_dir):
     """One ``agentrl serve`` on the trained tiny model (weight version 0), shared by the rollout
     and workflow tests. Tests must leave it unpaused, at its version."""
-    from agentrl.launch.services import ServerProcess
+    from agentrl.process.services import ServerProcess
 
     with ServerProcess(tiny_model_dir, "--weight-version", "0", "--max-running-requests", "64") as proc:
         yield proc

@@ -69,3 +69,12 @@ def test_no_import_cycle_in_the_core():
     cycles = [(a, b) for a in sorted(graph.modules) for b in graph.find_modules_directly_imported_by(a)
               if b != a and graph.chain_exists(importer=b, imported=a)]
     assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def test_no_two_modules_of_the_core_share_a_file_name():
+    """A name is a promise of location: ``gateway.py`` is one file, found at the first guess."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "agentrl").rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

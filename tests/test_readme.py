@@ -33,7 +33,7 @@ def test_readme_environment_example_runs_and_passes_check_env():
 async def test_readme_workflow_example_plays_an_episode(tiny_server, tiny_model_dir):
     """The README's one-file workflow, against a real agentrl serve on the tiny model."""
     from agentrl.api import TrajectoryStatus
-    from agentrl.inference.client import RemoteEngine
+    from agentrl.client.remote_engine import RemoteEngine
 
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
     example = next(b for b in blocks if "class ArithChatWorkflow" in b)

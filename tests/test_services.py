@@ -1,4 +1,4 @@
-"""The plumbing every service of ours shares (``agentrl.launch.services``): the event loop and
+"""The plumbing every service of ours shares (``agentrl.process.services``): the event loop and
 HTTP parser they run on, the ports handed to programs that must be told one, and SIGTERM/SIGHUP
 turned into an exit that runs the ``finally`` blocks stopping a program's children."""
 
@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentrl.launch.services import HTTP_PARSER, background_server, free_port, run_async
+from agentrl.process.services import HTTP_PARSER, background_server, free_port, run_async
 
 
 def test_services_run_on_uvloop_and_parse_http_with_httptools():
@@ -50,7 +50,7 @@ def test_free_port_is_free_and_outside_the_ephemeral_range():
 def test_sighup_in_exit_on_signals_runs_the_finally_blocks_then_handlers_come_back():
     code = """
 import signal, sys, time
-from agentrl.launch.services import exit_on_signals
+from agentrl.process.services import exit_on_signals
 with exit_on_signals("prog"):
     assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
 assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the block

@@ -44,12 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus
-from agentrl.launch.services import background_server
+from agentrl.process.services import background_server
 from agentrl.rollout.env_pool import EnvPool
 from agentrl.rollout.episode import guarded
-from agentrl.rollout.gateway import build_app
+from agentrl.rollout.gateway import Gateway, Session
+from agentrl.rollout.gateway_routes import build_app
 from agentrl.rollout.renderer import ChatRenderer
-from agentrl.rollout.sessions import Gateway, Session
 
 
 class ExternalAgentWorkflow:

@@ -31,15 +31,15 @@ def run(args) -> int:
     import json
     from pathlib import Path
 
-    from agentrl.cli.train import split_items
+    from agentrl.cli.train_command import split_items
+    from agentrl.client.remote_engine import RemoteEngine
     from agentrl.config import load_config
     from agentrl.errors import ConfigError
-    from agentrl.inference.client import RemoteEngine
-    from agentrl.launch.services import exit_on_signals, run_async
+    from agentrl.process.services import exit_on_signals, run_async
     from agentrl.rollout.evaluate import curate, evaluate
-    from agentrl.run.config import RunConfig, check_run_config
-    from agentrl.run.launcher import Run
+    from agentrl.run.local_launcher import Run
     from agentrl.run.loop import build_workflow, load_rows, token_decoder
+    from agentrl.run.run_config import RunConfig, check_run_config
 
     config_path, overrides = split_items(args.items)
     if config_path is None:

@@ -9,7 +9,7 @@ its calls become exact trajectories in ``DIR/trajectories.jsonl``. ``--model`` g
 tokenizer and chat template; generation goes to the ``--upstream`` servers (``agentrl serve``
 or SGLang) through ``RemoteEngine``. Prints ``agentrl gateway: ready on http://HOST:PORT`` once
 it serves. The admin key can also come from ``$AGENTRL_GATEWAY_API_KEY``. Routes and the trust
-boundary: ``agentrl.rollout.gateway``.
+boundary: ``agentrl.rollout.gateway_routes``.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def run(args) -> int:
     import logging
     import os
 
-    from agentrl.inference.client import RemoteEngine
-    from agentrl.launch.services import bind, run_app
-    from agentrl.rollout.gateway import build_app
-    from agentrl.rollout.sessions import Gateway
+    from agentrl.client.remote_engine import RemoteEngine
+    from agentrl.process.services import bind, run_app
+    from agentrl.rollout.gateway import Gateway
+    from agentrl.rollout.gateway_routes import build_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for name in ("session_timeout", "max_sessions", "max_session_tokens", "max_body_bytes", "default_max_tokens"):

@@ -134,8 +134,8 @@ def serve(args) -> int:
 
     from agentrl.config import from_dict
     from agentrl.errors import ConfigError
-    from agentrl.launch.services import bind, run_app
     from agentrl.plugins import load_object, make_sandbox
+    from agentrl.process.services import bind, run_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     api_key = args.api_key if args.api_key is not None else os.environ.get("AGENTRL_SANDBOX_API_KEY", "")

@@ -3,7 +3,7 @@
     agentrl serve --model examples/tiny-model [--host 127.0.0.1] [--port 30000] [--device cpu]
 
 Prints one line ``agentrl serve: ready on http://HOST:PORT`` once the model is loaded and the
-socket listens (tests and scripts wait for it). See ``agentrl.inference.app`` for the routes.
+socket listens (tests and scripts wait for it). See ``agentrl.inference.server`` for the routes.
 The port is taken before the model loads: a port in use, or a checkpoint that fails validation,
 ends the command with one line on stderr and exit code 2, and no "ready" line.
 
@@ -57,9 +57,9 @@ def run(args) -> int:
 
     from agentrl.config import from_dict
     from agentrl.errors import ConfigError
-    from agentrl.inference.app import build_app
+    from agentrl.inference.server import build_app
     from agentrl.inference.state import ServeConfig, ServerState
-    from agentrl.launch.services import SERVE_READY, bind, run_app
+    from agentrl.process.services import SERVE_READY, bind, run_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = from_dict(ServeConfig, {

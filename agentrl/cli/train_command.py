@@ -46,10 +46,10 @@ def run(args) -> int:
 
     from agentrl.config import describe, load_config, save_config
     from agentrl.errors import ConfigError
-    from agentrl.launch.services import exit_on_signals
-    from agentrl.run.config import RunConfig, check_run_config
-    from agentrl.run.launcher import launch
+    from agentrl.process.services import exit_on_signals
+    from agentrl.run.local_launcher import launch
     from agentrl.run.loop import latest_checkpoint
+    from agentrl.run.run_config import RunConfig, check_run_config
 
     if args.help_config:
         for key, tp, default, help_ in describe(RunConfig):

@@ -48,8 +48,8 @@ def run(args) -> int:
             print(f"agentrl view: {note}")
         print(json.dumps(report), flush=True)
         return 0
-    from agentrl.launch.services import bind, run_app
-    from agentrl.view.app import build_app
+    from agentrl.process.services import bind, run_app
+    from agentrl.view.viewer import build_app
 
     try:
         sock = bind(args.host, args.port)

@@ -34,7 +34,7 @@ How it behaves:
     no side effects, so that re-run is safe.
   * **Batching.** The short requests (``batch_max_new_tokens``, default 32 new tokens) made in
     one event-loop tick — a rollout starts its episodes together — go to their server as one
-    batched ``/generate`` (``agentrl.inference.batcher``); a lone or long request goes in
+    batched ``/generate`` (``agentrl.client.batcher``); a lone or long request goes in
     SGLang's plain form. ``generate_group`` asks for ``n`` samples of one prompt with SGLang's
     ``sampling_params.n`` (when ``sampling.seed`` is set: ``n`` samples with seeds ``seed,
     seed + 1, ...``, since ``n`` copies of one seed would be ``n`` equal samples). Each sample
@@ -76,10 +76,10 @@ from typing import Any
 import httpx
 
 from agentrl.api import Completion, SamplingParams
+from agentrl.client.batcher import GroupBatcher
+from agentrl.client.transport import KeepAliveTransport, Origin
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
-from agentrl.inference.batcher import GroupBatcher
-from agentrl.inference.transport import KeepAliveTransport, Origin
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.errors import ModelError
-from agentrl.inference.checkpoint import (
+from agentrl.inference.hf_weights import (
     SUPPORTED_MODEL_TYPES,
     assemble,
     canonical,
@@ -208,7 +208,7 @@ class Decoder:
         self._spares += [t for t in _fused(weights) if id(t) not in held]
 
     def swap_weights(self, weights: dict) -> None:
-        """Serve ``weights`` from the next forward pass on (engine thread, between two steps).
+        """Serve ``weights`` from the next forward pass on (scheduler thread, between two steps).
         The fused tensors of the replaced weights that the new ones do not share are kept as
         spares: the next staging copy is written into them (``_alloc``) instead of fresh memory,
         whose first touch costs a page fault per 4 KiB — on a 100 M-parameter model on CPU, a

@@ -5,7 +5,7 @@ streamed), ``/pause_generation``, ``/continue_generation``, ``/abort_request``,
 ``/update_weights_from_disk``, ``/update_weight_version``, ``GET|POST /flush_cache``,
 ``GET /model_info`` (+ ``/get_model_info``), ``/server_info`` (+ ``/get_server_info``),
 ``/health``, ``/health_generate``, ``/ready``, ``/v1/loads``, ``/get_load`` (0.5.10's, which
-sglang-router polls) — with SGLang's field names and response shapes (``agentrl.inference.app``
+sglang-router polls) — with SGLang's field names and response shapes (``agentrl.inference.server``
 lists where we knowingly differ). ``/flush_cache`` empties the prefix cache; ``/get_server_info``
 and ``/v1/loads`` report its hit rate. Validation and result shapes come from
 ``agentrl.inference.wire``. What it is not: the OpenAI routes (``openai_routes``).
@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from agentrl.api import SamplingParams
 from agentrl.errors import ModelError
 from agentrl.inference import openapi
-from agentrl.inference.engine import Request as EngineRequest
+from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import ServerState
 from agentrl.inference.validation import parse_logprob_fields, parse_sampling
 from agentrl.inference.wire import (
@@ -58,14 +58,14 @@ def native_routes(state: ServerState) -> APIRouter:
         mode = body.get("mode", "abort")
         if mode not in ("abort", "retract", "in_place"):
             raise BadRequest(f"mode must be one of 'abort', 'retract', 'in_place', got {mode!r}")
-        await asyncio.wrap_future(state.engine.pause(mode))
+        await asyncio.wrap_future(state.scheduler.pause(mode))
         await asyncio.sleep(0)  # let the aborted requests' handlers answer first
         return {"message": "Generation paused successfully.", "status": "ok"}
 
     @router.post("/continue_generation", openapi_extra=openapi.json_body(openapi.CONTINUE, required=False))
     async def continue_generation(http: Request):
         await read_json(http, state.config.max_request_bytes, allow_empty=True)
-        await asyncio.wrap_future(state.engine.resume())
+        await asyncio.wrap_future(state.scheduler.resume())
         return {"message": "Generation continued successfully.", "status": "ok"}
 
     @router.post("/abort_request", openapi_extra=openapi.json_body(openapi.ABORT, required=False))
@@ -74,7 +74,7 @@ def native_routes(state: ServerState) -> APIRouter:
         rid, abort_all = body.get("rid", "") or "", bool(body.get("abort_all", False))
         if not isinstance(rid, str):
             raise BadRequest(f"rid must be a string, got {type(rid).__name__}")
-        state.engine.abort(rid, abort_all)
+        state.scheduler.abort(rid, abort_all)
         return Response(status_code=200)
 
     @router.post("/update_weights_from_disk", openapi_extra=openapi.json_body(openapi.UPDATE_FROM_DISK))
@@ -90,7 +90,7 @@ def native_routes(state: ServerState) -> APIRouter:
             except (ModelError, OSError) as e:
                 return JSONResponse({"success": False, "message": f"Failed to update weights: {e}",
                                      "num_paused_requests": 0}, status_code=400)
-            await asyncio.wrap_future(state.engine.install_weights(weights, version, abort_all))
+            await asyncio.wrap_future(state.scheduler.install_weights(weights, version, abort_all))
         state.model_path = path
         message = "Succeeded to update model weights."
         if version is not None:
@@ -104,14 +104,14 @@ def native_routes(state: ServerState) -> APIRouter:
         if not isinstance(new, str) or not new:
             raise BadRequest("new_version is required (a string)")
         if body.get("abort_all_requests", True):
-            state.engine.abort(abort_all=True)
-        await asyncio.wrap_future(state.engine.install_weights(state.decoder.weights, new))
+            state.scheduler.abort(abort_all=True)
+        await asyncio.wrap_future(state.scheduler.install_weights(state.decoder.weights, new))
         return {"success": True, "message": f"Weight version updated to {new}", "new_version": new}
 
     @router.get("/flush_cache")
     @router.post("/flush_cache", operation_id="flush_cache_post")
     async def flush_cache():
-        if not await asyncio.wrap_future(state.engine.flush_cache()):
+        if not await asyncio.wrap_future(state.scheduler.flush_cache()):
             return PlainTextResponse(
                 "Cache not flushed. Please check the server log for details. (There are running or "
                 "waiting requests.)", status_code=400)
@@ -123,7 +123,7 @@ def native_routes(state: ServerState) -> APIRouter:
     async def model_info():
         return {"model_path": state.model_path, "served_model_name": state.served_model_name,
                 "tokenizer_path": state.config.model, "is_generation": True, "preferred_sampling_params": None,
-                "weight_version": state.engine.weight_version, "load_format": "auto", "reasoning_parser": None,
+                "weight_version": state.scheduler.weight_version, "load_format": "auto", "reasoning_parser": None,
                 "tool_call_parser": "qwen25", "disaggregation_mode": "null", "has_image_understanding": False,
                 "has_audio_understanding": False, "model_type": state.model_type,
                 "architectures": state.architectures}
@@ -132,20 +132,20 @@ def native_routes(state: ServerState) -> APIRouter:
     @router.get("/get_server_info")
     async def server_info():
         c = state.config
-        load = state.engine.load()
+        load = state.scheduler.load()
         return {"model_path": c.model, "tokenizer_path": c.model, "served_model_name": state.served_model_name,
                 "host": c.host, "port": c.port, "device": c.device, "tp_size": 1, "dp_size": 1,
-                "context_length": state.engine.context_length, "max_running_requests": c.max_running_requests,
-                "max_total_num_tokens": state.engine.context_length * c.max_running_requests,
-                "max_req_input_len": state.engine.context_length - 1, "skip_tokenizer_init": False,
-                "incremental_streaming_output": False, "weight_version": state.engine.weight_version,
-                "disable_radix_cache": state.engine.cache is None, "random_seed": c.seed, "status": "ready",
-                "internal_states": [{**load, **state.engine.cache_stats(), "last_gen_throughput": 0.0,
-                                     "num_decode_steps": state.engine.steps,
-                                     "num_generated_tokens": state.engine.generated_tokens,
-                                     "num_prefill_calls": state.engine.prefill_calls,
-                                     "prefill_seconds": round(state.engine.prefill_s, 3),
-                                     "decode_seconds": round(state.engine.decode_s, 3),
+                "context_length": state.scheduler.context_length, "max_running_requests": c.max_running_requests,
+                "max_total_num_tokens": state.scheduler.context_length * c.max_running_requests,
+                "max_req_input_len": state.scheduler.context_length - 1, "skip_tokenizer_init": False,
+                "incremental_streaming_output": False, "weight_version": state.scheduler.weight_version,
+                "disable_radix_cache": state.scheduler.cache is None, "random_seed": c.seed, "status": "ready",
+                "internal_states": [{**load, **state.scheduler.cache_stats(), "last_gen_throughput": 0.0,
+                                     "num_decode_steps": state.scheduler.steps,
+                                     "num_generated_tokens": state.scheduler.generated_tokens,
+                                     "num_prefill_calls": state.scheduler.prefill_calls,
+                                     "prefill_seconds": round(state.scheduler.prefill_s, 3),
+                                     "decode_seconds": round(state.scheduler.decode_s, 3),
                                      "effective_max_running_requests_per_dp": c.max_running_requests}],
                 "version": f"{SGLANG_API_VERSION} (agentrl serve)", "frontend": "python",
                 # ours: buckets can be staged while generating, then committed (weight_sync)
@@ -154,41 +154,41 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.get("/health")
     async def health():
-        return Response(status_code=200 if state.engine.alive else 503)
+        return Response(status_code=200 if state.scheduler.alive else 503)
 
     @router.get("/health_generate")
     async def health_generate():
-        req = EngineRequest(rid=f"HEALTH_CHECK_{uuid.uuid4().hex}", input_ids=[0],
+        req = GenRequest(rid=f"HEALTH_CHECK_{uuid.uuid4().hex}", input_ids=[0],
                             sampling=SamplingParams(max_new_tokens=1, temperature=0.0))
         try:
             async with asyncio.timeout(HEALTH_CHECK_TIMEOUT_S):
                 await state.run(req)
         except TimeoutError:
-            state.engine.abort(req.rid)
+            state.scheduler.abort(req.rid)
             return Response(status_code=503)
         return Response(status_code=200)
 
     @router.get("/ready")
     async def ready():
-        return Response(status_code=503 if state.engine.paused else 200)
+        return Response(status_code=503 if state.scheduler.paused else 200)
 
     @router.get("/get_load")
     async def get_load():
         # SGLang 0.5.10's shape, one entry per data-parallel rank; sglang-router polls it for its
         # load-aware policies and GET /get_loads (num_tokens: prompt + output of running requests)
-        load = state.engine.load()
+        load = state.scheduler.load()
         return [{"dp_rank": 0, "num_reqs": load["num_running_reqs"] + load["num_waiting_reqs"],
-                 "num_waiting_reqs": load["num_waiting_reqs"], "num_tokens": state.engine.tokens_in_use()}]
+                 "num_waiting_reqs": load["num_waiting_reqs"], "num_tokens": state.scheduler.tokens_in_use()}]
 
     @router.get("/v1/loads")
     async def loads():
-        load = state.engine.load()
+        load = state.scheduler.load()
         return {"timestamp": time.time(), "version": SGLANG_API_VERSION, "accelerator": state.config.device,
                 "num_accelerators": 1,
                 "loads": [{"dp_rank": 0, **load, "num_used_tokens": 0,
-                           "max_total_num_tokens": state.engine.context_length * state.config.max_running_requests,
+                           "max_total_num_tokens": state.scheduler.context_length * state.config.max_running_requests,
                            "token_usage": 0.0, "gen_throughput": 0.0,
-                           "cache_hit_rate": state.engine.cache_stats()["cache_hit_rate"]}]}
+                           "cache_hit_rate": state.scheduler.cache_stats()["cache_hit_rate"]}]}
 
     return router
 
@@ -269,13 +269,13 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     if len(set(rids)) != len(rids):
         raise BadRequest("rid holds the same id twice; request ids must be unique")
     for r in rids:
-        if state.engine.is_live(r):
+        if state.scheduler.is_live(r):
             raise BadRequest(f"Duplicate request ID detected: {r}")
     state.admit(len(rids))
     reqs, opts = [], []
     for i, (prompt, p, lp) in enumerate(zip(prompts, parsed, logprob, strict=True)):
         for j in range(n):
-            reqs.append(EngineRequest(rid=rids[i * n + j], input_ids=list(prompt), sampling=p["sampling"],
+            reqs.append(GenRequest(rid=rids[i * n + j], input_ids=list(prompt), sampling=p["sampling"],
                                       top_logprobs_num=lp["top_n"], logprob_start=lp["logprob_start"],
                                       stream_interval=p["stream_interval"]))
             opts.append({**p, **lp})
@@ -292,9 +292,9 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     return JSONResponse(results if expanded else results[0])
 
 
-def _result(state: ServerState, r: EngineRequest, o: dict[str, Any], text_in_logprobs: bool,
+def _result(state: ServerState, r: GenRequest, o: dict[str, Any], text_in_logprobs: bool,
             n_tokens: int | None = None) -> dict[str, Any]:
-    return generate_result(r, state.tokenizer, weight_version=state.engine.weight_version, n_tokens=n_tokens,
+    return generate_result(r, state.tokenizer, weight_version=state.scheduler.weight_version, n_tokens=n_tokens,
                            return_logprob=o["return_logprob"], text_in_logprobs=text_in_logprobs,
                            no_stop_trim=o["no_stop_trim"], skip_special=o["skip_special_tokens"],
                            spaces_between_special=o["spaces_between_special_tokens"])
@@ -304,7 +304,7 @@ async def _sse(state: ServerState, reqs, opts, text_in_logprobs: bool, expanded:
     """Cumulative SSE chunks (SGLang's default), ``index`` per chunk for batches, then [DONE]."""
     queue: asyncio.Queue = asyncio.Queue()
 
-    async def pump(i: int, r: EngineRequest) -> None:
+    async def pump(i: int, r: GenRequest) -> None:
         async for n, fin in state.stream(r):
             await queue.put((i, r, None if fin else n))
         await queue.put((i, None, None))

@@ -36,7 +36,7 @@ from agentrl.inference.chat_format import (
     token_logprobs,
     usage,
 )
-from agentrl.inference.engine import Request as EngineRequest
+from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
 from agentrl.inference.validation import parse_sampling
 from agentrl.inference.wire import BadRequest, check_type, finish_text, parse_prompt_ids, read_json
@@ -48,12 +48,12 @@ def _error(e: BadRequest) -> JSONResponse:
 
 
 async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
-                   default_max: int | None, top_n: int) -> tuple[list[EngineRequest], dict[str, Any]]:
+                   default_max: int | None, top_n: int) -> tuple[list[GenRequest], dict[str, Any]]:
     parsed = parse_sampling(sampling_fields(body, default_max), prompt_len=len(prompt), bounds=state.bounds)
     n = _n(state, body)
     state.admit(n)
     base = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex
-    reqs = [EngineRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
+    reqs = [GenRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
                           top_logprobs_num=top_n) for i in range(n)]
     done = await state.run_all(reqs, http)
     for r in done:
@@ -86,13 +86,13 @@ def _chat_top_logprobs(state: ServerState, body: dict[str, Any]) -> tuple[bool, 
     return want, top or 0
 
 
-def _finish_reason(req: EngineRequest) -> tuple[str, int | str | None]:
+def _finish_reason(req: GenRequest) -> tuple[str, int | str | None]:
     reason = req.finish_reason or {}
     kind = reason.get("type", "stop")
     return kind, reason.get("matched") if kind == "stop" else None
 
 
-def _chat_logprobs(state: ServerState, req: EngineRequest) -> dict[str, Any]:
+def _chat_logprobs(state: ServerState, req: GenRequest) -> dict[str, Any]:
     return token_logprobs(lambda t: state.tokenizer.decode([t]), req.output_ids, req.logprobs, req.top_logprobs)
 
 
@@ -205,7 +205,7 @@ def openai_routes(state: ServerState) -> APIRouter:
 
 def _card(state: ServerState) -> dict[str, Any]:
     return {"id": state.served_model_name, "object": "model", "created": int(state.started), "owned_by": "sglang",
-            "root": state.served_model_name, "parent": None, "max_model_len": state.engine.context_length}
+            "root": state.served_model_name, "parent": None, "max_model_len": state.scheduler.context_length}
 
 
 def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict[str, Any]:
@@ -214,12 +214,12 @@ def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict
     return {"id": reqs[0].rid, "object": obj, "created": int(time.time()),
             "model": body.get("model") or state.served_model_name, "choices": choices,
             "usage": usage(len(prompt), completion),
-            "metadata": {"weight_version": versions[-1] if versions else state.engine.weight_version}}
+            "metadata": {"weight_version": versions[-1] if versions else state.scheduler.weight_version}}
 
 
 async def _chat_stream(state: ServerState, body, prompt, parsed, use_tools: bool, top_n: int):
     """``chat.completion.chunk`` events (one choice; the request was validated before)."""
-    req = EngineRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), sampling=parsed["sampling"],
+    req = GenRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), sampling=parsed["sampling"],
                         top_logprobs_num=top_n)
     base = {"id": req.rid, "created": int(time.time()), "model": body.get("model") or state.served_model_name}
     yield sse(chunk(base, {"role": "assistant", "content": ""}))

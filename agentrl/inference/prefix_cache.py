@@ -15,7 +15,7 @@ contiguous slot per row, which keeps it fast on a CPU, and the tree never has no
 no lock counts), and the unit is one token, like SGLang's default page size of 1. When the
 pool is full, least-recently-used leaves are evicted — in bulk, down to
 ``capacity - capacity // 8`` entries in use, so that a full cache does not scan the tree on
-every insert. What it is not: thread-safe (the engine thread owns it), nor aware of weights
+every insert. What it is not: thread-safe (the scheduler thread owns it), nor aware of weights
 (the engine flushes it on every update), nor a host-memory or disk tier.
 
 Main hook::

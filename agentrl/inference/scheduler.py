@@ -9,7 +9,7 @@ Requests join and leave the batch at every step, so no request waits for another
 Everything that touches the model runs on that thread; other threads talk to it only
 through ``submit``/``abort``/``pause``/``resume``/``install_weights``/``flush_cache``
 (thread-safe), and hear back through each request's ``notify`` callback, which runs on the
-engine thread and must only hand the news over (e.g. ``loop.call_soon_threadsafe``).
+scheduler thread and must only hand the news over (e.g. ``loop.call_soon_threadsafe``).
 
 Prompt sharing: on admission a request's prompt (plus its output so far, for a retracted
 request) is matched against the prefix cache; the cached prefix's keys/values are copied into
@@ -85,8 +85,8 @@ will cache at least this many more of its tokens (or all of them but the last)."
 
 
 @dataclass(eq=False)
-class Request:
-    """One generation request and its state. Only the engine thread mutates it after submit."""
+class GenRequest:
+    """One generation request and its state. Only the scheduler thread mutates it after submit."""
 
     rid: str
     input_ids: list[int]
@@ -95,8 +95,8 @@ class Request:
     logprob_start: int = -1  # >= 0: logprobs of the prompt tokens from this position (input_token_logprobs)
     stream: bool = False
     stream_interval: int = 1  # a streaming request is told every this many tokens
-    notify: Callable[[Request, bool], None] | None = None  # (request, finished), engine thread
-    # state, written by the engine thread
+    notify: Callable[[GenRequest, bool], None] | None = None  # (request, finished), scheduler thread
+    # state, written by the scheduler thread
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)
@@ -126,13 +126,13 @@ class _Admitted(NamedTuple):
     """A request placed in a slot this step: ``seq`` (prompt + output so far) is to be in
     the slot, positions ``start ..`` computed — or, for a twin, copied from ``leader``."""
 
-    req: Request
+    req: GenRequest
     seq: list[int]
     start: int
-    leader: Request | None
+    leader: GenRequest | None
 
 
-class Engine:
+class Scheduler:
     """Continuous batching over ``num_slots`` KV-cache slots; see the module docstring."""
 
     def __init__(self, decoder: Decoder, *, eos_token_ids: set[int], decode_text: Callable[[list[int]], str],
@@ -147,9 +147,9 @@ class Engine:
         self.context_length = decoder.max_len
         self._rng = random.Random(seed)
         self._commands: queue.Queue[Callable[[], None]] = queue.Queue()
-        self._waiting: deque[Request] = deque()
-        self._slots: list[Request | None] = [None] * decoder.num_slots
-        self._live: dict[str, Request] = {}
+        self._waiting: deque[GenRequest] = deque()
+        self._slots: list[GenRequest | None] = [None] * decoder.num_slots
+        self._live: dict[str, GenRequest] = {}
         self.paused: str | None = None  # None, or the pause mode
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="agentrl-engine", daemon=True)
@@ -171,7 +171,7 @@ class Engine:
         self._commands.put(lambda: None)
         self._thread.join(timeout=10)
 
-    def submit(self, *reqs: Request) -> None:
+    def submit(self, *reqs: GenRequest) -> None:
         """Queue requests. Each one's ``notify`` is called when it finishes (and per step if streaming)."""
         def run() -> None:
             for req in reqs:
@@ -189,7 +189,7 @@ class Engine:
                 self._abort(r, message)
         self._commands.put(run)
 
-    def abort_requests(self, reqs: list[Request], message: str = "Aborted") -> None:
+    def abort_requests(self, reqs: list[GenRequest], message: str = "Aborted") -> None:
         """Finish these requests as aborted (those still live), in one command."""
         def run() -> None:
             for r in reqs:
@@ -233,7 +233,7 @@ class Engine:
 
     @property
     def alive(self) -> bool:
-        """The engine thread is running (a dead engine makes ``/health`` answer 503)."""
+        """The scheduler thread is running (a dead engine makes ``/health`` answer 503)."""
         return self._thread.is_alive()
 
     def load(self) -> dict[str, int]:
@@ -260,7 +260,7 @@ class Engine:
         """Requests submitted and not finished (racy read: fine for admission limits)."""
         return len(self._live)
 
-    # ------------------------------------------------------------------ engine thread
+    # ------------------------------------------------------------------ scheduler thread
 
     def _call(self, fn: Callable[[], Any]) -> Future:
         fut: Future = Future()
@@ -273,7 +273,7 @@ class Engine:
         self._commands.put(run)
         return fut
 
-    def _admit_to_queue(self, req: Request) -> None:
+    def _admit_to_queue(self, req: GenRequest) -> None:
         if req.rid in self._live:
             req.finish_reason = {"type": "abort", "message": f"Duplicate request ID detected: {req.rid}",
                                  "status_code": 400, "err_type": "BadRequestError"}
@@ -304,7 +304,7 @@ class Engine:
                 r.num_retractions += 1
                 self._waiting.appendleft(r)
 
-    def _abort(self, req: Request, message: str) -> None:
+    def _abort(self, req: GenRequest, message: str) -> None:
         if req.finished:
             return
         if req.started:
@@ -313,7 +313,7 @@ class Engine:
             reason = {"type": "abort", "message": "Abort in waiting queue"}
         self._finish(req, reason)
 
-    def _finish(self, req: Request, reason: dict[str, Any]) -> None:
+    def _finish(self, req: GenRequest, reason: dict[str, Any]) -> None:
         req.finish_reason = reason
         if req.slot is not None:
             self._release(req)
@@ -322,7 +322,7 @@ class Engine:
             del self._live[req.rid]
         self._notify(req, True)
 
-    def _fail(self, reqs: list[Request], error: BaseException) -> None:
+    def _fail(self, reqs: list[GenRequest], error: BaseException) -> None:
         """Finish ``reqs`` with ``error``: an engine bug met while computing them."""
         for r in reqs:
             r.kv_epoch = -1  # its keys/values may be half written: never cache them
@@ -330,7 +330,7 @@ class Engine:
                 self._finish(r, {"type": "abort", "message": f"engine error: {error!r}", "status_code": 500,
                                  "err_type": "InternalServerError"})
 
-    def _release(self, req: Request) -> None:
+    def _release(self, req: GenRequest) -> None:
         """Free ``req``'s slot, first caching what it holds: every token but the last
         sampled one (not fed yet), if computed under the current weights."""
         assert req.slot is not None
@@ -339,7 +339,7 @@ class Engine:
         req.slot = None
         req.kv_epoch = -1
 
-    def _cache_slot(self, req: Request, seq: list[int]) -> None:
+    def _cache_slot(self, req: GenRequest, seq: list[int]) -> None:
         """Insert ``seq`` (held at positions ``0 ..`` of ``req``'s slot) into the prefix cache,
         unless its keys/values predate the current weights. The copies into the pool are
         queued and made in one go before the next admission (before any slot is reused)."""
@@ -362,7 +362,7 @@ class Engine:
         if self.cache is not None:
             self.cache.flush()
 
-    def _notify(self, req: Request, finished: bool) -> None:
+    def _notify(self, req: GenRequest, finished: bool) -> None:
         if req.notify is not None:
             try:
                 req.notify(req, finished)
@@ -377,7 +377,7 @@ class Engine:
         while True:
             try:
                 cmd()
-            except Exception:  # a failing command must not kill the engine thread
+            except Exception:  # a failing command must not kill the scheduler thread
                 log.exception("engine command failed")
             try:
                 cmd = self._commands.get_nowait()
@@ -410,7 +410,7 @@ class Engine:
             self._compute(running, admitted)
         except Exception:
             log.exception("engine step failed; computing its requests one unit at a time")
-            units: list[tuple[list[Request], list[_Admitted]]] = [([r], []) for r in running]
+            units: list[tuple[list[GenRequest], list[_Admitted]]] = [([r], []) for r in running]
             by_leader: dict[int, list[_Admitted]] = {}
             for a in admitted:
                 by_leader.setdefault(id(a.leader or a.req), []).append(a)
@@ -425,7 +425,7 @@ class Engine:
                     log.exception("a unit of %d request(s) failed on its own", len(run) + len(adm))
                     self._fail([*run, *(a.req for a in adm)], e)
 
-    def _compute(self, running: list[Request], admitted: list[_Admitted]) -> None:
+    def _compute(self, running: list[GenRequest], admitted: list[_Admitted]) -> None:
         """One forward pass: decode rows for ``running`` requests (and admitted ones with a
         single uncached token), prefill rows for the other admitted ones; twins take their
         leader's keys/values and logits. Then prompt logprobs, sampling and stop checks."""
@@ -474,7 +474,7 @@ class Engine:
             logits = logits[torch.tensor(rows, device=logits.device)]
         self._sample_and_append(batch, logits)
 
-    def _score_prompt(self, req: Request, hidden: torch.Tensor) -> None:
+    def _score_prompt(self, req: GenRequest, hidden: torch.Tensor) -> None:
         """``req``'s prompt logprobs from the hidden states of positions ``logprob_start ..``;
         a failure is its own (finished with the error), not the step's."""
         try:
@@ -494,8 +494,8 @@ class Engine:
         self._flush_saves()
         free = [i for i, r in enumerate(self._slots) if r is None]
         admitted: list[_Admitted] = []
-        leaders: dict[tuple[int, ...], Request] = {}
-        deferred: list[Request] = []
+        leaders: dict[tuple[int, ...], GenRequest] = {}
+        deferred: list[GenRequest] = []
         loads: list[tuple[int, list[int]]] = []
         budget = PREFILL_TOKEN_BUDGET
         while self._waiting and len(admitted) < len(free) and len(deferred) <= len(self._slots):
@@ -547,7 +547,7 @@ class Engine:
         head = seq[:ahead]
         return any(a.seq[:ahead] == head for a in admitted)
 
-    def _sample_and_append(self, batch: list[Request], logits: torch.Tensor) -> None:
+    def _sample_and_append(self, batch: list[GenRequest], logits: torch.Tensor) -> None:
         """Sample one token per request and append it. If sampling the batch raises, each row
         is sampled alone and only the rows that fail are finished (with their error)."""
         try:
@@ -567,7 +567,7 @@ class Engine:
                 log.exception("request %s failed after sampling", r.rid)
                 self._fail([r], e)
 
-    def _sample(self, batch: list[Request], logits: torch.Tensor) -> tuple[list[int], list[float], list]:
+    def _sample(self, batch: list[GenRequest], logits: torch.Tensor) -> tuple[list[int], list[float], list]:
         """Tokens, their logprobs and (per row) the top (logprob, id) pairs; pure (no request is changed)."""
         dev = logits.device
         shaped = [i for i, r in enumerate(batch) if _penalised(r)]
@@ -592,7 +592,7 @@ class Engine:
                      if v != float("-inf")] for i, r in enumerate(batch)]  # kept tokens only
         return tokens.tolist(), logprobs.tolist(), tops
 
-    def _penalise(self, rows: list[Request], logits: torch.Tensor) -> torch.Tensor:
+    def _penalise(self, rows: list[GenRequest], logits: torch.Tensor) -> torch.Tensor:
         """Penalties, ``min_new_tokens`` and logit bias of ``rows`` (``sampling.penalize``)."""
         dev, V = logits.device, logits.shape[1]
         counts = torch.zeros(len(rows), V, device=dev)
@@ -619,7 +619,7 @@ class Engine:
         return penalize(logits, counts, column("frequency_penalty"), column("presence_penalty"),
                         column("repetition_penalty"), banned, bias)
 
-    def _append(self, r: Request, tok: int, logprob: float, top: list[tuple[float, int]] | None) -> None:
+    def _append(self, r: GenRequest, tok: int, logprob: float, top: list[tuple[float, int]] | None) -> None:
         r.output_ids.append(tok)
         r.logprobs.append(logprob)
         r.versions.append(self.weight_version)
@@ -632,7 +632,7 @@ class Engine:
         elif r.stream and len(r.output_ids) % r.stream_interval == 0:
             self._notify(r, False)
 
-    def _stop_reason(self, r: Request, tok: int) -> dict[str, Any] | None:
+    def _stop_reason(self, r: GenRequest, tok: int) -> dict[str, Any] | None:
         sp = r.sampling
         if not sp.ignore_eos and (tok in self.eos_token_ids or tok in sp.stop_token_ids):
             return {"type": "stop", "matched": tok}
@@ -651,7 +651,7 @@ class Engine:
         return None
 
 
-def _penalised(r: Request) -> bool:
+def _penalised(r: GenRequest) -> bool:
     sp = r.sampling
     return bool(sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0 or sp.logit_bias
                 or len(r.output_ids) < sp.min_new_tokens)

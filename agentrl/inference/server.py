@@ -89,16 +89,16 @@ class _ApiKey:
 
 
 def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
-    """The FastAPI app; the engine thread starts and stops with the app's lifespan."""
+    """The FastAPI app; the scheduler thread starts and stops with the app's lifespan."""
     state = state or ServerState(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        state.engine.start()
+        state.scheduler.start()
         try:
             yield
         finally:
-            state.engine.shutdown()
+            state.scheduler.shutdown()
 
     app = FastAPI(title="agentrl serve", lifespan=lifespan)
     app.state.server = state

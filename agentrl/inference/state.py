@@ -21,9 +21,8 @@ from fastapi import Request
 
 from agentrl.config import option
 from agentrl.errors import ModelError
-from agentrl.inference.engine import Engine
-from agentrl.inference.engine import Request as EngineRequest
 from agentrl.inference.prefix_cache import PrefixCache
+from agentrl.inference.scheduler import GenRequest, Scheduler
 from agentrl.inference.validation import Bounds
 from agentrl.inference.wire import BadRequest
 
@@ -96,7 +95,7 @@ class ServerState:
         self.vocab_size = hf_config.vocab_size
         self.model_type = hf_config.model_type
         self.architectures = list(getattr(hf_config, "architectures", None) or [])
-        self.engine = Engine(self.decoder, eos_token_ids=eos, decode_text=self.decode,
+        self.scheduler = Scheduler(self.decoder, eos_token_ids=eos, decode_text=self.decode,
                              weight_version=config.weight_version, seed=config.seed,
                              prefix_cache=PrefixCache(pool) if pool else None)
         self.bounds = Bounds(context_length=context, vocab_size=self.vocab_size, max_n=config.max_n,
@@ -135,23 +134,23 @@ class ServerState:
         if count > cap:
             raise BadRequest(f"this request asks for {count} samples (prompts x n), more than this server ever "
                              f"holds at once (--max-queued-requests {cap}); split it")
-        if self.engine.num_live + count > cap:
-            raise BadRequest(f"The request queue is full: {self.engine.num_live} requests are waiting or running "
+        if self.scheduler.num_live + count > cap:
+            raise BadRequest(f"The request queue is full: {self.scheduler.num_live} requests are waiting or running "
                              f"and this one adds {count} (--max-queued-requests {cap}); retry later", status=503)
 
-    async def run(self, req: EngineRequest, http: Request | None = None) -> EngineRequest:
+    async def run(self, req: GenRequest, http: Request | None = None) -> GenRequest:
         """Submit and wait until finished; a disconnected client aborts the request."""
         return (await self.run_all([req], http))[0]
 
-    async def run_all(self, reqs: list[EngineRequest], http: Request | None = None) -> list[EngineRequest]:
+    async def run_all(self, reqs: list[GenRequest], http: Request | None = None) -> list[GenRequest]:
         """Submit ``reqs`` together and wait until all finished; a disconnected client aborts
-        them. The engine thread wakes the event loop once, when the last one finishes."""
+        them. The scheduler thread wakes the event loop once, when the last one finishes."""
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
         left = [len(reqs)]
         lock = threading.Lock()
 
-        def finished(_: EngineRequest, fin: bool) -> None:  # engine thread
+        def finished(_: GenRequest, fin: bool) -> None:  # scheduler thread
             if fin:
                 with lock:
                     left[0] -= 1
@@ -160,27 +159,27 @@ class ServerState:
                     loop.call_soon_threadsafe(done.set)
         for r in reqs:
             r.notify = finished
-        self.engine.submit(*reqs)
+        self.scheduler.submit(*reqs)
         try:
             while not done.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await done.wait()
                 if not done.is_set() and http is not None and await http.is_disconnected():
-                    self.engine.abort_requests(reqs, message="client disconnected")
+                    self.scheduler.abort_requests(reqs, message="client disconnected")
                     await done.wait()
         except asyncio.CancelledError:
-            self.engine.abort_requests(reqs, message="client disconnected")
+            self.scheduler.abort_requests(reqs, message="client disconnected")
             raise
         return reqs
 
-    async def stream(self, req: EngineRequest):
+    async def stream(self, req: GenRequest):
         """Yield ``(num_tokens, finished)`` as the engine produces tokens; abort if abandoned."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()
         req.stream = True
         req.notify = lambda r, fin: loop.call_soon_threadsafe(events.put_nowait, (len(r.output_ids), fin))
-        self.engine.submit(req)
+        self.scheduler.submit(req)
         finished = False
         try:
             while not finished:
@@ -190,7 +189,7 @@ class ServerState:
                 yield n, finished
         finally:
             if not finished:
-                self.engine.abort_requests([req], message="client disconnected")
+                self.scheduler.abort_requests([req], message="client disconnected")
 
 
 def _generation_config(cls, path: str):

@@ -218,7 +218,7 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                                               "them all again")
                     opened.staged = _Staging(weights, staging.origin if staging is not None else state.decoder.weights)
                     return _answer(True, f"Staged {len(names)} tensor(s); {COMMIT_ROUTE} serves them.")
-                await asyncio.wrap_future(state.engine.install_weights(weights, version, abort_all))
+                await asyncio.wrap_future(state.scheduler.install_weights(weights, version, abort_all))
         message = "Succeeded to update parameter online."
         if version is not None:
             message += f" Weight version updated to {version}."
@@ -243,7 +243,7 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                 state.decoder.discard(staging.weights)
                 return _answer(False, "Failed to update weights: the served weights changed (another update) since "
                                       "these were staged; they are dropped, send them all again")
-            await asyncio.wrap_future(state.engine.install_weights(staging.weights, version, abort_all))
+            await asyncio.wrap_future(state.scheduler.install_weights(staging.weights, version, abort_all))
         message = "Succeeded to update parameter online."
         if version is not None:
             message += f" Weight version updated to {version}."

@@ -22,7 +22,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 if TYPE_CHECKING:  # annotations only: the format itself needs no torch
-    from agentrl.inference.engine import Request as EngineRequest
+    from agentrl.inference.scheduler import GenRequest
 
 class BadRequest(Exception):
     """A request the server refuses; becomes a 400 (or ``status``) JSON error."""
@@ -101,7 +101,7 @@ def parse_prompt_ids(value: Any, vocab_size: int, name: str = "input_ids") -> li
     return value
 
 
-def finish_text(tokenizer: Any, req: EngineRequest, no_stop_trim: bool, skip_special: bool = True,
+def finish_text(tokenizer: Any, req: GenRequest, no_stop_trim: bool, skip_special: bool = True,
                 spaces_between_special: bool = True) -> str:
     """The output text with SGLang's stop trimming."""
     reason = req.finish_reason or {}
@@ -137,7 +137,7 @@ def version_spans(versions: list[str]) -> list[dict[str, Any]]:
     return spans
 
 
-def generate_result(req: EngineRequest, tokenizer: Any, *, weight_version: str, n_tokens: int | None = None,
+def generate_result(req: GenRequest, tokenizer: Any, *, weight_version: str, n_tokens: int | None = None,
                     return_logprob: bool = False, text_in_logprobs: bool = False,
                     no_stop_trim: bool = False, skip_special: bool = True,
                     spaces_between_special: bool = True) -> dict[str, Any]:

@@ -4,6 +4,6 @@
                  side), ``ServiceProcess``/``ServerProcess`` (the parent side), ``free_port``
 """
 
-from agentrl.launch.services import ServerProcess, ServiceProcess, free_port
+from agentrl.process.services import ServerProcess, ServiceProcess, free_port
 
 __all__ = ["ServerProcess", "ServiceProcess", "free_port"]

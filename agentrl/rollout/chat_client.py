@@ -1,6 +1,6 @@
 """ChatClient: the ``openai`` SDK's interface over any ``InferenceClient``, every token recorded.
 
-What it is: the in-process ``agentrl.api.ChatClient``. Agent code written for
+What it is: the in-process ``agentrl.api.ChatAPI``. Agent code written for
 ``openai.AsyncOpenAI`` runs unchanged against it::
 
     client = ChatClient(engine, "examples/tiny-model")

@@ -1,6 +1,6 @@
 """Gateway and Session: the episodes an OpenAI-compatible gateway records, one session each.
 
-What it is: the gateway's state without HTTP (``agentrl.rollout.gateway`` serves it). A
+What it is: the gateway's state without HTTP (``agentrl.rollout.gateway_routes`` serves it). A
 ``Session`` is one episode: its secret key, metadata and ``ChatClient`` (which records every
 call's exact tokens). The ``Gateway`` opens sessions, finds them by key, ends them — exporting
 their trajectories as JSON lines to ``OUT/trajectories.jsonl`` and handing them to the

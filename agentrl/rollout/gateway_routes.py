@@ -1,7 +1,7 @@
 """The OpenAI-compatible gateway: agents in any process or language, recorded as training data.
 
-What it is: ``build_app(gateway)``, the HTTP face of a ``Gateway`` (``agentrl.rollout.sessions``),
-served by ``agentrl gateway`` or in-process (``agentrl.launch.services.background_server``).
+What it is: ``build_app(gateway)``, the HTTP face of a ``Gateway`` (``agentrl.rollout.gateway``),
+served by ``agentrl gateway`` or in-process (``agentrl.process.services.background_server``).
 An agent gets a session, points any OpenAI client at it, plays its episode, posts a reward::
 
     POST /v1/sessions            {"metadata": {...}}  -> {"session_id", "api_key", "base_url"}
@@ -52,7 +52,7 @@ from agentrl.inference.chat_format import answer_chunks, sse
 from agentrl.inference.wire import BadRequest, parse_json_body
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.episode import status_for
-from agentrl.rollout.sessions import Gateway, Session
+from agentrl.rollout.gateway import Gateway, Session
 
 log = logging.getLogger(__name__)
 

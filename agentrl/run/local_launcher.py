@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import AgentRLError, ServerUnavailable, TrainerError
-from agentrl.launch.services import ServerProcess, ServiceProcess, free_port, pump_output, stop_process
+from agentrl.process.services import ServerProcess, ServiceProcess, free_port, pump_output, stop_process
 
 
 class ManagedServer:

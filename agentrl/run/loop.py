@@ -21,8 +21,8 @@ loads the trainer state, rank 0 restores the executor (data cursor, counters, th
 admitted but not trained on) and the episode log replays their generations; the restored
 weights are published to the servers first, so they serve the checkpoint's policy.
 
-What it is not: the process launcher (``agentrl.run.launcher``) or the config
-(``agentrl.run.config``). Main hook: ``main([RUN_DIR])``.
+What it is not: the process launcher (``agentrl.run.local_launcher``) or the config
+(``agentrl.run.run_config``). Main hook: ``main([RUN_DIR])``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def load_rows(spec: str, seed: int) -> list[dict[str, Any]]:
     ``data/``), or ``module:function(seed)``."""
     from agentrl.errors import ConfigError
     from agentrl.plugins import load_object
-    from agentrl.run.config import dataset_file
+    from agentrl.run.run_config import dataset_file
 
     path = dataset_file(spec)
     if path is not None:
@@ -186,7 +186,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     """Rank 0: the rollout side and the schedule of the steps."""
     from rich.console import Console
 
-    from agentrl.inference.client import RemoteEngine
+    from agentrl.client.remote_engine import RemoteEngine
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.executor import RolloutExecutor, RowSource
     from agentrl.rollout.journal import EpisodeLog
@@ -352,10 +352,10 @@ async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Pat
                         console: Any) -> None:
     """``rollout.source: gateway``: serve the run's gateway (until ``stack`` closes); its sessions
     are admitted within the staleness bound and their episodes become the executor's groups."""
-    from agentrl.launch.services import background_server
+    from agentrl.process.services import background_server
     from agentrl.rollout.external import GatewayEpisodes
-    from agentrl.rollout.gateway import build_app
-    from agentrl.rollout.sessions import Gateway
+    from agentrl.rollout.gateway import Gateway
+    from agentrl.rollout.gateway_routes import build_app
 
     bridge = GatewayEpisodes(executor, cfg.rollout.group_size)
     gateway = Gateway(engine, cfg.model, out=run_dir / "gateway", on_episode=bridge.on_episode,
@@ -399,8 +399,8 @@ async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary:
 
 def main(argv: list[str] | None = None) -> int:
     from agentrl.config import load_config
-    from agentrl.launch.services import run_async
-    from agentrl.run.config import RunConfig
+    from agentrl.process.services import run_async
+    from agentrl.run.run_config import RunConfig
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, ServerUnavailable, TrainerError
-from agentrl.launch.services import pump_output, stop_process
-from agentrl.run.launcher import ManagedServer, watch_servers, write_servers
+from agentrl.process.services import pump_output, stop_process
+from agentrl.run.local_launcher import ManagedServer, watch_servers, write_servers
 
 FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_TOKEN", "WANDB_API_KEY", "AGENTRL_DATA_DIR", "AGENTRL_SANDBOX_API_KEY")
 """Variables of ``agentrl train``'s environment the actors' processes get too (when set)."""
@@ -113,7 +113,7 @@ class TrainerRank:
         """(node IP, a free port there, node id, has a GPU) — rank 0's become MASTER_ADDR/PORT."""
         import ray
 
-        from agentrl.launch.services import free_port
+        from agentrl.process.services import free_port
 
         ip = ray.util.get_node_ip_address()
         return ip, free_port(ip), ray.get_runtime_context().get_node_id(), bool(ray.get_gpu_ids())

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ServerUnavailable
-from agentrl.launch.services import free_port, stop_process
+from agentrl.process.services import free_port, stop_process
 
 
 class SGLangRouter:

@@ -6,7 +6,7 @@ to start or to use), ``rollout`` (data, workflow, groups, concurrency, sampling)
 ``sandbox`` — and ``check_run_config``, which refuses what cannot exist (a missing model
 directory, an unknown env id or workflow, more GPUs than present) before anything starts,
 in one line naming the key. ``agentrl train --help-config`` prints every key with its help.
-What it is not: the launcher (``agentrl.run.launcher``) or the loop (``agentrl.run.loop``).
+What it is not: the launcher (``agentrl.run.local_launcher``) or the loop (``agentrl.run.loop``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from agentrl.api import SamplingParams
 from agentrl.config import option
 from agentrl.errors import ConfigError
-from agentrl.trainer.config import TrainerConfig
+from agentrl.trainer.trainer_config import TrainerConfig
 
 
 @dataclass

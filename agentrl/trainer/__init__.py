@@ -14,8 +14,8 @@
 
 from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import TrainBatch, broadcast_trajectories, prepare_batch
-from agentrl.trainer.config import AdvantageConfig, LossConfig, TrainerConfig
 from agentrl.trainer.publish import DiskTransport, DistributedTransport, WeightPublisher
+from agentrl.trainer.trainer_config import AdvantageConfig, LossConfig, TrainerConfig
 
 __all__ = ["Actor", "AdvantageConfig", "DiskTransport", "DistributedTransport", "LossConfig", "TrainBatch", "TrainerConfig",
            "WeightPublisher", "broadcast_trajectories", "prepare_batch"]

@@ -40,7 +40,6 @@ import torch.distributed as dist
 from agentrl.errors import ModelError, TrainerError
 from agentrl.optim import warmup_cosine
 from agentrl.trainer.batch import TrainBatch
-from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.losses import policy_loss
 from agentrl.trainer.packing import (
     SEGMENT_ATTENTION,
@@ -50,6 +49,7 @@ from agentrl.trainer.packing import (
     sequence_starts,
     token_logprobs,
 )
+from agentrl.trainer.trainer_config import TrainerConfig
 
 
 def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, torch.device]:

@@ -29,8 +29,8 @@ import torch
 
 from agentrl.api import Trajectory, TrajectoryStatus
 from agentrl.trainer.advantages import grpo_advantages, normalize_advantages, shape_rewards
-from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.staleness import split_stale
+from agentrl.trainer.trainer_config import TrainerConfig
 
 
 @dataclass

@@ -5,7 +5,7 @@ Content-Security-Policy in it forbids loading any). Served, ``data`` is None and
 asks the viewer's JSON routes; exported, ``data`` is embedded as JSON in
 ``<script type="application/json" id="agentrl-data">`` and the script reads it instead.
 What it is not: the choice of what to embed (``agentrl.view.export``) or the routes
-(``agentrl.view.app``).
+(``agentrl.view.viewer``).
 """
 
 from __future__ import annotations

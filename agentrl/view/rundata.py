@@ -12,7 +12,7 @@ version at that step), ``sampled_tokens`` and ``segment``/``segments`` (its plac
 rows of the step that share its ``episode_id``).
 
 What it is not: a writer (``agentrl.run.metrics`` writes these files) or the HTTP routes
-(``agentrl.view.app``). Main hook: ``RunData(path)`` then ``metrics()``, ``steps()``,
+(``agentrl.view.viewer``). Main hook: ``RunData(path)`` then ``metrics()``, ``steps()``,
 ``trajectories(step)``, ``evaluation()``.
 """
 

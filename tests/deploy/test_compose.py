@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from agentrl.launch.services import free_port
+from agentrl.process.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = ("steps=2 eval.limit=20 rollout.batch_size=4 rollout.group_size=4 checkpoint.every_steps=1 "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.launch.services import ServerProcess
+from agentrl.process.services import ServerProcess
 
 
 class ServeProcess(ServerProcess):

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from agentrl.api import InferenceClient, SamplingParams
+from agentrl.client.remote_engine import RemoteEngine
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
-from agentrl.inference.client import RemoteEngine
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 

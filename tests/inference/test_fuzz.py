@@ -17,7 +17,7 @@ from collections import Counter
 
 import httpx
 
-from agentrl.launch.services import ServerProcess
+from agentrl.process.services import ServerProcess
 
 EXAMPLES = 10
 COVERAGE = 60

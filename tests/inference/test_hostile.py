@@ -13,8 +13,8 @@ import torch
 
 from agentrl.api import SamplingParams
 from agentrl.inference.decoder import Decoder
-from agentrl.inference.engine import Engine, Request
 from agentrl.inference.prefix_cache import PrefixCache
+from agentrl.inference.scheduler import GenRequest, Scheduler
 
 from ..serving import until_generating
 
@@ -103,17 +103,17 @@ def test_the_queue_limit_refuses_with_503_and_a_request_larger_than_it_with_400(
 def engine(untrained_model_dir):
     torch.set_num_threads(1)
     decoder = Decoder(untrained_model_dir, num_slots=8, max_len=128, pool_tokens=512)
-    eng = Engine(decoder, eos_token_ids=set(), decode_text=lambda ids: " ".join(map(str, ids)),
+    eng = Scheduler(decoder, eos_token_ids=set(), decode_text=lambda ids: " ".join(map(str, ids)),
                  prefix_cache=PrefixCache(512))
     eng.start()
     yield eng
     eng.shutdown()
 
 
-def run_all(engine: Engine, reqs: list[Request], timeout: float = 60) -> None:
+def run_all(engine: Scheduler, reqs: list[GenRequest], timeout: float = 60) -> None:
     left, done = [len(reqs)], threading.Event()
 
-    def note(_: Request, finished: bool) -> None:
+    def note(_: GenRequest, finished: bool) -> None:
         if finished:
             left[0] -= 1
             if not left[0]:
@@ -128,13 +128,13 @@ def run_all(engine: Engine, reqs: list[Request], timeout: float = 60) -> None:
 def test_a_request_that_fails_inside_the_engine_fails_alone(engine, poison):
     """Validation keeps such requests out; if one gets in anyway (an engine bug), it is finished
     with its own error and the others of its batch are computed as if it was not there."""
-    good = [Request(f"good-{i}", PROMPT[: 5 + i], SamplingParams(max_new_tokens=6, temperature=0)) for i in range(3)]
+    good = [GenRequest(f"good-{i}", PROMPT[: 5 + i], SamplingParams(max_new_tokens=6, temperature=0)) for i in range(3)]
     if poison == "sampling":  # an overflow when the batch's settings become tensors
-        bad = Request("bad", PROMPT, SamplingParams(max_new_tokens=6, top_k=10**20))
+        bad = GenRequest("bad", PROMPT, SamplingParams(max_new_tokens=6, top_k=10**20))
     else:  # a token id past the embedding table: the packed forward pass raises
-        bad = Request("bad", PROMPT + [10**6], SamplingParams(max_new_tokens=6))
+        bad = GenRequest("bad", PROMPT + [10**6], SamplingParams(max_new_tokens=6))
     run_all(engine, [*good, bad])
-    alone = [Request(f"alone-{i}", PROMPT[: 5 + i], SamplingParams(max_new_tokens=6, temperature=0)) for i in range(3)]
+    alone = [GenRequest(f"alone-{i}", PROMPT[: 5 + i], SamplingParams(max_new_tokens=6, temperature=0)) for i in range(3)]
     run_all(engine, alone)
     assert bad.finish_reason["type"] == "abort" and bad.finish_reason["status_code"] == 500
     assert "engine error" in bad.finish_reason["message"]
@@ -162,11 +162,11 @@ class CountingId(str):
 def test_aborting_queued_requests_one_by_one_does_not_scan_the_queue(engine):
     engine.pause("in_place").result(timeout=10)  # nothing is admitted: all wait in the queue
     n = 2000
-    reqs = [Request(CountingId(f"q{i}"), PROMPT, SamplingParams(max_new_tokens=4)) for i in range(n)]
+    reqs = [GenRequest(CountingId(f"q{i}"), PROMPT, SamplingParams(max_new_tokens=4)) for i in range(n)]
     finished = threading.Event()
     left = [n]
 
-    def note(_: Request, fin: bool) -> None:
+    def note(_: GenRequest, fin: bool) -> None:
         left[0] -= fin
         if not left[0]:
             finished.set()

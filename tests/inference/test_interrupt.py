@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.api import SamplingParams
-from agentrl.inference.client import RemoteEngine
+from agentrl.client.remote_engine import RemoteEngine
 
 from ..serving import until_generating
 

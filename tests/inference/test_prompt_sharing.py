@@ -15,7 +15,7 @@ import httpx
 import torch
 
 from agentrl.api import SamplingParams
-from agentrl.inference.client import RemoteEngine
+from agentrl.client.remote_engine import RemoteEngine
 
 from ..serving import until_generating
 

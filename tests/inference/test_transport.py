@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from agentrl.inference.transport import KeepAliveTransport, Origin
+from agentrl.client.transport import KeepAliveTransport, Origin
 
 
 async def test_answers_match_httpx_and_connections_are_kept(server):
@@ -181,7 +181,7 @@ async def test_our_servers_answer_without_waiting_for_a_delayed_ack():
     continue, model_info, each weight-update request). Accepted connections now have NODELAY."""
     import socket
 
-    from agentrl.launch.services import bind
+    from agentrl.process.services import bind
 
     sock = bind("127.0.0.1", 0)
     sock.listen()

@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl.api import SamplingParams
+from agentrl.client import RemoteEngine
 from agentrl.errors import RequestRejected
-from agentrl.inference import RemoteEngine
-from agentrl.launch.services import ServerProcess
+from agentrl.process.services import ServerProcess
 from agentrl.trainer.publish import DistributedTransport, StagedTensors
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]

@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agentrl.api import SamplingParams
+from agentrl.client import RemoteEngine
 from agentrl.errors import RequestRejected
-from agentrl.inference import RemoteEngine
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 SECRET = "SECRET-FILE-CONTENT-1234"

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.api import NOT_SAMPLED, Completion, SamplingParams
-from agentrl.api import ChatClient as ChatClientProtocol
+from agentrl.api import NOT_SAMPLED, ChatAPI, Completion, SamplingParams
 from agentrl.errors import RequestRejected, RolloutError
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.conversation import TokenConversation
@@ -112,7 +111,7 @@ async def test_chat_client_meets_the_protocol_and_answers_with_sdk_types(rendere
     engine = ScriptedEngine(renderer, ['<tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}'
                                        '</tool_call>', "\\boxed{3}"])
     client = ChatClient(engine, renderer)
-    assert isinstance(client, ChatClientProtocol)
+    assert isinstance(client, ChatAPI)
     tools = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate.",
                                                "parameters": {"type": "object", "properties": {
                                                    "expression": {"type": "string"}}, "required": ["expression"]}}}]

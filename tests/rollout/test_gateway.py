@@ -19,14 +19,14 @@ import openai
 import pytest
 
 from agentrl.api import TrajectoryStatus
-from agentrl.inference.client import RemoteEngine
-from agentrl.inference.transport import KeepAliveTransport
-from agentrl.launch.services import ServerProcess, ServiceProcess, background_server, free_port
+from agentrl.client.remote_engine import RemoteEngine
+from agentrl.client.transport import KeepAliveTransport
 from agentrl.model.arith_data import CALCULATOR_TOOL, calculate
+from agentrl.process.services import ServerProcess, ServiceProcess, background_server, free_port
 from agentrl.rollout.conversation import sampled_spans
-from agentrl.rollout.gateway import build_app
+from agentrl.rollout.gateway import Gateway
+from agentrl.rollout.gateway_routes import build_app
 from agentrl.rollout.renderer import ChatRenderer
-from agentrl.rollout.sessions import Gateway
 from agentrl.toolcalls import parse_tool_calls
 
 from ..serving import until_generating

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.launch.services import free_port
+from agentrl.process.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTRL = Path(sys.executable).parent / "agentrl"

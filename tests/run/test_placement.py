@@ -9,8 +9,8 @@ import pytest
 
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
-from agentrl.run.config import RunConfig, check_run_config
-from agentrl.run.launcher import torchrun_command
+from agentrl.run.local_launcher import torchrun_command
+from agentrl.run.run_config import RunConfig, check_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -170,7 +170,7 @@ def docker_sandbox(docker_ready, test_cgroup):
 
 def start_service(backend: str, cgroup: str, api_key: str = API_KEY, extra: tuple[str, ...] = ()):
     """Start ``agentrl sandbox serve`` as a real process; returns (process, url)."""
-    from agentrl.launch.services import ServiceProcess
+    from agentrl.process.services import ServiceProcess
 
     uid = SERVICE_UID_BASE if backend == "local" else DOCKER_UID_BASE + 50
     argv = [sys.executable, "-m", "agentrl.cli", "sandbox", "serve", "--backend", backend, "--port", "0",

@@ -120,7 +120,7 @@ async def test_python_programs_start_from_a_clean_interpreter(sandbox):
         "import atexit, os, sys, threading, time\n"
         "assert __name__ == '__main__', __name__\n"
         "assert sys.argv[0].endswith('.py') and len(sys.argv) == 1, sys.argv\n"
-        "leaks = [m for m in sys.modules if 'executor' in m or 'jail' in m or m.startswith(('sandboxes', 'agentrl'))]\n"
+        "leaks = [m for m in sys.modules if 'supervisor' in m or 'jail' in m or m.startswith(('sandboxes', 'agentrl'))]\n"
         "assert not leaks, leaks\n"
         "assert not any('sandboxes' in p or 'agentrl' in p for p in sys.path), sys.path\n"
         "assert sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'PYTHONIOENCODING', 'TMPDIR'], dict(os.environ)\n"

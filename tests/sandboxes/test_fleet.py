@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from agentrl.api import ExecRequest, ExecStatus
-from agentrl.launch.services import free_port
 from agentrl.plugins import make_sandbox
+from agentrl.process.services import free_port
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -6,7 +6,7 @@ Each case names the status it must end with and, where it matters, what else mus
 forbidden system call refused). After every case the host is checked — the canary process
 lives, the host file is unchanged, no process of a sandbox uid survives on the host, the test
 cgroup is not near its limits — and the next execution on the same sandbox must still work.
-The session attacks (a background thread racing the executor's file I/O, background work
+The session attacks (a background thread racing the supervisor's file I/O, background work
 between calls) follow the single-run cases.
 
 Limits are kept small (128 MB; 1 s where a timeout is expected, 5 s elsewhere so a busy
@@ -207,7 +207,7 @@ CASES = [
          ExecStatus.TIMEOUT, {"time_limit_s": 1}),
     Case("setuid_root", "import os\ntry:\n    os.setuid(0)\n    print('root')\nexcept OSError:\n    print('denied')\n",
          ExecStatus.OK, {}, lambda r, c: assert_eq(r.stdout.strip(), "denied")),
-    Case("trace_the_executor",
+    Case("trace_the_supervisor",
          "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nres = []\n"
          "res.append(libc.ptrace(16, os.getppid(), 0, 0) == -1)  # PTRACE_ATTACH\n"
          "try:\n    open(f'/proc/{os.getppid()}/mem', 'rb').read(1)\n    res.append(False)\n"
@@ -221,8 +221,8 @@ CASES = [
     # process limit); the bomb it left running in the background must die
     Case("bash_fork_bomb", "( :(){ :|:& };: ) &\necho started\n", ExecStatus.OK, {"language": "bash", "time_limit_s": 1},
          lambda r, c: assert_eq(r.stdout, "started\n")),
-    # links at every depth of a fetched name: to /proc (the executor's environment and
-    # memory, the kernel's symbols), /etc, and a file; the executor must follow none
+    # links at every depth of a fetched name: to /proc (the supervisor's environment and
+    # memory, the kernel's symbols), /etc, and a file; the supervisor must follow none
     Case("fetch_through_links_at_every_depth",
          "import os\nos.symlink('/proc', 'proc')\nos.symlink('/proc/1', 'one')\nos.makedirs('a/b')\n"
          "os.symlink('/proc/self', 'a/b/self')\nos.symlink('/etc', 'a/etc')\nos.symlink('/etc/passwd', 'a/b/passwd')\n"

@@ -1,4 +1,4 @@
-"""What the executor holds, the rootless backend for a user without root, and the seccomp
+"""What the supervisor holds, the rootless backend for a user without root, and the seccomp
 filter on each architecture. Real jails (root and rootless), a real non-root process
 (``setpriv`` to an unprivileged uid), libseccomp itself."""
 
@@ -38,7 +38,7 @@ def _descends_from(pid: int, ancestor: int) -> bool:
 
 
 def _jail_pid1s(owner: int) -> list[int]:
-    """Host pids of the jails' pid 1 (the executor) under the fork server ``owner``."""
+    """Host pids of the jails' pid 1 (the supervisor) under the fork server ``owner``."""
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -59,7 +59,7 @@ def jails(request):
     return request.getfixturevalue(name), kept
 
 
-async def test_the_executor_keeps_only_the_capabilities_it_needs(jails):
+async def test_the_supervisor_keeps_only_the_capabilities_it_needs(jails):
     """Root mode: SETUID, SETGID and KILL (bits 6, 7, 5), nothing else, not even in the
     bounding set; rootless: none at all (it shares the program's uid)."""
     sandbox, kept = jails

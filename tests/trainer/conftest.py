@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.launch.services import ServerProcess
+from agentrl.process.services import ServerProcess
 
 
 @pytest.fixture

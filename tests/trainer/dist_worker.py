@@ -29,7 +29,7 @@ from agentrl.api import Trajectory
 from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import broadcast_trajectories, prepare_batch
 from agentrl.trainer.checkpoint import export_hf, load_checkpoint, save_checkpoint
-from agentrl.trainer.config import LossConfig, TrainerConfig
+from agentrl.trainer.trainer_config import LossConfig, TrainerConfig
 
 
 def make_trajectories(step: int, version: int) -> list[Trajectory]:
@@ -60,7 +60,7 @@ def full_weights(actor: Actor) -> dict[str, torch.Tensor]:
 
 
 async def publish(actor: Actor, args, transport, last: bool) -> dict:
-    from agentrl.inference.client import RemoteEngine
+    from agentrl.client.remote_engine import RemoteEngine
     from agentrl.trainer.publish import WeightPublisher
 
     events: list[str] = []

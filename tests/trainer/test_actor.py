@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from agentrl.launch.services import free_port
+from agentrl.process.services import free_port
 from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import prepare_batch
-from agentrl.trainer.config import LossConfig, TrainerConfig
+from agentrl.trainer.trainer_config import LossConfig, TrainerConfig
 
 from .dist_worker import make_trajectories
 

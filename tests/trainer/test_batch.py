@@ -7,7 +7,7 @@ import torch
 
 from agentrl.api import Trajectory, TrajectoryStatus
 from agentrl.trainer.batch import prepare_batch
-from agentrl.trainer.config import AdvantageConfig, TrainerConfig
+from agentrl.trainer.trainer_config import AdvantageConfig, TrainerConfig
 
 
 def traj(reward, group, *, version=3, prompt=2, sampled=3, first_sampled=False):

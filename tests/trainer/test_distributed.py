@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.launch.services import free_port
+from agentrl.process.services import free_port
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agentrl.api import SamplingParams
-from agentrl.inference.client import RemoteEngine
+from agentrl.client.remote_engine import RemoteEngine
 from agentrl.trainer.publish import DiskTransport, WeightUpdateTarget
 
 from .test_distributed import torchrun

@@ -6,7 +6,7 @@ import pytest
 
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
-from agentrl.trainer.config import TrainerConfig
+from agentrl.trainer.trainer_config import TrainerConfig
 
 
 def test_overrides_reach_nested_sections():

@@ -65,7 +65,7 @@ def page(browser):
 @pytest.fixture
 def serve_view():
     """``serve_view(run_dir, *args)`` starts ``agentrl view`` on a free port; returns its URL."""
-    from agentrl.launch.services import ServiceProcess
+    from agentrl.process.services import ServiceProcess
 
     procs = []
 
