@@ -6,9 +6,9 @@ RMS matches a typical AdamW step (``0.2 * sqrt(max(rows, cols))``, Liu et al. 20
 learning rate and schedule serve both optimizers; and ``MuonAdamW``, which gives Muon the
 model's 2-D hidden weights and AdamW the embeddings (tied or not), norms and biases.
 
-Why our own: ``torch.optim.Muon`` runs the iteration in bfloat16, which on a CPU without
-bfloat16 units cost 2.1 s per step of the tiny model (its forward and backward take 0.4 s);
-here it runs in float32 and costs about 50 ms per step (measured). What it is not: the RL trainer's
+Why our own: ``torch.optim.Muon`` runs the iteration in bfloat16, which is slow on a CPU
+without bfloat16 units (several times the tiny model's forward and backward; figures in
+docs/tiny_model.md); here it runs in float32. What it is not: the RL trainer's
 optimizer (``agentrl.trainer.actor`` uses AdamW, as the systems we follow do).
 
 ``warmup_cosine`` is the learning-rate schedule of both the tiny model's build and the RL

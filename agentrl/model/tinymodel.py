@@ -8,44 +8,11 @@ directory that ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer`` load of
 ``evaluate_model_dir`` measures any saved model on held-out problems. What it is not: a
 general SFT trainer (the RL trainer lives in ``agentrl.trainer.actor``).
 
-The recipe (numbers measured on 2 CPU cores; see docs/DESIGN.md and TinyModelConfig):
-- model: Qwen2, hidden 128, 5 layers, 4 query / 2 key-value heads, MLP 3x, tied embeddings:
-  1.02 M parameters. The MLP is 3x rather than the usual 4x because matrix products are
-  the whole cost here (matrix products are 63% of a step, at ~70 GFLOP/s per core): 3x is the
-  narrowest MLP that keeps the model above a million parameters.
-- data: ``What is a+b+c?`` -> ``\\boxed{N}<|end|>`` (70%) and ``a+b`` (30%), operands 0..99,
-  from the *train* split only: the evaluation and RL pools (``arith_data.split_of``) never
-  appear. A fraction of the steps trains on tool-call traces instead: the calculator tool in
-  the system turn, the assistant calls ``calculator(expression)``, the tool turn returns the
-  result, the assistant answers ``\\boxed{N}``. Loss on assistant tokens only.
-- optimizer: Muon on the hidden matrices and AdamW on embeddings and norms
-  (``agentrl.optim.MuonAdamW``), peak lr 4e-3, linear warmup then cosine decay to
-  ``min_lr_ratio`` of the peak over ``schedule_steps``; the schedule does not depend on
-  ``sft_steps``, so a build that stops at step k has the weights of a longer one at step k
-  (byte for byte: a 700-step run saved at step 650 equals the default build). Muon gets
-  there in fewer steps than AdamW did (with a 4x MLP AdamW needed ~700 steps of a 900-step
-  schedule). The default build stops at step 650 of a 700-step schedule: 15.1% on the
-  1,000 evaluation problems, 348 s on one thread of a lightly loaded 2-core machine (0.53 s
-  a step).
-- one thread by default: the weights depend on the thread count (the same count gives the
-  same bytes), and a 2-thread build on a 2-core machine that others also use crawls (no
-  step 500 after 40 minutes at load 6-19, where one thread took 0.9 s a step).
-- why step 650: late in training the model writes the hundreds and tens of ``a+b+c`` right
-  ~90% of the time but only brackets the units digit, and the *mean error* of that digit is
-  a stiff direction that each SFT step at lr ~5e-4 pushes around. Greedy accuracy follows
-  that offset, not what the model knows (evaluation pool; mean error of the greedy answer;
-  mean probability of the right answer; one thread): step 500 10.1% (-1.8; 0.09), 600
-  14.4% (+1.4; 0.16), 650 15.1% (-1.3; 0.17), 700 33.0% (-0.6; 0.26). RL removes such an offset within
-  10-20 steps and then keeps raising the probability of the right answer, so a model
-  stopped where it knows much but is off by a unit gains most: the demo's recipe takes
-  step 650 from 15.1% to 43.5-44.3% in 40 steps (mean error -0.2, right-answer probability
-  0.28), while in 60 steps the fully decayed step 700 gained ~15 points and the former
-  default (step 600 on two threads: 21.4%, +1.0 off) 13-16.
-- a fixed number of steps, never wall time: because of that offset a time budget would
-  make the starting point drift between machines.
-- what it does not learn in that budget: to copy the question's expression into the
-  calculator call. It calls the tool in the right format almost every time, but with
-  an expression of its own making (see ``tool_expression_rate`` in build_info.json).
+The recipe, in short (its reasons and measured figures: ``docs/tiny_model.md``): Qwen2, hidden
+128, 5 layers, MLP 3x, tied embeddings (1.02 M parameters); SFT on ``What is a+b(+c)?`` ->
+``\\boxed{N}<|end|>`` and calculator-call traces from the *train* split only, loss on assistant
+tokens; Muon + AdamW (``agentrl.optim.MuonAdamW``), warmup then cosine over ``schedule_steps``,
+stopped at a fixed step (never wall time) on one thread, so the same config gives the same bytes.
 
 Main hooks::
 

@@ -10,8 +10,7 @@ new weights in; the client's version becomes N) → ``resume()`` (aborted reques
 the hook lets the executor admit again). ``resume`` runs even when the update fails, so a
 failed publish never leaves the servers paused; a failed delivery happens before any pause.
 
-Staging and delivery happen *before* the pause, unlike the order written in early versions of
-the design: the gather (and, on disk, the export; over torch.distributed, the transfer) is the
+Staging and delivery happen *before* the pause: the gather (and, on disk, the export; over torch.distributed, the transfer) is the
 slow part, and generation may go on with the old weights while it runs — the servers only stop
 for what is left: loading the checkpoint from disk, or swapping in weights already received.
 Versions on tokens stay exact either way: a token sampled before the swap carries the old
