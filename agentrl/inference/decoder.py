@@ -1,6 +1,6 @@
 """A packed decoder forward pass over a slot KV cache, for the Llama/Qwen family.
 
-What it is: the model half of ``agentrl serve``'s engine. ``checkpoint.load_weights`` reads
+What it is: the model half of ``agentrl serve``. ``hf_weights.load_weights`` reads
 and validates a Hugging Face checkpoint (``config.json`` + safetensors) into plain tensors, and ``Decoder.forward``
 runs one ``Step``: decode rows (one token in each of consecutive cache slots) and prefill rows
 (any number of tokens from any position of a slot), packed into one matrix without padding.
@@ -189,7 +189,7 @@ class Decoder:
                         base=self.weights if onto is None else onto, fresh=fresh, alloc=self._alloc)
 
     def receive_targets(self, announced: list[tuple[str, torch.dtype, tuple[int, ...]]], onto: dict | None = None):
-        """Buffers to receive announced tensors into (``checkpoint.receive_targets``), over the
+        """Buffers to receive announced tensors into (``hf_weights.receive_targets``), over the
         served weights or over the staging copy ``onto`` (into its own tensors in place)."""
         return receive_targets(announced, self.slots, base=self.weights if onto is None else onto, device=self.device,
                                dtype=self.dtype, alloc=self._alloc, own=self._owned(onto))

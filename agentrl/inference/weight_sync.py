@@ -1,65 +1,22 @@
-"""Weight updates over torch.distributed for ``agentrl serve``: SGLang's three routes.
+"""Weight updates over torch.distributed for ``agentrl serve``: SGLang's three routes, and ours.
 
-What it is: ``weight_sync_routes(state)`` — ``POST /init_weights_update_group``
-(``master_address``, ``master_port``, ``rank_offset``, ``world_size``, ``group_name``,
-``backend``: join the trainer's group as rank ``rank_offset``; blocks until every rank has
-joined), ``POST /update_weights_from_distributed`` (``names``, ``dtypes``, ``shapes``,
-``group_name``, ``flush_cache``, ``abort_all_requests``, ``weight_version``, ``load_format``;
-receive those tensors by broadcast from rank 0, in order, then swap them in) and ``POST
-/destroy_weights_update_group`` (``group_name``). Field names, defaults and answers
-(``{"success", "message"}``, 200 or 400) are sglang 0.5.23's
-(``python/sglang/srt/managers/io_struct.py``: ``InitWeightsUpdateGroupReqInput``,
-``UpdateWeightsFromDistributedReqInput``, ``DestroyWeightsUpdateGroupReqInput``;
-``python/sglang/srt/entrypoints/http_server.py``). gloo on CPU, NCCL on GPU; the group is
-made by ``agentrl.process_group`` and shares nothing with anything else in the process.
-
-Validation is the disk route's (``checkpoint.check_tensor``): every name belongs to the
-served architecture, each tensor has its exact shape, a floating dtype and finite values.
-One request's tensors are received into a staging copy of the served weights — a tensor of
-the served dtype and shape straight into its rows of the fused layout (``receive_targets``:
-no copy afterwards, and no copy of the served tensor where the request replaces all of it),
-any other into a buffer of its own — then checked and completed (``Decoder.prepare_tensors``);
-only a request whose every tensor passes is swapped in, between two engine steps — a refused
-one is a 400 naming the tensor, and the old weights keep serving. A request may carry some of
-the tensors (a bucket): the others keep their served values, as in SGLang, where each request
-loads into the running model.
-
-Ours, not SGLang's (so that the transfer overlaps generation): a request with
-``"agentrl_stage_only": true`` is received and checked the same way but *not* swapped in — it
-is laid over the group's staging copy (the buckets before it; a tensor whose fused tensor the
-copy already owns is written there in place) — and ``POST /agentrl/commit_staged_weights``
-(``group_name``, ``weight_version``, ``abort_all_requests``, ``flush_cache``) swaps the whole
-copy in between two engine steps, with the version. Receiving runs on a worker thread, so
-the engine keeps generating with the served weights meanwhile; only the commit touches them.
-A refused or lost staged bucket drops the whole copy (the old weights keep serving); so do
-destroying the group, a plain request on it, and any other update served in between (the
-commit is then a 400: send them all again). ``/server_info`` says
-``"agentrl_staged_weight_updates": true``; a client that sees no such field (SGLang) sends
-plain requests, each swapped in on arrival, exactly as before.
-
-The group stays in step with the sender only if every rank receives every broadcast, so a
-request whose tensors can be received is received in full even when a tensor will then be
-refused. One that cannot be (an unknown dtype, a malformed shape, more bytes than twice the
-served model) is refused before receiving anything; the trainer's broadcast then has no
-taker, so the group is marked broken and refuses further updates until it is destroyed and
-initialised again (the message says so).
-
-Differences from SGLang 0.5.23, on purpose: no ``/begin_weight_update`` session is required
-(0.5.23 refuses distributed updates outside one; 0.5.10 and 0.5.15 have none — a portable
-client tries it and takes a 404 as "not needed"); ``load_format`` is null (one broadcast per
-tensor) or ``"flattened_bucket"`` (SGLang's: one broadcast of all the request's tensors' bytes
-end to end, fewer collectives for many small tensors), any other is refused; the prefix cache
-is always emptied by an update (``flush_cache: false`` cannot keep keys and values computed
-with other weights); initialising a group name that is open is a 400, not a silent
-replacement; destroying a group while an update on it is in flight is a 400.
+What it is: ``weight_sync_routes(state)`` — ``POST /init_weights_update_group`` (join the
+trainer's group), ``POST /update_weights_from_distributed`` (receive a bucket of tensors by
+broadcast, check them, swap them in between two scheduler steps) and ``POST
+/destroy_weights_update_group``, with sglang 0.5.23's fields and answers
+(``python/sglang/srt/managers/io_struct.py``, ``python/sglang/srt/entrypoints/http_server.py``);
+and ours, ``"agentrl_stage_only": true`` + ``POST /agentrl/commit_staged_weights``, so the
+transfer overlaps generation. The protocol, the checks and the differences from SGLang are in
+docs/DESIGN.md §4 "Weight update". gloo on CPU, NCCL on GPU; the group is made by
+``agentrl.process_group`` and shares nothing with anything else in the process.
 
 Trust boundary: these routes sit behind ``--api-key`` like every control route. Covered: every
 malformed field is a 4xx naming it; nothing larger than twice the served model is allocated
 for a request. Not covered: whoever may call ``/init_weights_update_group`` decides where the
-server connects and, through the group, what it receives — which the checks above bound to
+server connects and, through the group, what it receives — which the checks (names, shapes, dtypes, finite values) bound to
 well-formed weights of the served architecture, not to good ones.
 
-What it is not: the disk route (``native_routes``), the checks themselves (``checkpoint``) or
+What it is not: the disk route (``native_routes``), the checks themselves (``hf_weights``) or
 the trainer's side (``agentrl.trainer.publish``).
 """
 
