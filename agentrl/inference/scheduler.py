@@ -1,49 +1,21 @@
-"""The continuous-batching engine behind ``agentrl serve``.
+"""The continuous-batching scheduler behind ``agentrl serve``: one thread owns the model.
 
-What it is: one thread that owns a ``Decoder`` (weights + slot KV cache) and a
-``PrefixCache``, and loops: apply queued commands (new requests, aborts, pause/continue,
-weight swaps, cache flushes), admit waiting requests into free slots, then run *one* forward
-pass for everything that has work — each running request's next token and the prompts of
-the newly admitted ones, packed together (``decoder.Step``) — and sample one token per row.
-Requests join and leave the batch at every step, so no request waits for another to finish.
-Everything that touches the model runs on that thread; other threads talk to it only
-through ``submit``/``abort``/``pause``/``resume``/``install_weights``/``flush_cache``
-(thread-safe), and hear back through each request's ``notify`` callback, which runs on the
-scheduler thread and must only hand the news over (e.g. ``loop.call_soon_threadsafe``).
+What it is: ``Scheduler``, a thread that owns a ``Decoder`` (weights + slot KV cache) and a
+``PrefixCache`` and loops: apply queued commands (new requests, aborts, pause/continue, weight
+swaps, cache flushes), admit waiting requests into free slots (their cached prefix copied in),
+then run *one* packed forward pass for every row with work (``decoder.Step``) and sample one
+token per row. Other threads talk to it only through ``submit``/``abort``/``pause``/``resume``/
+``install_weights``/``flush_cache`` (thread-safe) and hear back through each request's
+``notify``, which runs on the scheduler thread and must only hand the news over
+(``loop.call_soon_threadsafe``). Prompt sharing and cache invalidation: docs/DESIGN.md §4.
 
-Prompt sharing: on admission a request's prompt (plus its output so far, for a retracted
-request) is matched against the prefix cache; the cached prefix's keys/values are copied into
-its slot and only the rest is computed — at least the last token, whose logits are needed.
-Every computed prompt, and every finished request's prompt + output, is inserted back, so the
-``n`` samples of a group and the next turn of an episode start from the cache. A request
-whose prompt would be (mostly) cached by another request admitted in the same step waits one
-step for it (``_waits_for_batch``): ``n`` samples of one prompt prefill it once. Reuse
-reports as ``cached_tokens`` per request and as counters on the engine.
-
-Pause modes (SGLang's): ``abort`` finishes every running and queued request with
-``finish_reason`` abort and its partial output; ``retract`` frees the slots of running
-requests and puts them back at the head of the queue, to be re-prefilled (prompt + output so
-far) after ``resume`` — under the new weights if they changed; ``in_place`` just stops
-stepping. While paused nothing new is admitted (new requests wait in the queue).
-
-A weight swap happens between two steps: every token sampled afterwards comes from the new
-weights and carries the new version (requests still running keep their KV cache from the
-old weights, as SGLang's in-place update does). The swap empties the prefix cache and starts
-a new cache *epoch*: keys/values computed before it are never inserted again, so no prefix
-computed with old weights serves a request after the update.
-
-Failures stay with their request: a step that raises (which validation makes a bug, not
-an input) is re-run one unit at a time — each running request alone, each admitted request
-with its twins — and only the units that fail again are finished, each with its own error
-(``abort``, status 500). Aborting by id is a dict lookup; finished requests leave the waiting
-queue lazily, so neither an abort nor a finish scans the queue.
-
-Prompt logprobs (``logprob_start >= 0``): the prefix taken from the cache stops at that
-position (cached tokens have no logits), the request neither leads nor follows twins, and
-its prefill row returns the hidden states from there (``Step.hidden_from``), turned into
-log-probabilities of the prompt's own next tokens in chunks (the raw model distribution,
-temperature 1, as SGLang's default). A request with ``max_new_tokens == 0`` is prefilled for
-them and finishes without sampling.
+Contracts: pause modes are SGLang's (``abort`` finishes requests with their partial output,
+``retract`` re-queues them for a re-prefill after ``resume``, ``in_place`` stops stepping);
+a weight swap happens between two steps, so every later token comes from the new weights and
+carries the new version, and it starts a new cache epoch (no prefix computed with old weights
+is served again); a step that raises is re-run one unit at a time and only the units that
+fail again finish, each with its own error (``abort``, status 500); prompt logprobs
+(``logprob_start >= 0``) are the raw model distribution's, computed from an uncached prefill.
 
 What it is not: speculative decoding, chunked prefill (a prompt is computed in one step) or
 multi-GPU.
