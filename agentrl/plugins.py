@@ -2,14 +2,20 @@
 
 The core never imports ``envs``, ``sandboxes`` or ``workflows`` by name: configs and
 command lines name objects by import path (``"package.module:Name"``) or by a short
-alias listed here, and this module resolves them with importlib. It also loads the optional
-third-party packages of extras (``import_optional``), so a missing one is one clear line
-naming the extra to install.
+alias listed here, and this module resolves them with importlib. Environments are named by
+their Gymnasium id; one registered by a module of the user's is named ``"module:ns/Name-vN"``
+(Gymnasium's own form: the module is imported first, and registers the id). A user's module
+is looked for on the import path, then in the current directory (which children then inherit
+through ``PYTHONPATH``). It also loads the optional third-party packages of extras
+(``import_optional``), so a missing one is one clear line naming the extra to install.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import os
+import sys
 from typing import Any
 
 from agentrl.errors import ConfigError
@@ -34,10 +40,7 @@ def load_object(path: str) -> Any:
         module_name, _, attr = path.rpartition(".")
     if not module_name or not attr:
         raise ConfigError(f"import path {path!r} must look like 'package.module:Name'")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        raise ConfigError(f"import path {path!r}: module {module_name!r} not found ({e})") from e
+    module = import_user_module(module_name, what=f"import path {path!r}")
     try:
         return getattr(module, attr)
     except AttributeError as e:
@@ -45,6 +48,47 @@ def load_object(path: str) -> Any:
         raise ConfigError(
             f"import path {path!r}: {module_name} has no {attr!r} (it has: {', '.join(names[:20])})"
         ) from e
+
+
+def import_user_module(name: str, *, what: str) -> Any:
+    """Import ``name``: from the import path, else from the current directory, which is then
+    put on ``sys.path`` and ``PYTHONPATH`` (so the run's ranks and servers import it too)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+            raise ConfigError(f"{what}: importing {name!r} failed: {e}") from e  # one of its own imports
+        here = os.getcwd()
+        top = name.split(".")[0]
+        there = os.path.exists(os.path.join(here, top + ".py")) or os.path.isdir(os.path.join(here, top))
+        if here in sys.path or not there:
+            raise ConfigError(
+                f"{what}: module {name!r} not found on the import path or in the current directory "
+                f"{here}; run from the directory that holds it, or add that directory to PYTHONPATH"
+            ) from e
+    sys.path.insert(0, here)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    return importlib.import_module(name)
+
+
+def find_env(env_id: str) -> str:
+    """The registered Gymnasium id that ``env_id`` names, after importing what registers it: the
+    environment packages for ``agentrl/...`` ids, the user's module for ``"module:ns/Name-vN"``.
+    An unknown id is a ``ConfigError`` with the closest registered id."""
+    import gymnasium
+
+    register_envs()
+    module, sep, bare = env_id.partition(":")
+    if sep:
+        import_user_module(module, what=f"environment {env_id!r}")
+        env_id = bare
+    if env_id not in gymnasium.registry:
+        close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=1)
+        hint = (f"did you mean {close[0]!r}? " if close else "") + (
+            "An env of your own module is named 'module:ns/Name-vN' (the module registers it with "
+            "gymnasium.register at import); `agentrl envs` lists the registered ones")
+        raise ConfigError(f"no environment {env_id!r} is registered; {hint}")
+    return env_id
 
 
 def import_optional(module: str, *, extra: str, purpose: str) -> Any:

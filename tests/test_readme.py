@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium
@@ -11,13 +14,16 @@ from gymnasium.utils.env_checker import check_env
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_readme_environment_example_runs_and_passes_check_env():
+def readme_env_module() -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    example = next(b for b in blocks if "class EchoEnv(TextEnv)" in b)
+    return next(b for b in blocks if "class EchoEnv(TextEnv)" in b)
+
+
+def test_readme_environment_example_runs_and_passes_check_env():
     namespace: dict = {}
     try:
-        exec(compile(example, "README.md", "exec"), namespace)
-        env = gymnasium.make("agentrl/Echo-v0")
+        exec(compile(readme_env_module(), "README.md", "exec"), namespace)
+        env = gymnasium.make("echo/Echo-v0")
         obs, _ = env.reset(seed=1)
         word = obs[0]["content"].removeprefix("Say ").rstrip(".")
         _, reward, terminated, truncated, info = env.step(word)
@@ -27,7 +33,27 @@ def test_readme_environment_example_runs_and_passes_check_env():
         check_env(env.unwrapped)
         env.close()
     finally:
-        gymnasium.registry.pop("agentrl/Echo-v0", None)
+        gymnasium.registry.pop("echo/Echo-v0", None)
+
+
+def test_readme_environment_written_outside_the_repo_passes_agentrl_envs_check(tmp_path):
+    """Issue 31: the README's env, saved as the README says in a directory of its own, passes
+    ``agentrl envs check`` by its ``module:id`` name and is listed by ``agentrl envs --import``
+    (before, the check knew only agentrl/* ids and failed the README's own docstring)."""
+    (tmp_path / "echo_env.py").write_text(readme_env_module())
+    agentrl = str(Path(sys.executable).parent / "agentrl")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    check = subprocess.run([agentrl, "envs", "check", "echo_env:echo/Echo-v0"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and "echo/Echo-v0: ok" in check.stdout, check.stdout + check.stderr
+    listed = subprocess.run([agentrl, "envs", "--import", "echo_env"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0 and re.search(r"^echo/Echo-v0 +Repeat the word\.$", listed.stdout, re.M), listed
+    assert "CartPole" not in listed.stdout  # Gymnasium's own are not listed
+    missing = subprocess.run([agentrl, "envs", "check", "nowhere:echo/Echo-v0"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "module 'nowhere' not found" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 async def test_readme_workflow_example_plays_an_episode(tiny_server, tiny_model_dir):

@@ -1,6 +1,8 @@
 """``agentrl envs``: list the registered environments; ``agentrl envs check ID``: check one.
 
-The check is ``agentrl.env.checks.check_text_env`` (Gymnasium's ``check_env`` with its
+``ID`` is a registered Gymnasium id (``agentrl/Math-v1``) or, for an env of your own module,
+``module:ns/Name-vN`` (the module registers the id at import; it is looked for on the import
+path, then in the current directory). ``--import MODULE`` lists a module's envs too. The check is ``agentrl.env.checks.check_text_env`` (Gymnasium's ``check_env`` with its
 warnings turned into failures, then agentrl's own checks).
 """
 
@@ -12,10 +14,12 @@ import argparse
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("envs", help="list the registered agentrl/... environments, or check one",
                                    description="List the registered environments (one line each).")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first (it registers environments of its own); repeatable")
     parser.set_defaults(func=list_envs)
     sub = parser.add_subparsers(dest="envs_command", metavar="ACTION")
     check = sub.add_parser("check", help="run gymnasium's check_env and agentrl's checks on one environment")
-    check.add_argument("env_id", help="an id such as agentrl/Math-v1")
+    check.add_argument("env_id", help="an id such as agentrl/Math-v1, or module:ns/Name-vN for one of your module")
     check.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for gymnasium.make")
     check.set_defaults(func=check_cmd)
 
@@ -23,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def list_envs(args: argparse.Namespace) -> int:
     from agentrl.env.checks import registered_ids, summary
 
-    ids = registered_ids()
+    ids = registered_ids(tuple(args.imports))
     width = max(map(len, ids), default=0)
     for env_id in ids:
         print(f"{env_id:<{width}}  {summary(env_id)}")
@@ -33,15 +37,9 @@ def list_envs(args: argparse.Namespace) -> int:
 def check_cmd(args: argparse.Namespace) -> int:
     import json
 
-    from agentrl.env.checks import check_text_env, registered_ids
+    from agentrl.env.checks import check_text_env
     from agentrl.errors import ConfigError
 
-    if args.env_id not in registered_ids():
-        import difflib
-
-        close = difflib.get_close_matches(args.env_id, registered_ids(), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else "; `agentrl envs` lists them"
-        raise ConfigError(f"no environment {args.env_id!r}{hint}")
     try:
         kwargs = json.loads(args.kwargs)
     except json.JSONDecodeError as e:

@@ -5,8 +5,8 @@ Gymnasium's ``check_env`` with its warnings turned into failures, then the Gymna
 docstring sections, seeded determinism of reset, varied tasks across seeds, a step with an
 empty reply (finite reward, every reward term in ``info`` when the episode ends),
 ``areset``/``astep`` agreeing with ``reset``/``step``, and a clean double close.
-Environments are found only through ``agentrl.plugins.register_envs()`` (the core never
-imports ``envs`` by name).
+Environments are found only through ``agentrl.plugins.find_env`` (the core never imports
+``envs`` by name): ``agentrl/...`` ids, and ``"module:ns/Name-vN"`` for a module of the user's.
 """
 
 from __future__ import annotations
@@ -15,14 +15,24 @@ DOC_SECTIONS = ("Description", "Action Space", "Observation Space", "Starting St
                 "Episode End", "Information", "Arguments", "Version History")
 
 
-def registered_ids() -> list[str]:
-    """Every ``agentrl/...`` id, after the environment packages registered theirs."""
+def registered_ids(modules: tuple[str, ...] = ()) -> list[str]:
+    """Every id registered outside Gymnasium's own, after the environment packages and
+    ``modules`` (the user's, imported as ``agentrl.plugins.import_user_module`` does) ran."""
     import gymnasium
 
-    from agentrl.plugins import register_envs
+    from agentrl.plugins import import_user_module, register_envs
 
     register_envs()
-    return sorted(i for i in gymnasium.registry if i.startswith("agentrl/"))
+    for name in modules:
+        import_user_module(name, what=f"--import {name}")
+    return sorted(i for i, spec in gymnasium.registry.items() if not _gymnasiums_own(spec))
+
+
+def _gymnasiums_own(spec) -> bool:
+    """Whether Gymnasium itself registered the id (its entry points live in its own package)."""
+    entry = spec.entry_point
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
+    return module.startswith("gymnasium.")
 
 
 def env_class(env_id: str) -> type:
@@ -34,8 +44,11 @@ def env_class(env_id: str) -> type:
 
 
 def summary(env_id: str) -> str:
-    """The first line of the env class's docstring."""
-    doc = (env_class(env_id).__doc__ or "").strip()
+    """The first line of the env class's docstring (or why its class cannot be loaded)."""
+    try:
+        doc = (env_class(env_id).__doc__ or "").strip()
+    except Exception as e:  # another package's env whose entry point does not import here
+        return f"(cannot load its class: {type(e).__name__}: {e})"
     return doc.splitlines()[0] if doc else "(no docstring)"
 
 
@@ -49,7 +62,9 @@ def check_text_env(env_id: str, kwargs: dict | None = None, seeds: tuple[int, ..
     from gymnasium.utils.env_checker import check_env
 
     from agentrl.env.text_env import Messages, Text, TextEnv
+    from agentrl.plugins import find_env
 
+    env_id = find_env(env_id)
     kwargs = dict(kwargs or {})
     problems: list[str] = []
     doc = env_class(env_id).__doc__ or ""
@@ -78,9 +93,14 @@ def check_text_env(env_id: str, kwargs: dict | None = None, seeds: tuple[int, ..
         first = [env.reset(seed=s)[0] for s in seeds]
         again = [env.reset(seed=s)[0] for s in seeds]
         if first != again:
-            problems.append("reset(seed=s) gave different observations for the same seed")
-        if len({repr(o) for o in first}) < 2:
-            problems.append(f"reset gave the same task for all seeds {seeds}")
+            problems.append("reset(seed=s) gave different observations for the same seed; draw the task "
+                            "from self.np_random, which reset(seed=...) seeds")
+        if len({repr(o) for o in first}) < 2 and len({_task_of(env, s) for s in seeds}) < 2:
+            problems.append(
+                f"reset(seed=s) for the seeds {seeds} gave the same opening messages, and the same "
+                "reply ('42') got the same answer from the env under every seed: the seed does not "
+                "seem to choose the task (a hidden task passes once the env answers differently or "
+                "its task attribute differs). Draw the task in sample_task() from self.np_random")
         env.reset(seed=seeds[0])
         obs, reward, terminated, truncated, info = env.step("")
         if not (isinstance(reward, float) and math.isfinite(reward)):
@@ -104,3 +124,13 @@ def check_text_env(env_id: str, kwargs: dict | None = None, seeds: tuple[int, ..
         except Exception as e:
             problems.append(f"a second close() raised {type(e).__name__}: {e}")
     return problems
+
+
+def _task_of(env, seed: int) -> str:
+    """What tells the tasks of two seeds apart when the opening messages are equal (a hidden
+    number, say): the env's ``task`` attribute where it has one (``TextEnv`` keeps it), and how
+    the env answers one fixed reply."""
+    env.reset(seed=seed)
+    task = getattr(env.unwrapped, "task", None)
+    answer = env.step("42")
+    return repr((task, answer[0], answer[1]))

@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentrl.api import Message
-from agentrl.errors import EnvError
-from agentrl.plugins import register_envs
+from agentrl.errors import ConfigError, EnvError
+from agentrl.plugins import find_env
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,10 @@ class EnvPool:
 
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None, *, max_idle: int = 256,
                  call_timeout_s: float = 600.0) -> None:
-        import gymnasium
-
-        register_envs()
-        if env_id not in gymnasium.registry:
-            known = sorted(k for k in gymnasium.registry if k.startswith("agentrl/"))
-            raise EnvError(f"no environment {env_id!r} is registered; agentrl's are {known} "
-                           "(register yours with gymnasium.register)")
-        self.env_id = env_id
+        try:
+            self.env_id = find_env(env_id)
+        except ConfigError as e:
+            raise EnvError(str(e)) from e
         self.env_kwargs = dict(env_kwargs or {})
         self.max_idle = max_idle
         self.call_timeout_s = call_timeout_s

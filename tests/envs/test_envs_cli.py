@@ -31,3 +31,71 @@ def test_check_passes_and_bad_input_is_explained():
     assert r.returncode == 2 and "--kwargs must be a JSON object" in r.stderr
     r = agentrl("envs", "check", "agentrl/Arith-v0", "--kwargs", '{"max_trns": 2}')
     assert r.returncode == 2 and "max_trns" in r.stderr and "Traceback" not in r.stderr
+
+
+GUESS = '''
+import gymnasium
+from agentrl.env import EpisodeLimits, Reward, Rubric, TextEnv, Turn, fact
+
+DOC = """Guess the hidden number.
+
+## Description
+x
+## Action Space
+x
+## Observation Space
+x
+## Starting State
+x
+## Rewards
+x
+## Episode End
+x
+## Information
+x
+## Arguments
+x
+## Version History
+x
+"""
+
+class Guess(TextEnv):
+    __doc__ = DOC
+    SEEDED = True
+
+    def __init__(self, render_mode=None):
+        super().__init__(rubric=Rubric([Reward("correct", fact("correct"))]),
+                         limits=EpisodeLimits(max_turns=1), render_mode=render_mode)
+
+    def sample_task(self):
+        return {"n": int(self.np_random.integers(100)) if self.SEEDED else 7}
+
+    async def _start(self, task):
+        return [{"role": "user", "content": "Guess my number (0-99)."}]
+
+    async def _turn(self, action):
+        return Turn(done=True, facts={"correct": action.strip() == str(self.task["n"])})
+
+class Seedless(Guess):
+    SEEDED = False
+
+gymnasium.register("journey/Guess-v0", entry_point=Guess)
+gymnasium.register("journey/Seedless-v0", entry_point=Seedless)
+'''
+
+
+def test_a_hidden_task_env_outside_the_repo_is_checked_by_its_tasks(tmp_path):
+    """Issue 31: an env of the user's (not agentrl/*) is checked by ``module:id``; a game whose
+    opening message is the same for every seed passes when its hidden tasks differ, and one
+    whose seed chooses nothing fails with a message that says what was compared and the fix."""
+    (tmp_path / "guess.py").write_text(GUESS)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([AGENTRL, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    r = run("envs", "check", "guess:journey/Guess-v0")
+    assert r.returncode == 0 and r.stdout.strip().endswith("journey/Guess-v0: ok"), r.stdout + r.stderr
+    r = run("envs", "check", "guess:journey/Seedless-v0")
+    assert r.returncode == 1 and "same opening messages" in r.stdout and "self.np_random" in r.stdout, r.stdout
+    r = run("envs", "check", "guess:journey/Gues-v0")
+    assert r.returncode == 2 and "did you mean 'journey/Guess-v0'" in r.stderr, r.stderr
