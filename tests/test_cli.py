@@ -52,3 +52,17 @@ def test_every_flag_and_config_key_of_before_the_restructuring_is_still_there():
     assert r.returncode == 0, r.stderr
     keys = {line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith(" ")}
     assert set(before["run_config_keys"]) <= keys
+
+
+def test_overrides_may_come_after_flags():
+    """Issue 31: ``agentrl eval CONFIG --k 4 eval.limit=50`` said "unrecognized arguments"; the
+    overrides now reach the config whatever their place (a misspelt key proves they arrived)."""
+    r = subprocess.run([AGENTRL, "eval", "examples/arith_grpo.yaml", "--k", "4", "eval.limt=50"],
+                       capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 2 and "did you mean 'eval.limit'" in r.stderr, r.stderr
+    r = subprocess.run([AGENTRL, "model", "tiny", "--no-progress", "sft_steps=bogus", "--out", "/nonexistent/x"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "config key 'sft_steps'" in r.stderr, r.stderr
+    r = subprocess.run([AGENTRL, "eval", "examples/arith_grpo.yaml", "--no-such-flag"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unrecognized arguments: --no-such-flag" in r.stderr, r.stderr

@@ -36,7 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # A command's trailing positionals (CONFIG and key=value overrides) may also come after its
+    # flags: argparse leaves those over, and they join the positionals in the order typed.
+    trailing = next((name for name in ("items", "overrides") if isinstance(getattr(args, name, None), list)), None)
+    if extra and trailing and not any(e.startswith("-") for e in extra):
+        getattr(args, trailing).extend(extra)
+    elif extra:
+        parser.parse_args(argv)  # the same words again: argparse's own error for what it cannot take
     func = getattr(args, "func", None)
     if func is None:
         # `agentrl` or `agentrl GROUP` without a subcommand: show the relevant help.
