@@ -1,8 +1,10 @@
 """An agent that trains the model by calling it: plain OpenAI SDK + HTTP against a run's gateway.
 
-    agentrl train examples/arith_grpo.yaml rollout.source=gateway run_dir=runs/gw &
-    python examples/gateway_agent.py --gateway "$(jq -r .url runs/gw/gateway.json)" [--groups 50]
+    agentrl train examples/arith_grpo.yaml rollout.source=gateway run_dir=runs/gw-train &
+    python examples/gateway_agent.py --run-dir runs/gw-train [--groups 50]
 
+(``--run-dir`` waits for the run to write ``RUN_DIR/gateway.json``; ``--gateway URL`` takes the
+URL itself.)
 The run (``rollout.source: gateway``) serves an OpenAI-compatible gateway and trains on
 whatever episodes agents play through it. This agent brings its own tasks and its own
 reward, as an agent in production would: for each task it opens ``--samples`` sessions of one
@@ -71,13 +73,34 @@ def play(http: httpx.Client, gateway: str, group: str, a: int, b: int, c: int) -
     return reward
 
 
+def wait_for_gateway(run_dir: str, wait_s: float) -> str:
+    """The url in RUN_DIR/gateway.json, once the run has written it (an agent started with its
+    run need not race it)."""
+    path = os.path.join(run_dir, "gateway.json")
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"gateway_agent: {path} did not appear within {wait_s:.0f} s; is `agentrl train ... "
+                     f"rollout.source=gateway run_dir={run_dir}` running?")
+        time.sleep(0.5)
+    with open(path) as f:
+        return json.load(f)["url"]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gateway", required=True, help="the run's gateway URL (RUN_DIR/gateway.json)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--gateway", help="the run's gateway URL (the url of RUN_DIR/gateway.json)")
+    where.add_argument("--run-dir", help="the run's directory: wait for its gateway.json, then use its url")
+    p.add_argument("--wait", type=float, default=600.0, help="seconds --run-dir waits for the gateway")
     p.add_argument("--groups", type=int, default=50, help="tasks to play")
     p.add_argument("--samples", type=int, default=16, help="episodes per task (the run's rollout.group_size)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    gateway = args.gateway if args.run_dir is None else wait_for_gateway(args.run_dir, args.wait)
+    if not gateway or not gateway.startswith(("http://", "https://")):
+        p.error(f"--gateway must be the gateway's URL (http://HOST:PORT), got {gateway!r}; with the run's "
+                "directory, use --run-dir RUN_DIR (it waits for RUN_DIR/gateway.json)")
     rng = random.Random(args.seed)
     admin = os.environ.get("AGENTRL_GATEWAY_API_KEY")
     headers = {"Authorization": f"Bearer {admin}"} if admin else {}
@@ -85,7 +108,7 @@ def main() -> int:
     with httpx.Client(headers=headers, timeout=300) as http:
         for g in range(args.groups):
             a, b, c = (rng.randint(0, 99) for _ in range(3))
-            rewards = [play(http, args.gateway, f"{args.seed}-{g}", a, b, c) for _ in range(args.samples)]
+            rewards = [play(http, gateway, f"{args.seed}-{g}", a, b, c) for _ in range(args.samples)]
             if any(r is None for r in rewards):
                 break
             played += 1
@@ -93,6 +116,9 @@ def main() -> int:
             mean = sum(scored) / len(scored) if scored else None
             print(json.dumps({"group": g, "mean_reward": mean, "lost": len(rewards) - len(scored)}), flush=True)
     print(json.dumps({"groups_played": played}), flush=True)
+    if played == 0:
+        print(f"no group was played: the gateway at {gateway} did not answer", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,8 @@ from agentrl.rollout.renderer import ChatRenderer
 class ExternalAgentWorkflow:
     """Run ``command`` once per episode against a gateway session; see the module docstring.
 
-    ``command``: argv (or a shell-style string); ``tokenizer``: model directory or tokenizer;
+    ``command``: argv (or a shell-style string; a first word ``python`` is this process's own
+    interpreter, so a run's YAML can name a Python agent without knowing its venv); ``tokenizer``: model directory or tokenizer;
     ``env_id``/``env_kwargs``: an env the agent steps through the session (None: the agent
     rewards itself); ``timeout_s``: wall time of one episode; ``discount``: γ for returns;
     ``style``: export style; ``max_session_tokens``/``context_length``: the session's limits;
@@ -70,6 +72,8 @@ class ExternalAgentWorkflow:
         self.command = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.command:
             raise ValueError("command must name the agent program to run")
+        if self.command[0] == "python":
+            self.command[0] = sys.executable
         if style not in ("concat", "individual"):
             raise ValueError(f"style must be 'concat' or 'individual', got {style!r}")
         self.renderer = ChatRenderer(tokenizer)

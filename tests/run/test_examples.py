@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,3 +37,34 @@ def test_code_agent_docker_config_runs_on_the_tiny_model(tmp_path, docker_ready)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     step = next(r for r in rows if "rollout/trajectories" in r)
     assert step["step"] == 1 and step["rollout/trajectories"] == 4  # failed episodes (too long a prompt) count too
+
+
+def test_gateway_agent_waits_for_its_run_and_refuses_an_empty_gateway(tmp_path):
+    """Issue 31: the docstring's two commands raced (a missing gateway.json, then an agent that
+    printed {"groups_played": 0} and exited 0). Now --run-dir waits for the run's gateway.json,
+    an empty --gateway is refused, and an agent that played nothing exits 1 saying why."""
+    agent = [sys.executable, "examples/gateway_agent.py"]
+    r = subprocess.run([*agent, "--gateway", ""], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--gateway must be the gateway's URL" in r.stderr, r.stderr
+    r = subprocess.run([*agent, "--run-dir", str(tmp_path), "--wait", "1"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "gateway.json did not appear within 1 s" in r.stderr, r.stderr
+    late = subprocess.Popen([*agent, "--run-dir", str(tmp_path), "--wait", "30", "--groups", "1"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # the run writes its gateway.json after the agent started
+    (tmp_path / "gateway.json").write_text(json.dumps({"url": "http://127.0.0.1:9"}))  # nothing listens there
+    out, err = late.communicate(timeout=60)
+    assert late.returncode == 1 and "no group was played" in err, out + err
+
+
+def test_external_agent_config_trains_on_a_program_that_plays_through_the_gateway(tmp_path):
+    """Issue 31: ExternalAgentWorkflow had no YAML (its keys had to be guessed). The shipped one
+    trains a step on episodes that examples/external_agent.py plays as separate processes."""
+    agentrl = Path(sys.executable).parent / "agentrl"
+    out = subprocess.run([str(agentrl), "train", "examples/external_agent.yaml", f"run_dir={tmp_path / 'run'}",
+                          "steps=1", "rollout.batch_size=2", "rollout.group_size=4", "eval.limit=4"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 1 and summary["counters"]["episodes_finished"] >= 8
+    assert summary["counters"]["episodes_failed"] == 0
