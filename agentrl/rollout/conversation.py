@@ -128,13 +128,29 @@ class TokenConversation:
         """The prompt ids for a call whose full rendering is ``text``: the longest recorded
         state that ``text`` starts with, plus the tokens of the rest; else ``text`` tokenized."""
         segment, base, base_text = self._match(text)
+        self._check_budget(text[base_text:])
+        return self._prompt(text, segment, base, base_text, self.renderer.encode(text[base_text:]))
+
+    async def aprompt(self, text: str) -> Prompt:
+        """``prompt``, with a long new text tokenized in a worker thread, and one that cannot fit
+        the budget refused by its size before any of it is tokenized."""
+        segment, base, base_text = self._match(text)
+        self._check_budget(text[base_text:])
+        return self._prompt(text, segment, base, base_text, await self.renderer.aencode(text[base_text:]))
+
+    def _check_budget(self, delta_text: str) -> None:
+        if self.max_tokens is not None and len(delta_text) > self.renderer.offload_chars:
+            at_least = self.renderer.min_tokens(delta_text)
+            if self.num_tokens + at_least >= self.max_tokens:
+                raise RolloutError(f"this conversation holds {self.num_tokens} tokens and the next prompt adds at "
+                                   f"least {at_least} ({len(delta_text)} characters): over its budget of "
+                                   f"{self.max_tokens} tokens")
+
+    def _prompt(self, text: str, segment: Segment | None, base: int, base_text: int, delta: list[int]) -> Prompt:
         if segment is None:
-            ids = self.renderer.encode(text)
-            prompt = Prompt(ids, text, None, 0, 0, ids, text)
+            prompt = Prompt(delta, text, None, 0, 0, delta, text)
         else:
-            delta_text = text[base_text:]
-            delta = self.renderer.encode(delta_text)
-            prompt = Prompt(segment.ids[:base] + delta, text, segment, base, base_text, delta, delta_text)
+            prompt = Prompt(segment.ids[:base] + delta, text, segment, base, base_text, delta, text[base_text:])
         if self.max_tokens is not None and self.num_tokens + len(prompt.delta_ids) >= self.max_tokens:
             raise RolloutError(f"this conversation holds {self.num_tokens} tokens and the next prompt adds "
                                f"{len(prompt.delta_ids)}: over its budget of {self.max_tokens} tokens")

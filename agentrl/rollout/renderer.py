@@ -7,9 +7,11 @@ backend when there is one. ``load_tokenizer`` takes a model directory or a token
 and loads a directory once per process. What it is not: the bookkeeping of a conversation's
 tokens across turns (``agentrl.rollout.conversation``).
 
-Rendering is Python (Jinja) and grows with the conversation; ``arender`` runs it in a worker
-thread once the messages pass ``offload_chars`` characters, so long conversations never hold
-the event loop while short ones (most turns, ~0.1 ms) skip the thread hop.
+Rendering is Python (Jinja) and grows with the conversation; ``arender`` and ``aencode`` run
+it (and tokenization) in a worker thread once the text passes ``offload_chars`` characters,
+so long conversations never hold the event loop while short ones skip the thread hop.
+``min_tokens(text)`` is a lower bound on a text's token count from its UTF-8 size alone, so a
+budget can refuse a huge text before any of it is tokenized.
 
 Main hook::
 
@@ -67,6 +69,7 @@ class ChatRenderer:
         self.offload_chars = offload_chars
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self.eos_token_id = self.tokenizer.eos_token_id
+        self._bytes_per_token: int | None = None
 
     # ------------------------------------------------------------------ text
 
@@ -94,6 +97,20 @@ class ChatRenderer:
         if self._backend is not None:
             return self._backend.encode(text, add_special_tokens=False).ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    async def aencode(self, text: str) -> list[int]:
+        """``encode``, in a worker thread when ``text`` passes ``offload_chars`` characters."""
+        if len(text) < self.offload_chars:
+            return self.encode(text)
+        return await asyncio.to_thread(self.encode, text)
+
+    def min_tokens(self, text: str) -> int:
+        """At least this many tokens make up ``text``: its UTF-8 bytes over twice the most bytes
+        one token of the vocabulary stands for (twice: normalizers may shrink a text)."""
+        if self._bytes_per_token is None:
+            longest = max((len(str(t).encode()) for t in self.tokenizer.get_vocab()), default=1)
+            self._bytes_per_token = 2 * max(longest, 4)
+        return len(text.encode("utf-8", "surrogatepass")) // self._bytes_per_token
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` with no clean-up, so that text and ids stand for the same thing."""

@@ -134,3 +134,42 @@ async def test_chat_client_meets_the_protocol_and_answers_with_sdk_types(rendere
         await client.chat.completions.create(model="m", messages=messages, tools=tools, tool_choice="required")
     with pytest.raises(RequestRejected, match="temperature must be a finite number"):
         await client.chat.completions.create(model="m", messages=messages, temperature="hot")
+
+
+class _CountingRenderer(ChatRenderer):
+    """The tiny model's renderer, noting which thread tokenized how many characters."""
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer)
+        self.encoded: list[tuple[int, str]] = []
+
+    def encode(self, text: str) -> list[int]:
+        import threading
+
+        self.encoded.append((len(text), threading.current_thread().name))
+        return super().encode(text)
+
+
+async def test_a_text_over_the_budget_is_refused_by_its_size_before_any_of_it_is_tokenized(tiny_model_dir):
+    """Issue 30, item 1: a ~4 MB message to a gateway session (budget 65,536 tokens) was
+    tokenized on the event loop for 7 s before its 400, stalling every other session. Its size
+    alone now proves it cannot fit, and nothing of it is tokenized."""
+    renderer = _CountingRenderer(tiny_model_dir)
+    conv = TokenConversation(renderer, max_tokens=65536)
+    with pytest.raises(RolloutError, match=r"adds at least \d+ \(4000000 characters\): over its budget of 65536"):
+        await conv.aprompt("x" * 4_000_000)
+    assert renderer.encoded == []
+
+
+async def test_a_long_text_within_the_budget_is_tokenized_off_the_event_loop(tiny_model_dir):
+    import threading
+
+    renderer = _CountingRenderer(tiny_model_dir)
+    conv = TokenConversation(renderer, max_tokens=65536)
+    text = "What is 1+2? " * 3000  # 39,000 characters, past offload_chars
+    prompt = await conv.aprompt(text)
+    assert prompt.ids == renderer.encode(text)
+    (size, thread), _ = renderer.encoded
+    assert size == len(text) and thread != threading.main_thread().name
+    short = await TokenConversation(renderer).aprompt("What is 1+2?")
+    assert renderer.encoded[-1] == (len("What is 1+2?"), threading.main_thread().name) and short.ids
