@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import compress
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
+from agentrl.config import check_options, option
 from agentrl.errors import TrajectoryError
 
 NOT_SAMPLED = -1
@@ -306,27 +307,22 @@ class ExecStatus(enum.StrEnum):
 class ExecRequest:
     """One program to run. ``files`` (text) and ``files_b64`` (binary, base64-encoded) are
     written into the work dir before it starts; ``fetch`` names work-dir files to return
-    afterwards."""
+    afterwards. The fields are the one declaration of the request: the checks here, the
+    sandbox service's body parser and its JSON Schema (``agentrl.http_edge.parse_body``,
+    ``body_schema``) all read them."""
 
-    code: str
-    language: Literal["python", "bash"] = "python"
-    stdin: str = ""
-    files: dict[str, str] = field(default_factory=dict)
-    files_b64: dict[str, str] = field(default_factory=dict)
-    fetch: list[str] = field(default_factory=list)
-    time_limit_s: float = 10.0
-    memory_limit_mb: int = 512
-    output_limit_bytes: int = 1 << 16
+    code: str = option(help="the program's source")
+    language: Literal["python", "bash"] = option("python", help="the interpreter")
+    stdin: str = option("", help="the program's standard input")
+    files: dict[str, str] = option({}, help="text files written into the work dir first (relative path -> text)")
+    files_b64: dict[str, str] = option({}, help="binary files, base64-encoded (relative path -> base64)")
+    fetch: list[str] = option([], help="work-dir files returned afterwards (relative paths)")
+    time_limit_s: float = option(10.0, help="wall-clock limit in seconds", gt=0)
+    memory_limit_mb: int = option(512, help="memory limit in MiB", ge=16)
+    output_limit_bytes: int = option(1 << 16, help="most bytes kept of stdout and of stderr, each", ge=1)
 
     def __post_init__(self) -> None:
-        if self.language not in ("python", "bash"):
-            raise ValueError(f"language must be 'python' or 'bash', got {self.language!r}")
-        if not self.time_limit_s > 0:
-            raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
-        if self.memory_limit_mb < 16:
-            raise ValueError(f"memory_limit_mb must be >= 16, got {self.memory_limit_mb}")
-        if self.output_limit_bytes < 1:
-            raise ValueError(f"output_limit_bytes must be >= 1, got {self.output_limit_bytes}")
+        check_options(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

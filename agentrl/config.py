@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -214,6 +215,42 @@ def _check_range(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         if b is not None and not ok(value, b):
             raise ConfigError(f"config key {key!r}: got {value!r}, expected a value {word} {b}")
     return value
+
+
+def choices_of(tp: Any, meta: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The allowed values of an ``option``: its ``choices``, or a ``Literal`` type's values."""
+    if meta.get("choices") is not None:
+        return meta["choices"]
+    return typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+
+
+def bound_problem(value: Any, tp: Any, meta: Mapping[str, Any]) -> str | None:
+    """What ``value`` breaks of an ``option``'s choices and bounds (``"must be >= 16"``), or None."""
+    choices = choices_of(tp, meta)
+    if choices is not None:
+        return None if value in choices else f"must be one of {list(choices)}"
+    for bound, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+                            ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
+        b = meta.get(bound)
+        if b is not None and not ok(value, b):
+            return f"must be {word} {b}"
+    return None
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def check_options(obj: Any) -> None:
+    """Raise ``ValueError`` naming the first field of the dataclass ``obj`` outside its
+    ``option``'s choices or bounds (for records built in code rather than loaded as config)."""
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        problem = bound_problem(value, hints[f.name], f.metadata)
+        if problem:
+            raise ValueError(f"{f.name} {problem}, got {value!r}")
 
 
 def _type_name(tp: Any) -> str:

@@ -19,6 +19,8 @@ the rollout side catches these and records them as the trajectory's status.
     ├── VerifierError            a verifier crashed or timed out (not a wrong answer)
     ├── RolloutError             a conversation, chat client or gateway session cannot go on
     │                            (over its token budget, an unknown completion id)
+    ├── Refused                  one of our HTTP services refuses a request (4xx, or 503 when
+    │                            full): its status, message, OpenAI error type and code
     └── TrainerError             the trainer cannot continue
         └── CheckpointError      a checkpoint cannot be written or restored
 
@@ -86,6 +88,33 @@ class VerifierError(AgentRLError):
 
 class RolloutError(AgentRLError):
     """A recorded conversation cannot take this call (token budget spent, unknown completion id)."""
+
+
+_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+"""OpenAI's error type of a status; any other 4xx is an ``invalid_request_error``, a 5xx a ``server_error``."""
+
+
+class Refused(AgentRLError):
+    """A request that ``agentrl serve``, the gateway or the sandbox service will not serve.
+
+    Every such service answers it with OpenAI's error body,
+    ``{"error": {"message", "type", "param": null, "code"}}`` (``agentrl.http_edge``).
+
+    Args:
+        message: what was expected, what came, and what to do next.
+        status: the HTTP status, 400 unless said.
+        type: OpenAI's error type; by default the one of ``status`` (``authentication_error``,
+            ``permission_error``, ``rate_limit_error``, ``server_error``, else ``invalid_request_error``).
+        code: OpenAI's ``code``; by default the status.
+        headers: extra response headers (``Retry-After``).
+    """
+
+    def __init__(self, message: str, status: int = 400, *, type: str | None = None,
+                 code: int | str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message, self.status, self.headers = message, status, headers
+        self.type = type or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        self.code = status if code is None else code
 
 
 class TrainerError(AgentRLError):

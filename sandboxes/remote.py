@@ -79,9 +79,11 @@ class RemoteSandbox:
                 if resp.status_code == 503 and attempt < self.retries:
                     pass  # queue full: nothing ran, safe to retry
                 elif resp.status_code >= 400:
-                    try:
-                        detail = resp.json().get("detail", resp.text)
-                    except ValueError:
+                    try:  # OpenAI's error body (agentrl.http_edge); FastAPI's {"detail"} from older services
+                        body = resp.json()
+                        error = body.get("error") if isinstance(body, dict) else None
+                        detail = error.get("message", resp.text) if isinstance(error, dict) else body.get("detail", resp.text)
+                    except (ValueError, AttributeError):
                         detail = resp.text
                     if resp.status_code == 503:
                         raise SandboxUnavailable(f"sandbox service at {self.url} is saturated: {detail}")

@@ -19,10 +19,12 @@ Routes (JSON bodies are ``ExecRequest.to_dict()`` / ``ExecResult.to_dict()``):
                                     ceilings (``exec_request_schema``; fuzzed from it by
                                     ``tests/sandboxes/test_fuzz.py``)
 
-Errors: 400 a body that is not JSON, 401 wrong or missing key (``Authorization: Bearer KEY``),
-413 a body, code or files above a ceiling, 422 a malformed request or a limit above a ceiling
-(the message names the field or the ceiling), 404 unknown session, 503 queue full or backend
-down. ``sandbox_error`` results are the backend's own failures only.
+Errors, each in OpenAI's body ``{"error": {"message", "type", "param", "code"}}``
+(``agentrl.http_edge``): 400 a body that is not a JSON object, 401 wrong or missing key
+(``Authorization: Bearer KEY``; every route but ``/health`` needs it, ``/openapi.json`` and
+``/docs`` included), 413 a body, code or files above a ceiling, 422 a malformed request or a
+limit above a ceiling (the message names the field or the ceiling), 404 unknown session, 503
+queue full or backend down. ``sandbox_error`` results are the backend's own failures only.
 
 A client that disconnects while its program runs (or waits) gets it killed at once and its
 place freed; for a session call, the whole session ends.
@@ -37,19 +39,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hmac
 import time
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agentrl.api import ExecResult, Sandbox
-from agentrl.errors import SandboxError
-from sandboxes.admission import Admission, Ceilings, Refused, parse_request
+from agentrl.api import ExecRequest, ExecResult, Sandbox
+from agentrl.errors import Refused, SandboxError
+from agentrl.http_edge import ApiKey, body_schema, error_response, install_errors, read_body
+from sandboxes.admission import Admission, Ceilings, maxima, parse_request
 
 SESSION_IDLE_S = 600.0
 CLIENT_GONE = 499  # (nginx's code) the client closed the connection; nobody reads the reply
@@ -58,28 +60,18 @@ CLIENT_GONE = 499  # (nginx's code) the client closed the connection; nobody rea
 def exec_request_schema(ceilings: Ceilings) -> dict[str, Any]:
     """The ExecRequest body of ``/run`` and ``/sessions/{id}/run`` as JSON Schema, within this
     service's ``ceilings``, for its OpenAPI document (``GET /openapi.json``: client generators
-    and ``tests/sandboxes/test_fuzz.py``). It describes, it does not enforce: the routes parse
-    bodies themselves (``sandboxes.admission.parse_request``), and limits on UTF-8 bytes (code,
-    files) or on paths (file names inside the work dir) are checked only there."""
+    and ``tests/sandboxes/test_fuzz.py``): derived from the ExecRequest's declaration
+    (``agentrl.http_edge.body_schema``), with what the parser checks beyond it (paths inside the
+    work dir, base64, sizes in bytes) described. It describes, it does not enforce: the routes
+    parse bodies themselves (``sandboxes.admission.parse_request``)."""
+    schema = body_schema(ExecRequest, maxima(ceilings))
+    props = schema["properties"]
     name = {"type": "string", "minLength": 1, "pattern": "^[^/]", "description": "a relative path in the work dir"}
-    return {
-        "type": "object",
-        "required": ["code"],
-        "additionalProperties": False,
-        "properties": {
-            "code": {"type": "string", "description": f"at most {ceilings.max_code_bytes} UTF-8 bytes"},
-            "language": {"enum": ["python", "bash"]},
-            "stdin": {"type": "string"},
-            "files": {"type": "object", "propertyNames": name, "additionalProperties": {"type": "string"},
-                      "description": f"text files; with files_b64, at most {ceilings.max_file_bytes} bytes"},
-            "files_b64": {"type": "object", "propertyNames": name,
-                          "additionalProperties": {"type": "string", "pattern": "^([A-Za-z0-9+/]{4})*$"}},
-            "fetch": {"type": "array", "items": name, "maxItems": ceilings.max_fetch},
-            "time_limit_s": {"type": "number", "exclusiveMinimum": 0, "maximum": ceilings.max_time_s},
-            "memory_limit_mb": {"type": "integer", "minimum": 16, "maximum": ceilings.max_memory_mb},
-            "output_limit_bytes": {"type": "integer", "minimum": 1, "maximum": ceilings.max_output_bytes},
-        },
-    }
+    props["code"]["description"] += f"; at most {ceilings.max_code_bytes} UTF-8 bytes"
+    props["files"]["propertyNames"] = props["files_b64"]["propertyNames"] = props["fetch"]["items"] = name
+    props["files"]["description"] += f"; with files_b64, at most {ceilings.max_file_bytes} bytes"
+    props["files_b64"]["additionalProperties"] = {"type": "string", "pattern": "^([A-Za-z0-9+/]{4})*$"}
+    return schema
 
 
 class SessionEnded(Exception):
@@ -103,38 +95,6 @@ class _Session:
     session: Any
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
-
-
-class _ApiKey:
-    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY``."""
-
-    def __init__(self, app: Any, key: str) -> None:
-        self.app = app
-        self.key = key.encode()
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
-            header = dict(scope["headers"]).get(b"authorization", b"")
-            given = header[7:] if header[:7].lower() == b"bearer " else b""
-            if not hmac.compare_digest(given, self.key):
-                response = JSONResponse({"detail": "missing or wrong API key: send 'Authorization: Bearer KEY'"},
-                                        status_code=401)
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def _body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it passes ``limit`` bytes."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise Refused(413, f"the body is {length} bytes, above this service's ceiling max_request_bytes={limit}")
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise Refused(413, f"the body is more than {limit} bytes, this service's ceiling max_request_bytes")
-    return bytes(data)
 
 
 async def _unless_gone(request: Request, work: Awaitable[ExecResult]) -> ExecResult:
@@ -200,20 +160,17 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
     exec_body = {"requestBody": {"required": True,
                                  "content": {"application/json": {"schema": exec_request_schema(limits)}}}}
     if api_key:
-        app.add_middleware(_ApiKey, key=api_key)
+        app.add_middleware(ApiKey, key=api_key)
+    install_errors(app)
 
     @app.exception_handler(SandboxError)
     async def backend_failed(request: Request, exc: SandboxError) -> JSONResponse:
         # the backend itself is down (no engine, no root): say so; the client may retry elsewhere
-        return JSONResponse({"detail": f"sandbox backend failed: {exc}"}, status_code=503)
-
-    @app.exception_handler(Refused)
-    async def refused(request: Request, exc: Refused) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+        return error_response(Refused(f"sandbox backend failed: {exc}", 503))
 
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, exc: ClientGone) -> JSONResponse:
-        return JSONResponse({"detail": "the client disconnected; its program was killed"}, status_code=CLIENT_GONE)
+        return error_response(Refused("the client disconnected; its program was killed", CLIENT_GONE))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -225,7 +182,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
 
     @app.post("/run", openapi_extra=exec_body)
     async def run(request: Request) -> dict[str, Any]:
-        req = parse_request(await _body(request, limits.max_request_bytes), limits)
+        req = parse_request(await read_body(request, limits.max_request_bytes, "max_request_bytes"), limits)
 
         async def admitted() -> ExecResult:
             async with gate().slot():
@@ -234,13 +191,13 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
         try:
             result = await _unless_gone(request, admitted())
         except ValueError as e:  # the request itself is wrong (e.g. too big for the backend's work dir)
-            raise HTTPException(422, str(e)) from e
+            raise Refused(str(e), 422) from e
         return result.to_dict()
 
     @app.post("/sessions")
     async def open_session() -> dict[str, Any]:
         if len(sessions) >= max_sessions:
-            raise HTTPException(503, f"too many open sessions ({max_sessions}); retry later")
+            raise Refused(f"too many open sessions ({max_sessions}); retry later", 503)
         stack = contextlib.AsyncExitStack()
         try:
             await stack.enter_async_context(gate().slot())  # held until the session ends
@@ -254,10 +211,10 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
 
     @app.post("/sessions/{sid}/run", openapi_extra=exec_body)
     async def session_run(sid: str, request: Request) -> dict[str, Any]:
-        req = parse_request(await _body(request, limits.max_request_bytes), limits)
+        req = parse_request(await read_body(request, limits.max_request_bytes, "max_request_bytes"), limits)
         s = sessions.get(sid)
         if s is None:
-            raise HTTPException(404, f"no session {sid!r} (it ended or expired after {SESSION_IDLE_S:.0f} s idle)")
+            raise Refused(f"no session {sid!r} (it ended or expired after {SESSION_IDLE_S:.0f} s idle)", 404)
 
         async def call() -> ExecResult:
             async with s.lock:
@@ -270,7 +227,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
         try:
             result = await _unless_gone(request, call())
         except ValueError as e:
-            raise HTTPException(422, str(e)) from e
+            raise Refused(str(e), 422) from e
         except ClientGone:  # its program was killed mid-call: the session is over
             if sessions.pop(sid, None) is not None:
                 await _end(s)
@@ -281,7 +238,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
     async def close_session(sid: str) -> dict[str, Any]:
         s = sessions.pop(sid, None)
         if s is None:
-            raise HTTPException(404, f"no session {sid!r}")
+            raise Refused(f"no session {sid!r}", 404)
         await _end(s)  # not waiting for a call in flight: its client may be gone
         return {"ok": True}
 

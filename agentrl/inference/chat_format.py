@@ -5,7 +5,7 @@ reading a request (messages, tools and ``tool_choice`` checked, the sampling fie
 SGLang's ``sampling_params``), and shaping an answer (the assistant message with its
 ``tool_calls`` parsed by ``agentrl.toolcalls``, per-token ``logprobs``, ``usage``, stream
 chunks as server-sent events), following SGLang 0.5.23's ``entrypoints/openai/protocol.py``
-and ``serving_chat.py``. Every refusal is a ``BadRequest`` naming the field. What it is not:
+and ``serving_chat.py``. Every refusal is a ``Refused`` naming the field. What it is not:
 rendering or generation (``openai_routes`` over the engine; ``agentrl.rollout.chat_client``
 over any ``InferenceClient``). Imports no torch.
 """
@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentrl.inference.wire import BadRequest
+from agentrl.errors import Refused
 from agentrl.toolcalls import parse_tool_calls
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -46,16 +46,16 @@ def chat_request(body: dict[str, Any], *, server: str = "agentrl serve") -> tupl
     ``use_tools`` (tools given and ``tool_choice`` is ``"auto"``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise BadRequest("messages must be a non-empty list of {\"role\": ..., \"content\": ...} objects")
+        raise Refused("messages must be a non-empty list of {\"role\": ..., \"content\": ...} objects")
     for i, m in enumerate(messages):
         if m.get("role") not in ROLES:
-            raise BadRequest(f"messages[{i}].role must be system, user, assistant or tool, got {m.get('role')!r}")
+            raise Refused(f"messages[{i}].role must be system, user, assistant or tool, got {m.get('role')!r}")
     tools = body.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+        raise Refused("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
     choice = body.get("tool_choice", "auto" if tools else "none")
     if choice not in ("auto", "none"):
-        raise BadRequest(f"tool_choice {choice!r} is not supported by {server}; use \"auto\" or \"none\"")
+        raise Refused(f"tool_choice {choice!r} is not supported by {server}; use \"auto\" or \"none\"")
     use_tools = bool(tools) and choice == "auto"
     return messages, tools if use_tools else None, use_tools
 

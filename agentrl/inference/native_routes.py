@@ -23,13 +23,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from agentrl.api import SamplingParams
-from agentrl.errors import ModelError
+from agentrl.errors import ModelError, Refused
 from agentrl.inference import openapi
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import ServerState
 from agentrl.inference.validation import parse_logprob_fields, parse_sampling
 from agentrl.inference.wire import (
-    BadRequest,
     check_type,
     generate_result,
     parse_prompt_ids,
@@ -57,7 +56,7 @@ def native_routes(state: ServerState) -> APIRouter:
         body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
         mode = body.get("mode", "abort")
         if mode not in ("abort", "retract", "in_place"):
-            raise BadRequest(f"mode must be one of 'abort', 'retract', 'in_place', got {mode!r}")
+            raise Refused(f"mode must be one of 'abort', 'retract', 'in_place', got {mode!r}")
         await asyncio.wrap_future(state.scheduler.pause(mode))
         await asyncio.sleep(0)  # let the aborted requests' handlers answer first
         return {"message": "Generation paused successfully.", "status": "ok"}
@@ -73,7 +72,7 @@ def native_routes(state: ServerState) -> APIRouter:
         body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
         rid, abort_all = body.get("rid", "") or "", bool(body.get("abort_all", False))
         if not isinstance(rid, str):
-            raise BadRequest(f"rid must be a string, got {type(rid).__name__}")
+            raise Refused(f"rid must be a string, got {type(rid).__name__}")
         state.scheduler.abort(rid, abort_all)
         return Response(status_code=200)
 
@@ -82,7 +81,7 @@ def native_routes(state: ServerState) -> APIRouter:
         body = await read_json(http, state.config.max_request_bytes)
         path = body.get("model_path")
         if not isinstance(path, str) or not path:
-            raise BadRequest("model_path is required: the directory of an HF checkpoint to load")
+            raise Refused("model_path is required: the directory of an HF checkpoint to load")
         version, abort_all = update_options(body)
         async with state.weight_lock:  # one staging copy at a time
             try:
@@ -102,7 +101,7 @@ def native_routes(state: ServerState) -> APIRouter:
         body = await read_json(http, state.config.max_request_bytes)
         new = body.get("new_version")
         if not isinstance(new, str) or not new:
-            raise BadRequest("new_version is required (a string)")
+            raise Refused("new_version is required (a string)")
         if body.get("abort_all_requests", True):
             state.scheduler.abort(abort_all=True)
         await asyncio.wrap_future(state.scheduler.install_weights(state.decoder.weights, new))
@@ -202,7 +201,7 @@ def update_options(body: dict[str, Any]) -> tuple[str | None, bool]:
     """A weight update's ``weight_version`` (None: unchanged) and ``abort_all_requests``."""
     version = body.get("weight_version")
     if version is not None and (not isinstance(version, (str, int)) or isinstance(version, bool)):
-        raise BadRequest(f"weight_version must be a string, got {type(version).__name__}")
+        raise Refused(f"weight_version must be a string, got {type(version).__name__}")
     abort_all = body.get("abort_all_requests") or False
     check_type("abort_all_requests", abort_all, (bool,), "true or false")
     return None if version is None else str(version), abort_all
@@ -211,18 +210,18 @@ def update_options(body: dict[str, Any]) -> tuple[str | None, bool]:
 async def _prompts(state: ServerState, body: dict[str, Any]) -> tuple[list[list[int]], bool]:
     """The prompts of a ``/generate`` body as token ids, and whether it is a batch."""
     if (body.get("text") is None) == (body.get("input_ids") is None):
-        raise BadRequest("Either text or input_ids should be provided (exactly one of them).")
+        raise Refused("Either text or input_ids should be provided (exactly one of them).")
     if body.get("text") is not None:
         texts = body["text"]
         batch = isinstance(texts, list)
         texts = texts if batch else [texts]
         if not texts or not all(isinstance(t, str) for t in texts):
-            raise BadRequest("text must be a string or a non-empty list of strings")
+            raise Refused("text must be a string or a non-empty list of strings")
         prompts = []
         for t in texts:  # a group's copies of one prompt are tokenized once
             prompts.append(prompts[-1] if prompts and t == texts[len(prompts) - 1] else await state.tokenize(t))
         if any(not p for p in prompts):
-            raise BadRequest("text cannot be empty")
+            raise Refused("text cannot be empty")
         return prompts, batch
     ids = body["input_ids"]
     batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
@@ -235,14 +234,14 @@ async def _prompts(state: ServerState, body: dict[str, Any]) -> tuple[list[list[
 async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     for key in UNSUPPORTED:
         if body.get(key) not in (None, False):
-            raise BadRequest(f"{key} is not supported by agentrl serve (leave it out, or use SGLang on a GPU)")
+            raise Refused(f"{key} is not supported by agentrl serve (leave it out, or use SGLang on a GPU)")
     stream = body.get("stream") or False
     check_type("stream", stream, (bool,), "true or false")
     prompts, batch = await _prompts(state, body)
     sps = body.get("sampling_params")
     if isinstance(sps, list):
         if not batch or len(sps) != len(prompts):
-            raise BadRequest(f"sampling_params is a list of {len(sps)} but there are {len(prompts)} prompts")
+            raise Refused(f"sampling_params is a list of {len(sps)} but there are {len(prompts)} prompts")
     else:
         sps = [sps] * len(prompts)
     parsed: list[dict[str, Any]] = []
@@ -251,7 +250,7 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
         parsed.append(parsed[-1] if same else parse_sampling(sp, prompt_len=len(p), bounds=state.bounds))
     n = parsed[0]["n"]
     if any(p["n"] != n for p in parsed):
-        raise BadRequest("all sampling_params of a batch must have the same n")
+        raise Refused("all sampling_params of a batch must have the same n")
     logprob = parse_logprob_fields(body, [len(p) for p in prompts], state.bounds)
     rid = body.get("rid")
     expanded = batch or n > 1
@@ -265,12 +264,12 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     elif isinstance(rid, list) and len(rid) == len(prompts) and all(isinstance(r, str) for r in rid) and n == 1:
         rids = list(rid)
     else:
-        raise BadRequest("rid must be a string, or a list of strings with one per prompt (and n == 1)")
+        raise Refused("rid must be a string, or a list of strings with one per prompt (and n == 1)")
     if len(set(rids)) != len(rids):
-        raise BadRequest("rid holds the same id twice; request ids must be unique")
+        raise Refused("rid holds the same id twice; request ids must be unique")
     for r in rids:
         if state.scheduler.is_live(r):
-            raise BadRequest(f"Duplicate request ID detected: {r}")
+            raise Refused(f"Duplicate request ID detected: {r}")
     state.admit(len(rids))
     reqs, opts = [], []
     for i, (prompt, p, lp) in enumerate(zip(prompts, parsed, logprob, strict=True)):
@@ -286,7 +285,7 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     for r in done:
         reason = r.finish_reason or {}
         if reason.get("status_code") and reason["status_code"] >= 400 and len(done) == 1:
-            raise BadRequest(reason.get("message", "request failed"), status=reason["status_code"])
+            raise Refused(reason.get("message", "request failed"), status=reason["status_code"])
     results = [_result(state, r, o, text_in_logprobs) for r, o in zip(done, opts, strict=True)]
     # a JSONResponse skips FastAPI's jsonable_encoder walk (plain dicts and lists already)
     return JSONResponse(results if expanded else results[0])

@@ -26,6 +26,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentrl.errors import Refused
+from agentrl.http_edge import error_response
 from agentrl.inference import openapi
 from agentrl.inference.chat_format import (
     assistant_message,
@@ -39,12 +41,7 @@ from agentrl.inference.chat_format import (
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
 from agentrl.inference.validation import parse_sampling
-from agentrl.inference.wire import BadRequest, check_type, finish_text, parse_prompt_ids, read_json
-
-
-def _error(e: BadRequest) -> JSONResponse:
-    return JSONResponse({"object": "error", "message": str(e), "type": "BadRequestError", "param": None,
-                         "code": e.status}, status_code=e.status)
+from agentrl.inference.wire import check_type, finish_text, parse_prompt_ids, read_json
 
 
 async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
@@ -59,7 +56,7 @@ async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], 
     for r in done:
         reason = r.finish_reason or {}
         if reason.get("status_code") and reason["status_code"] >= 400:
-            raise BadRequest(reason.get("message", "request failed"), status=reason["status_code"])
+            raise Refused(reason.get("message", "request failed"), status=reason["status_code"])
     return list(done), parsed
 
 
@@ -67,7 +64,7 @@ def _n(state: ServerState, body: dict[str, Any]) -> int:
     n = body.get("n") or 1
     check_type("n", n, (int,), f"an integer in [1, {state.bounds.max_n}]")
     if not 1 <= n <= state.bounds.max_n:
-        raise BadRequest(f"n must be an integer in [1, {state.bounds.max_n}] (this server's --max-n), got {n}")
+        raise Refused(f"n must be an integer in [1, {state.bounds.max_n}] (this server's --max-n), got {n}")
     return n
 
 
@@ -80,9 +77,9 @@ def _chat_top_logprobs(state: ServerState, body: dict[str, Any]) -> tuple[bool, 
     if top is not None:
         check_type("top_logprobs", top, (int,), f"an integer in [0, {cap}]")
         if not 0 <= top <= cap:
-            raise BadRequest(f"top_logprobs must be an integer in [0, {cap}], got {top}")
+            raise Refused(f"top_logprobs must be an integer in [0, {cap}], got {top}")
         if top and not want:
-            raise BadRequest("top_logprobs needs logprobs: true")
+            raise Refused("top_logprobs needs logprobs: true")
     return want, top or 0
 
 
@@ -101,10 +98,10 @@ async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[i
     if body.get("input_ids") is not None:
         return parse_prompt_ids(body["input_ids"], state.vocab_size), use_tools
     if not getattr(state.tokenizer, "chat_template", None):
-        raise BadRequest("this model's tokenizer has no chat template; use /v1/completions or /generate")
+        raise Refused("this model's tokenizer has no chat template; use /v1/completions or /generate")
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
-        raise BadRequest(f"chat_template_kwargs must be an object, got {type(kwargs).__name__}")
+        raise Refused(f"chat_template_kwargs must be an object, got {type(kwargs).__name__}")
 
     def render() -> str:
         return state.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
@@ -113,7 +110,7 @@ async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[i
         long = sum(len(str(m.get("content"))) for m in messages) > LONG_TEXT
         text = await asyncio.to_thread(render) if long else render()
     except Exception as e:  # a template error is the request's fault (bad message shape)
-        raise BadRequest(f"the chat template could not render these messages: {type(e).__name__}: "
+        raise Refused(f"the chat template could not render these messages: {type(e).__name__}: "
                          f"{str(e)[:200]}") from e
     return await state.tokenize(text), use_tools
 
@@ -144,14 +141,14 @@ def openai_routes(state: ServerState) -> APIRouter:
             prompt, use_tools = await _render_chat(state, body)
             if stream:
                 if _n(state, body) != 1:
-                    raise BadRequest("n > 1 is not supported with stream=true by agentrl serve")
+                    raise Refused("n > 1 is not supported with stream=true by agentrl serve")
                 parsed = parse_sampling(sampling_fields(body, None), prompt_len=len(prompt), bounds=state.bounds)
                 state.admit(1)
                 return StreamingResponse(_chat_stream(state, body, prompt, parsed, use_tools, top_n),
                                          media_type="text/event-stream")
             reqs, parsed = await _run_all(state, prompt, body, http, None, top_n)
-        except BadRequest as e:
-            return _error(e)
+        except Refused as e:
+            return error_response(e)
         choices = []
         for i, r in enumerate(reqs):
             text = finish_text(state.tokenizer, r, parsed["no_stop_trim"], parsed["skip_special_tokens"])
@@ -168,25 +165,25 @@ def openai_routes(state: ServerState) -> APIRouter:
         try:
             body = await read_json(http, state.config.max_request_bytes)
             if body.get("echo"):
-                raise BadRequest("echo is not supported by agentrl serve")
+                raise Refused("echo is not supported by agentrl serve")
             if body.get("stream"):
-                raise BadRequest("stream is not supported on /v1/completions by agentrl serve; use /generate")
+                raise Refused("stream is not supported on /v1/completions by agentrl serve; use /generate")
             prompt = body.get("prompt")
             if isinstance(prompt, str):
                 if not prompt:
-                    raise BadRequest("prompt cannot be empty")
+                    raise Refused("prompt cannot be empty")
                 ids = await state.tokenize(prompt)
             elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
                 ids = parse_prompt_ids(prompt, state.vocab_size, "prompt")
             else:
-                raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)")
+                raise Refused("prompt must be a string or a list of token ids (one prompt per request)")
             top_n = body.get("logprobs")
             cap = state.bounds.max_top_logprobs
             if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or not 0 <= top_n <= cap):
-                raise BadRequest(f"logprobs must be an integer in [0, {cap}], got {top_n!r}")
+                raise Refused(f"logprobs must be an integer in [0, {cap}], got {top_n!r}")
             reqs, parsed = await _run_all(state, ids, body, http, 16, top_n or 0)
-        except BadRequest as e:
-            return _error(e)
+        except Refused as e:
+            return error_response(e)
         choices = []
         for i, r in enumerate(reqs):
             kind, matched = _finish_reason(r)

@@ -10,8 +10,12 @@ handlers only await its news, so the event loop never blocks on the model.
 Matched version: **sglang 0.5.23** (``python/sglang/srt/entrypoints/http_server.py``,
 ``managers/io_struct.py``, ``entrypoints/openai/protocol.py``). Deliberate choices and
 0.5.10 differences:
-  * unknown ``sampling_params`` keys are rejected with 400 ``{"error": "unknown field ..."}``
-    (0.5.23's contract; 0.5.10 answered 500); unknown top-level keys are ignored (both);
+  * every refusal answers OpenAI's error body ``{"error": {"message", "type", "param", "code"}}``
+    (``agentrl.http_edge``), a superset of SGLang's ``{"error": {"message"}}``; where SGLang
+    answers another shape (its OpenAI routes' flat ``{"object": "error", "message", ...}``, a
+    bare string for unknown ``sampling_params`` keys) clients read the same ``message`` here;
+  * unknown ``sampling_params`` keys are rejected with 400 ``unknown field ...`` (0.5.23's
+    contract; 0.5.10 answered 500); unknown top-level keys are ignored (both);
   * ``meta_info.num_retractions`` (0.5.10 called it ``total_retractions``; the client reads
     either) and ``meta_info.weight_versions`` spans (0.5.23 only; the client falls back to
     ``weight_version``);
@@ -42,50 +46,25 @@ malformed or out-of-range request gets a 4xx JSON error naming the field, never 
 hang (``tests/inference/test_fuzz.py`` fuzzes every route from ``GET /openapi.json``, whose
 body schemas are ``openapi``'s); bodies above ``--max-request-bytes`` are refused (413) and
 requests beyond ``--max-queued-requests`` wait nowhere (503); a client that disconnects frees
-its slot; with ``--api-key`` every route but ``/health*`` and ``/ready`` needs the key. Not
-covered: TLS, per-client rate limits or quotas.
+its slot; with ``--api-key`` every route but ``/health*`` and ``/ready`` needs the key, the docs
+routes included (``agentrl.http_edge.ApiKey``). Not covered: TLS, per-client rate limits or quotas.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 
+from agentrl.errors import Refused
+from agentrl.http_edge import ApiKey, error_response, install_errors
 from agentrl.inference.native_routes import native_routes
 from agentrl.inference.openai_routes import openai_routes
 from agentrl.inference.state import ServeConfig, ServerState
 from agentrl.inference.weight_sync import weight_sync_routes
-from agentrl.inference.wire import BadRequest, error_response
 
 log = logging.getLogger(__name__)
-
-
-class _ApiKey:
-    """ASGI middleware: with a key set, every route but ``/health*`` and ``/ready`` needs
-    ``Authorization: Bearer KEY`` (SGLang's rule for its ``--api-key``: probes need no secret)."""
-
-    def __init__(self, app: Any, key: str) -> None:
-        self.app = app
-        self.key = key.encode()
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and scope.get("method") != "OPTIONS" and not path.startswith(("/health", "/ready")):
-            header = dict(scope["headers"]).get(b"authorization", b"")
-            given = header[7:] if header[:7].lower() == b"bearer " else b""
-            if not hmac.compare_digest(given, self.key):
-                response = JSONResponse({"error": {"message": "missing or wrong API key: send the header "
-                                                   "'Authorization: Bearer KEY' with the server's --api-key"}},
-                                        status_code=401)
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
@@ -103,21 +82,13 @@ def build_app(config: ServeConfig, state: ServerState | None = None) -> FastAPI:
     app = FastAPI(title="agentrl serve", lifespan=lifespan)
     app.state.server = state
     if config.api_key:
-        app.add_middleware(_ApiKey, key=config.api_key)
-
-    @app.exception_handler(BadRequest)
-    async def _bad(_: Request, e: BadRequest):
-        return error_response(e)
+        app.add_middleware(ApiKey, key=config.api_key)
+    install_errors(app)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, e: Exception):
         log.exception("internal error")
-        return JSONResponse({"error": {"message": f"internal error: {e!r}"}}, status_code=500)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError):
-        return JSONResponse({"object": "error", "message": str(e.errors()), "type": "Bad Request",
-                             "param": None, "code": 400}, status_code=400)
+        return error_response(Refused(f"internal error: {e!r}", 500))
 
     app.include_router(native_routes(state))
     app.include_router(weight_sync_routes(state))

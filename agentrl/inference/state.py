@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from agentrl.config import option
-from agentrl.errors import ModelError
+from agentrl.errors import ModelError, Refused
 from agentrl.inference.prefix_cache import PrefixCache
 from agentrl.inference.scheduler import GenRequest, Scheduler
 from agentrl.inference.validation import Bounds
-from agentrl.inference.wire import BadRequest
 
 DEFAULT_PREFIX_CACHE_TOKENS = 32768
 LONG_TEXT = 8192
@@ -122,20 +121,20 @@ class ServerState:
                 return self.tokenizer.encode(text, add_special_tokens=False)
             size, ctx = len(text.encode("utf-8", "surrogatepass")), self.bounds.context_length
             if size // self.bytes_per_token_bound >= ctx:
-                raise BadRequest(f"The input (at least {size // self.bytes_per_token_bound} tokens: {size} bytes) "
+                raise Refused(f"The input (at least {size // self.bytes_per_token_bound} tokens: {size} bytes) "
                                  f"is longer than the model's context length ({ctx} tokens).")
             return await asyncio.to_thread(self.tokenizer.encode, text, add_special_tokens=False)
         except (TypeError, ValueError, UnicodeError) as e:  # e.g. a lone surrogate from a JSON escape
-            raise BadRequest(f"the text could not be tokenized ({type(e).__name__}); send valid Unicode") from e
+            raise Refused(f"the text could not be tokenized ({type(e).__name__}); send valid Unicode") from e
 
     def admit(self, count: int) -> None:
         """Refuse (503) ``count`` more requests if they would pass ``max_queued_requests``."""
         cap = self.config.max_queued_requests
         if count > cap:
-            raise BadRequest(f"this request asks for {count} samples (prompts x n), more than this server ever "
+            raise Refused(f"this request asks for {count} samples (prompts x n), more than this server ever "
                              f"holds at once (--max-queued-requests {cap}); split it")
         if self.scheduler.num_live + count > cap:
-            raise BadRequest(f"The request queue is full: {self.scheduler.num_live} requests are waiting or running "
+            raise Refused(f"The request queue is full: {self.scheduler.num_live} requests are waiting or running "
                              f"and this one adds {count} (--max-queued-requests {cap}); retry later", status=503)
 
     async def run(self, req: GenRequest, http: Request | None = None) -> GenRequest:

@@ -5,7 +5,7 @@ vocabulary, the server's caps on ``n`` and ``top_logprobs_num``) and the parsers
 request vocabulary — ``parse_sampling`` for one ``sampling_params`` object (every key of
 sglang 0.5.23's ``python/sglang/srt/sampling/sampling_params.py``, with its defaults and
 ranges) and ``parse_logprob_fields`` for the top-level logprob fields of ``GenerateReqInput``
-(``python/sglang/srt/managers/io_struct.py``). Every failure is a ``BadRequest`` whose message
+(``python/sglang/srt/managers/io_struct.py``). Every failure is a ``Refused`` whose message
 names the field, what came and what is allowed; whatever passes is within the bounds, so the
 engine never sees a value it cannot handle (a top-k of 10^20, a negative top-logprob count).
 
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.api import SamplingParams
-from agentrl.inference.wire import BadRequest, check_type
+from agentrl.errors import Refused
+from agentrl.inference.wire import check_type
 
 SAMPLING_KEYS = (
     "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
@@ -59,9 +60,9 @@ def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = Fals
     try:
         number = float(value)
     except OverflowError:  # an integer beyond any float
-        raise BadRequest(f"{name} must be {what}, got an integer of {len(str(value))} digits") from None
+        raise Refused(f"{name} must be {what}, got an integer of {len(str(value))} digits") from None
     if not (math.isfinite(number) and (number > lo if lo_open else number >= lo) and number <= hi):
-        raise BadRequest(f"{name} must be {what}, got {value}")
+        raise Refused(f"{name} must be {what}, got {value}")
     return number
 
 
@@ -69,7 +70,7 @@ def _integer(name: str, value: Any, lo: int, hi: int, what: str = "") -> int:
     what = what or f"an integer in [{lo}, {hi}]"
     check_type(name, value, (int,), what)
     if not lo <= value <= hi:
-        raise BadRequest(f"{name} must be {what}, got {value}")
+        raise Refused(f"{name} must be {what}, got {value}")
     return value
 
 
@@ -79,9 +80,9 @@ def _strings(name: str, value: Any) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise BadRequest(f"{name} must be a string or a list of strings")
+        raise Refused(f"{name} must be a string or a list of strings")
     if len(value) > MAX_STOP:
-        raise BadRequest(f"{name} holds {len(value)} strings; at most {MAX_STOP} are allowed")
+        raise Refused(f"{name} holds {len(value)} strings; at most {MAX_STOP} are allowed")
     return [s for s in value if s]
 
 
@@ -101,18 +102,17 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
     if sp is None:
         sp = {}
     if not isinstance(sp, dict):
-        raise BadRequest(f"sampling_params must be an object, got {type(sp).__name__}")
+        raise Refused(f"sampling_params must be an object, got {type(sp).__name__}")
     for key in sp:
         if key not in SAMPLING_KEYS:
-            raise BadRequest(f"unknown field `{key}`, expected one of {', '.join(f'`{k}`' for k in SAMPLING_KEYS)}",
-                             plain=True)
+            raise Refused(f"unknown field `{key}`, expected one of {', '.join(f'`{k}`' for k in SAMPLING_KEYS)}")
     for key in GRAMMAR_KEYS:
         if sp.get(key) is not None:
-            raise BadRequest(f"sampling_params.{key} is a grammar constraint, which agentrl serve does not "
+            raise Refused(f"sampling_params.{key} is a grammar constraint, which agentrl serve does not "
                              "implement; leave it null, or use SGLang on a GPU")
     ctx = bounds.context_length
     if prompt_len >= ctx:
-        raise BadRequest(f"The input ({prompt_len} tokens) is longer than the model's context length "
+        raise Refused(f"The input ({prompt_len} tokens) is longer than the model's context length "
                          f"({ctx} tokens).")
     max_new = sp.get("max_new_tokens", 128)
     if max_new is None:  # SGLang: no cap but the context
@@ -121,7 +121,7 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
     out: dict[str, Any] = {}
     max_new = _integer("sampling_params.max_new_tokens", max_new, 0, 1 << 62, "an integer >= 0")
     if prompt_len + max_new > ctx:
-        raise BadRequest(f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
+        raise Refused(f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
                          f"You requested a total of {prompt_len + max_new} tokens: {prompt_len} tokens from "
                          f"the input messages and {max_new} tokens for the completion. Please reduce the "
                          "number of tokens in the input messages or the completion to fit within the limit.")
@@ -134,7 +134,7 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
     k = sp.get("top_k", -1)
     check_type("sampling_params.top_k", k, (int,), f"-1 (all) or an integer in [1, {TOP_K_ALL}]")
     if not (k == -1 or 1 <= k <= TOP_K_ALL):
-        raise BadRequest(f"sampling_params.top_k must be -1 (no cut) or in [1, {TOP_K_ALL}] (values above the "
+        raise Refused(f"sampling_params.top_k must be -1 (no cut) or in [1, {TOP_K_ALL}] (values above the "
                          f"vocabulary keep every token), got {k}")
     out["top_k"] = -1 if k == TOP_K_ALL or (bounds.vocab_size and k >= bounds.vocab_size) else k
     out["min_p"] = _number("sampling_params.min_p", sp.get("min_p", 0.0), 0, 1)
@@ -147,18 +147,18 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
     for pattern in regexes:
         size = len(pattern.encode("utf-8", "surrogatepass"))
         if size > MAX_STOP_REGEX_BYTES:
-            raise BadRequest(f"sampling_params.stop_regex patterns are at most {MAX_STOP_REGEX_BYTES} bytes; "
+            raise Refused(f"sampling_params.stop_regex patterns are at most {MAX_STOP_REGEX_BYTES} bytes; "
                              f"one has {size}")
         try:
             compiled(pattern)
         except (re.error, RecursionError, OverflowError) as e:
-            raise BadRequest(f"sampling_params.stop_regex {pattern!r} is not a valid regular expression ({e})") from e
+            raise Refused(f"sampling_params.stop_regex {pattern!r} is not a valid regular expression ({e})") from e
     out["stop_regex"] = regexes
     ids = sp.get("stop_token_ids", [])
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise BadRequest("sampling_params.stop_token_ids must be a list of token ids (integers)")
+        raise Refused("sampling_params.stop_token_ids must be a list of token ids (integers)")
     if len(ids) > 1024:
-        raise BadRequest(f"sampling_params.stop_token_ids holds {len(ids)} ids; at most 1024 are allowed")
+        raise Refused(f"sampling_params.stop_token_ids holds {len(ids)} ids; at most 1024 are allowed")
     out["stop_token_ids"] = [i for i in ids if 0 <= i < (bounds.vocab_size or 1 << 62)]  # others never come
     out["ignore_eos"] = _flag("sampling_params.ignore_eos", sp.get("ignore_eos", False))
     seed = sp.get("sampling_seed")
@@ -172,7 +172,7 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
         interval = _integer("sampling_params.stream_interval", interval, 1, MAX_STREAM_INTERVAL)
     custom = sp.get("custom_params")
     if custom is not None and not isinstance(custom, dict):
-        raise BadRequest(f"sampling_params.custom_params must be an object, got {type(custom).__name__}")
+        raise Refused(f"sampling_params.custom_params must be an object, got {type(custom).__name__}")
     return {"sampling": SamplingParams(**out), "n": n,
             "no_stop_trim": _flag("sampling_params.no_stop_trim", sp.get("no_stop_trim", False)),
             "skip_special_tokens": _flag("sampling_params.skip_special_tokens", sp.get("skip_special_tokens", True)),
@@ -188,16 +188,16 @@ def _flag(name: str, value: Any) -> bool:
 
 def _logit_bias(value: Any, vocab_size: int | None) -> dict[int, float]:
     if not isinstance(value, dict):
-        raise BadRequest(f"sampling_params.logit_bias must be an object of token id -> number, got "
+        raise Refused(f"sampling_params.logit_bias must be an object of token id -> number, got "
                          f"{type(value).__name__}")
     out: dict[int, float] = {}
     for key, bias in value.items():
         try:
             tid = int(key)
         except ValueError:
-            raise BadRequest(f"sampling_params.logit_bias keys must be token ids, got {key!r}") from None
+            raise Refused(f"sampling_params.logit_bias keys must be token ids, got {key!r}") from None
         if not 0 <= tid < (vocab_size or 1 << 62):
-            raise BadRequest(f"sampling_params.logit_bias keys must be token ids in [0, {vocab_size}), got {key}")
+            raise Refused(f"sampling_params.logit_bias keys must be token ids in [0, {vocab_size}), got {key}")
         out[tid] = _number(f"sampling_params.logit_bias[{key!r}]", bias, -1e6, 1e6)
     return out
 
@@ -209,7 +209,7 @@ def per_prompt(body: dict[str, Any], key: str, default: Any, count: int) -> list
         return [default] * count
     if isinstance(value, list):
         if len(value) != count:
-            raise BadRequest(f"{key} is a list of {len(value)} but there are {count} prompts")
+            raise Refused(f"{key} is a list of {len(value)} but there are {count} prompts")
         return [default if v is None else v for v in value]
     return [value] * count
 

@@ -33,10 +33,10 @@ import torch
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from agentrl.errors import ModelError
+from agentrl.errors import ModelError, Refused
 from agentrl.inference.native_routes import update_options
 from agentrl.inference.state import ServerState
-from agentrl.inference.wire import BadRequest, check_type, read_json
+from agentrl.inference.wire import check_type, read_json
 from agentrl.process_group import BACKENDS, UpdateGroup, open_process_group
 
 log = logging.getLogger(__name__)
@@ -82,21 +82,21 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
         body = await read_json(http, state.config.max_request_bytes)
         address = body.get("master_address")
         if not isinstance(address, str) or not address:
-            raise BadRequest("master_address is required: the host of the trainer's rank 0")
+            raise Refused("master_address is required: the host of the trainer's rank 0")
         port = _integer(body, "master_port", lo=1, hi=65535)
         rank = _integer(body, "rank_offset", lo=0)
         world = _integer(body, "world_size", lo=1)
         name = body.get("group_name", DEFAULT_GROUP)
         backend = body.get("backend", "nccl")
         if not isinstance(name, str) or not name:
-            raise BadRequest("group_name must be a non-empty string")
+            raise Refused("group_name must be a non-empty string")
         if backend not in BACKENDS:
-            raise BadRequest(f"backend must be one of {', '.join(repr(b) for b in BACKENDS)}, got {backend!r}")
+            raise Refused(f"backend must be one of {', '.join(repr(b) for b in BACKENDS)}, got {backend!r}")
         if backend == "nccl" and state.config.device != "cuda":
-            raise BadRequest("backend 'nccl' needs a server on a GPU (--device cuda); this one runs on CPU: "
+            raise Refused("backend 'nccl' needs a server on a GPU (--device cuda); this one runs on CPU: "
                              "use backend 'gloo'")
         if rank >= world:
-            raise BadRequest(f"rank_offset {rank} is outside world_size {world} (ranks are 0 .. world_size - 1; "
+            raise Refused(f"rank_offset {rank} is outside world_size {world} (ranks are 0 .. world_size - 1; "
                              "the trainer is rank 0)")
         if name in groups or name in joining:
             return _answer(False, f"Failed to initialize custom process group: a group named {name!r} is already "
@@ -128,16 +128,16 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                 version, abort_all = update_options(body)
                 flattened = body.get("load_format") == FLATTENED
                 if body.get("load_format") is not None and not flattened:
-                    raise BadRequest(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
+                    raise Refused(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
                                      f"serve; leave it null (one broadcast per tensor) or send {FLATTENED!r}")
                 for key in ("flush_cache", "torch_empty_cache", STAGE_ONLY):
                     check_type(key, body.get(key, False), (bool,), "true or false")
                 stage_only = body.get(STAGE_ONLY, False)
                 if stage_only and (version is not None or abort_all):
-                    raise BadRequest(f"weight_version and abort_all_requests go with {COMMIT_ROUTE}, not with a "
+                    raise Refused(f"weight_version and abort_all_requests go with {COMMIT_ROUTE}, not with a "
                                      f"{STAGE_ONLY} bucket")
                 names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
-            except BadRequest as e:  # nothing was received: the sender's broadcast has no taker now
+            except Refused as e:  # nothing was received: the sender's broadcast has no taker now
                 opened.broken = True
                 return _answer(False, f"Failed to receive weights: {e}; nothing was received, and "
                                       + BROKEN.format(name=name))
@@ -235,7 +235,7 @@ def _integer(body: dict[str, Any], key: str, *, lo: int, hi: int | None = None) 
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        raise BadRequest(f"{key} is required: an integer {bound}, got {value!r}")
+        raise Refused(f"{key} is required: an integer {bound}, got {value!r}")
     return value
 
 
@@ -245,7 +245,7 @@ def _dtype(text: Any, i: int) -> torch.dtype:
         found = getattr(torch, text.removeprefix("torch."), None)
         if isinstance(found, torch.dtype):
             return found
-    raise BadRequest(f"dtypes[{i}] must name a torch dtype such as 'float32' or 'bfloat16', got {str(text)[:40]!r}")
+    raise Refused(f"dtypes[{i}] must name a torch dtype such as 'float32' or 'bfloat16', got {str(text)[:40]!r}")
 
 
 def _tensor_specs(body: dict[str, Any], *, limit_bytes: int,
@@ -255,24 +255,24 @@ def _tensor_specs(body: dict[str, Any], *, limit_bytes: int,
     names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
     for key, value in (("names", names), ("dtypes", dtypes), ("shapes", shapes)):
         if not isinstance(value, list):
-            raise BadRequest(f"{key} is required: a list with one entry per tensor")
+            raise Refused(f"{key} is required: a list with one entry per tensor")
     if not len(names) == len(dtypes) == len(shapes):
-        raise BadRequest(f"names, dtypes and shapes must have one entry per tensor; got {len(names)}, "
+        raise Refused(f"names, dtypes and shapes must have one entry per tensor; got {len(names)}, "
                          f"{len(dtypes)} and {len(shapes)}")
     specs, total = [], 0
     for i, (n, d, s) in enumerate(zip(names, dtypes, shapes, strict=True)):
         if not isinstance(n, str) or not n:
-            raise BadRequest(f"names[{i}] must be a tensor name (a non-empty string)")
+            raise Refused(f"names[{i}] must be a tensor name (a non-empty string)")
         if not isinstance(s, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s):
-            raise BadRequest(f"shapes[{i}] (of {n[:200]!r}) must be a list of non-negative integers")
+            raise Refused(f"shapes[{i}] (of {n[:200]!r}) must be a list of non-negative integers")
         dtype = _dtype(d, i)
         if flattened and total % dtype.itemsize:
-            raise BadRequest(f"tensor {n[:200]!r} starts at byte {total} of the flattened bucket, not a multiple "
+            raise Refused(f"tensor {n[:200]!r} starts at byte {total} of the flattened bucket, not a multiple "
                              f"of its element size {dtype.itemsize}")
         total += math.prod(s) * dtype.itemsize
         specs.append((dtype, s))
     if total > limit_bytes:
-        raise BadRequest(f"the request announces {total} bytes of tensors, more than this server would receive "
+        raise Refused(f"the request announces {total} bytes of tensors, more than this server would receive "
                          f"({limit_bytes}: twice its model in float32); send the model in buckets")
     return names, specs
 

@@ -1,8 +1,8 @@
 """SGLang's ``/generate`` wire format, as ``agentrl serve`` reads and writes it.
 
-What it is: reading request bodies (JSON objects within a size limit, prompt token ids; each
-failure a ``BadRequest`` whose message names the field and what is allowed) and the shapes
-of results (``text``, ``output_ids``, ``meta_info`` with ``finish_reason``,
+What it is: reading request bodies (JSON objects within ``--max-request-bytes`` through
+``agentrl.http_edge``, prompt token ids; each failure an ``agentrl.errors.Refused`` whose message
+names the field and what is allowed) and the shapes of results (``text``, ``output_ids``, ``meta_info`` with ``finish_reason``,
 ``output_token_logprobs`` and ``input_token_logprobs`` triples, ``weight_versions`` spans),
 following sglang 0.5.23 (``python/sglang/srt/managers/io_struct.py``). The functions take the
 few values they need (vocabulary size, tokenizer), not the server. What it is not: the
@@ -12,92 +12,39 @@ checks of sampling and logprob fields (``validation``), the routes (``native_rou
 
 from __future__ import annotations
 
-import asyncio
-import json
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+
+from agentrl import http_edge
+from agentrl.errors import Refused
 
 if TYPE_CHECKING:  # annotations only: the format itself needs no torch
     from agentrl.inference.scheduler import GenRequest
 
-class BadRequest(Exception):
-    """A request the server refuses; becomes a 400 (or ``status``) JSON error."""
-
-    def __init__(self, message: str, status: int = 400, plain: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.plain = status, plain
-
-
-LARGE_BODY = 1 << 20
-"""Bodies above this many bytes are parsed on a worker thread (the event loop keeps serving)."""
-
 
 async def read_json(http: Request, limit: int, *, allow_empty: bool = False) -> dict[str, Any]:
-    """The request's JSON object; a body over ``limit`` bytes is refused (413) as soon as it
-    is seen to be, without reading the rest."""
-    length = http.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise BadRequest(f"the request body is {length} bytes, above this server's limit of {limit} "
-                         "(--max-request-bytes)", status=413)
-    data = bytearray()
-    async for chunk in http.stream():
-        data += chunk
-        if len(data) > limit:
-            raise BadRequest(f"the request body is over this server's limit of {limit} bytes "
-                             "(--max-request-bytes)", status=413)
-    if len(data) > LARGE_BODY:
-        return await asyncio.to_thread(parse_json_body, bytes(data), allow_empty=allow_empty)
-    return parse_json_body(bytes(data), allow_empty=allow_empty)
-
-
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-"""A JSON escape of a UTF-16 surrogate: half of a pair (valid), or alone (no Unicode text)."""
-
-
-def parse_json_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
-    """The JSON object in ``raw``, or a ``BadRequest``: not UTF-8, not JSON, an integer of more
-    than 4,300 digits (Python's limit), nesting deeper than the parser's recursion limit, a
-    lone surrogate escape (``"\\ud800"``: a string no UTF-8 answer could echo), not an object."""
-    if not raw.strip():
-        if allow_empty:
-            return {}
-        raise BadRequest("the request body is empty; send a JSON object")
-    try:
-        body = json.loads(raw)
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
-        raise BadRequest(f"the request body is not valid JSON ({e}); send a JSON object") from e
-    except RecursionError:
-        raise BadRequest("the request body is not valid JSON (nested too deeply); send a JSON object") from None
-    if not isinstance(body, dict):
-        raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
-    if SURROGATE_ESCAPE.search(raw):  # rare: look whether a surrogate came without its pair
-        try:
-            json.dumps(body, ensure_ascii=False).encode()
-        except (UnicodeEncodeError, RecursionError):
-            raise BadRequest("the request body holds a lone surrogate escape (one of \\ud800-\\udfff without "
-                             "its pair), which is not Unicode text; send valid Unicode") from None
-    return body
+    """The request's JSON object within ``limit`` bytes (``--max-request-bytes``); see
+    ``agentrl.http_edge.read_json``."""
+    return await http_edge.read_json(http, limit, "--max-request-bytes", allow_empty=allow_empty)
 
 
 def check_type(name: str, value: Any, kinds: tuple[type, ...], what: str) -> None:
     if isinstance(value, bool) and bool not in kinds:
-        raise BadRequest(f"{name} must be {what}, got {value!r}")
+        raise Refused(f"{name} must be {what}, got {value!r}")
     if not isinstance(value, kinds):
-        raise BadRequest(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+        raise Refused(f"{name} must be {what}, got {type(value).__name__} {value!r}")
 
 
 def parse_prompt_ids(value: Any, vocab_size: int, name: str = "input_ids") -> list[int]:
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise BadRequest(f"{name} must be a list of token ids (integers)")
+        raise Refused(f"{name} must be a list of token ids (integers)")
     if not value:
-        raise BadRequest(f"{name} cannot be empty")
+        raise Refused(f"{name} cannot be empty")
     bad = [i for i in value if not 0 <= i < vocab_size]
     if bad:
-        raise BadRequest(f"{name} holds ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
+        raise Refused(f"{name} holds ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
     return value
 
 
@@ -178,9 +125,3 @@ def generate_result(req: GenRequest, tokenizer: Any, *, weight_version: str, n_t
     else:
         text = decode(tokenizer, out_ids, skip_special, spaces_between_special)
     return {"text": text, "output_ids": list(out_ids), "meta_info": meta}
-
-
-def error_response(e: BadRequest) -> JSONResponse:
-    if e.plain:
-        return JSONResponse({"error": str(e)}, status_code=e.status)
-    return JSONResponse({"error": {"message": str(e)}}, status_code=e.status)

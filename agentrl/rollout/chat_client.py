@@ -42,7 +42,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
 from agentrl.api import InferenceClient, Message, Trajectory
-from agentrl.errors import InferenceError, RequestRejected
+from agentrl.errors import InferenceError, Refused, RequestRejected
 from agentrl.inference.chat_format import (
     answer_chunks,
     assistant_message,
@@ -52,7 +52,7 @@ from agentrl.inference.chat_format import (
     usage,
 )
 from agentrl.inference.validation import Bounds, parse_sampling
-from agentrl.inference.wire import BadRequest, check_type, output_text
+from agentrl.inference.wire import check_type, output_text
 from agentrl.rollout.conversation import ExportStyle, TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.responses import chat_body, response_from_chat, response_id
@@ -91,14 +91,14 @@ class ChatClient:
         """One ``/v1/chat/completions`` request body -> the ``chat.completion`` JSON (never streamed)."""
         try:
             return await self._complete(dict(body))
-        except BadRequest as e:
+        except Refused as e:
             raise RequestRejected(str(e), e.status) from None
 
     async def respond(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """One ``/v1/responses`` request body -> the ``response`` JSON."""
         try:
             answer = await self._complete(chat_body(dict(body)))
-        except BadRequest as e:
+        except Refused as e:
             raise RequestRejected(str(e), e.status) from None
         self.conversation.alias(answer["id"], response_id(answer["id"]))  # rewards may name either id
         return response_from_chat(answer, body)
@@ -107,7 +107,7 @@ class ChatClient:
         messages, tools, use_tools = chat_request(body, server="agentrl's chat client")
         _check_unsupported(body)
         text = await self.renderer.arender(_plain(messages), tools)
-        prompt = self.conversation.prompt(text)
+        prompt = await self.conversation.aprompt(text)
         sampling, skip_special, no_stop_trim = self._sampling(body, len(prompt.ids),
                                                               self.conversation.budget(prompt))
         async with asyncio.timeout(self.timeout_s):
@@ -238,13 +238,13 @@ def _check_unsupported(body: dict[str, Any]) -> None:
         if body.get(name) is not None:
             check_type(name, body[name], kinds, what)
     if body.get("n") not in (None, 1):
-        raise BadRequest(f"n={body['n']} is not supported by agentrl's chat client; make n calls instead")
+        raise Refused(f"n={body['n']} is not supported by agentrl's chat client; make n calls instead")
     if body.get("top_logprobs"):
-        raise BadRequest("top_logprobs is not supported by agentrl's chat client: the engine returns the "
+        raise Refused("top_logprobs is not supported by agentrl's chat client: the engine returns the "
                          "sampled token's logprob only (use logprobs=true)")
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise BadRequest("response_format other than {\"type\": \"text\"} (structured output) is not supported "
+        raise Refused("response_format other than {\"type\": \"text\"} (structured output) is not supported "
                          "by agentrl's chat client")
 
 
@@ -257,11 +257,11 @@ def _plain(messages: list[Message]) -> list[Message]:
             texts = []
             for part in content:
                 if not (isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)):
-                    raise BadRequest(f"messages[{i}].content: only text parts are supported, got {str(part)[:80]}")
+                    raise Refused(f"messages[{i}].content: only text parts are supported, got {str(part)[:80]}")
                 texts.append(part["text"])
             m = {**m, "content": "".join(texts)}
         elif content is not None and not isinstance(content, str):
-            raise BadRequest(f"messages[{i}].content must be a string or a list of text parts, "
+            raise Refused(f"messages[{i}].content must be a string or a list of text parts, "
                              f"got {type(content).__name__}")
         out.append(m)
     return out

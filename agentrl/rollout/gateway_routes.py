@@ -24,7 +24,8 @@ In a training run: ``Gateway(engine, tokenizer, on_episode=hook)`` receives each
 episode's trajectories in-process; ``gateway.admit(False)`` makes ``POST /v1/sessions`` answer
 429 with ``Retry-After`` until ``admit(True)`` (the staleness bound's backpressure).
 
-Trust boundary. Covered: with ``api_key`` set, every route but ``/health`` answers 401
+Trust boundary. Covered: with ``api_key`` set, every route but ``/health`` (the docs routes
+``/openapi.json``, ``/docs``, ``/redoc`` included: ``agentrl.http_edge.ApiKey``) answers 401
 without the admin key or a session key, and a session key reaches only its own session
 (403 elsewhere; only the admin key opens sessions and reads stats); request bodies over
 ``max_body_bytes`` get 413 and sessions past their token budget 400; malformed JSON, fields of
@@ -38,7 +39,6 @@ limits per key, keys that outlive the process, isolation between agents that sha
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -47,23 +47,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from agentrl.errors import RequestRejected, RolloutError, ServerError, ServerUnavailable
+from agentrl import http_edge
+from agentrl.errors import Refused, RequestRejected, RolloutError, ServerError, ServerUnavailable
+from agentrl.http_edge import install_errors
 from agentrl.inference.chat_format import answer_chunks, sse
-from agentrl.inference.wire import BadRequest, parse_json_body
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.episode import status_for
 from agentrl.rollout.gateway import Gateway, Session
 
 log = logging.getLogger(__name__)
-
-
-class HTTPError(Exception):
-    """An answer other than 200, in OpenAI's error shape."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.kind, self.headers = status, kind, headers
 
 
 def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: int = 4 << 20,
@@ -82,29 +74,27 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     app.state.gateway = gateway
 
     def bearer(request: Request) -> str:
-        auth = request.headers.get("authorization", "")
-        return auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+        return http_edge.bearer(request.headers)
 
     def is_admin(key: str) -> bool:
-        return api_key is not None and bool(key) and hmac.compare_digest(key.encode(), api_key.encode())
+        return api_key is not None and http_edge.same_key(key, api_key)
 
     def require_admin(request: Request) -> None:
         if api_key is not None and not is_admin(bearer(request)):
-            raise HTTPError(401, "this route needs the gateway's admin API key", "authentication_error")
+            raise Refused("this route needs the gateway's admin API key", 401)
 
     def session_for_path(request: Request, session_id: str) -> Session:
         key = bearer(request)
         session = gateway.by_id(session_id)
-        if api_key is not None and not is_admin(key) and (session is None or not hmac.compare_digest(
-                key.encode(), session.key.encode())):
+        if api_key is not None and not is_admin(key) and (session is None
+                                                          or not http_edge.same_key(key, session.key)):
             if gateway.by_key(key) is not None:
-                raise HTTPError(403, "this API key belongs to another session", "permission_error")
-            raise HTTPError(401, "invalid API key: use the admin key or this session's api_key",
-                            "authentication_error")
+                raise Refused("this API key belongs to another session", 403)
+            raise Refused("invalid API key: use the admin key or this session's api_key", 401)
         if session is None:
             if gateway.ended_summary(session_id) is not None:
-                raise HTTPError(409, f"session {session_id} has ended")
-            raise HTTPError(404, f"no session {session_id!r}; create one with POST /v1/sessions")
+                raise Refused(f"session {session_id} has ended", 409)
+            raise Refused(f"no session {session_id!r}; create one with POST /v1/sessions", 404)
         return session
 
     def session_for_key(request: Request) -> Session:
@@ -112,23 +102,14 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         session = gateway.by_key(key) if key else None
         if session is None:
             if is_admin(key):
-                raise HTTPError(400, "the admin key belongs to no session: use a session's api_key, or the "
-                                     "path /sessions/{session_id}/v1/...")
-            raise HTTPError(401, "no open session has this API key; create one with POST /v1/sessions and "
-                                 "use its api_key", "authentication_error")
+                raise Refused("the admin key belongs to no session: use a session's api_key, or the "
+                              "path /sessions/{session_id}/v1/...")
+            raise Refused("no open session has this API key; create one with POST /v1/sessions and "
+                          "use its api_key", 401)
         return session
 
     async def body_of(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise HTTPError(413, f"the request body is {declared} bytes; the limit is {max_body_bytes}")
-        chunks, size = [], 0
-        async for part in request.stream():
-            size += len(part)
-            if size > max_body_bytes:
-                raise HTTPError(413, f"the request body is over the limit of {max_body_bytes} bytes")
-            chunks.append(part)
-        return parse_json_body(b"".join(chunks), allow_empty=allow_empty)
+        return await http_edge.read_json(request, max_body_bytes, "max_body_bytes", allow_empty=allow_empty)
 
     async def generate(request: Request, session: Session,
                        route: Callable[[ChatClient, dict[str, Any]], Awaitable[dict[str, Any]]]):
@@ -153,7 +134,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     # each expected kind by name: Starlette answers a handler for bare Exception from its outermost
     # layer and then re-raises (a traceback in the log), which only an unexpected error should get
-    for kind in (HTTPError, BadRequest, RequestRejected, RolloutError, ServerUnavailable, ServerError, TimeoutError,
+    for kind in (Refused, RequestRejected, RolloutError, ServerUnavailable, ServerError, TimeoutError,
                  Exception):
         app.add_exception_handler(kind, on_error)
 
@@ -170,15 +151,15 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         _only(body, ("metadata",))
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
-            raise HTTPError(400, f"metadata must be an object, got {type(metadata).__name__}")
+            raise Refused(f"metadata must be an object, got {type(metadata).__name__}")
         if not gateway.admits(metadata):
             gateway.stats["sessions_refused"] += 1
-            raise HTTPError(429, "the gateway is not admitting new sessions right now (the trainer is catching "
-                                 "up); retry later", "rate_limit_error", {"Retry-After": str(retry_after_s)})
+            raise Refused("the gateway is not admitting new sessions right now (the trainer is catching "
+                          "up); retry later", 429, headers={"Retry-After": str(retry_after_s)})
         try:
             session = gateway.open_session(metadata)
         except RolloutError as e:
-            raise HTTPError(429, str(e), "rate_limit_error", {"Retry-After": str(retry_after_s)}) from None
+            raise Refused(str(e), 429, headers={"Retry-After": str(retry_after_s)}) from None
         base = str(request.base_url).rstrip("/")
         return JSONResponse({"session_id": session.id, "api_key": session.key, "base_url": f"{base}/v1",
                              "session_base_url": f"{base}/sessions/{session.id}/v1"})
@@ -187,7 +168,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     async def get_session(request: Request, session_id: str):
         try:
             return session_for_path(request, session_id).summary()
-        except HTTPError as e:
+        except Refused as e:
             if e.status == 409:
                 require_admin(request)
                 return gateway.ended_summary(session_id)
@@ -200,20 +181,20 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         _only(body, ("reward", "completion_id"))
         r = body.get("reward")
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
-            raise HTTPError(400, f"reward must be a finite number, got {r!r}")
+            raise Refused(f"reward must be a finite number, got {r!r}")
         cid = body.get("completion_id")
         if cid is None:
             if not session.chat.conversation.calls:
-                raise HTTPError(409, "this session has made no completion yet; reward it after a call")
+                raise Refused("this session has made no completion yet; reward it after a call", 409)
             session.chat.set_last_reward(r)
             cid = session.chat.conversation.calls[-1].id
         else:
             if not isinstance(cid, str):
-                raise HTTPError(400, f"completion_id must be a string, got {type(cid).__name__}")
+                raise Refused(f"completion_id must be a string, got {type(cid).__name__}")
             try:
                 session.chat.set_reward(cid, r)
             except RolloutError as e:
-                raise HTTPError(404, str(e)) from None
+                raise Refused(str(e), 404) from None
         return JSONResponse({"session_id": session.id, "completion_id": cid, "reward": float(r)})
 
     @app.post("/v1/sessions/{session_id}/end")
@@ -224,9 +205,9 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         discount, style = body.get("discount"), body.get("style", "concat")
         if discount is not None and (isinstance(discount, bool) or not isinstance(discount, (int, float))
                                      or not 0 <= discount <= 1):
-            raise HTTPError(400, f"discount must be a number in [0, 1], got {discount!r}")
+            raise Refused(f"discount must be a number in [0, 1], got {discount!r}")
         if style not in ("concat", "individual"):
-            raise HTTPError(400, f"style must be \"concat\" or \"individual\", got {style!r}")
+            raise Refused(f"style must be \"concat\" or \"individual\", got {style!r}")
         trajectories = await gateway.end_session(session.id, discount=discount, style=style)
         out = {"session_id": session.id, "status": session.status, "num_trajectories": len(trajectories),
                "rewards": [t.reward for t in trajectories]}
@@ -238,7 +219,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     async def step(request: Request, session_id: str):
         session = session_for_path(request, session_id)
         if session.stepper is None:
-            raise HTTPError(404, "this session has no environment to step (only ExternalAgentWorkflow's do)")
+            raise Refused("this session has no environment to step (only ExternalAgentWorkflow's do)", 404)
         body = await body_of(request, allow_empty=True)
         _only(body, ("completion_id",))
         conv = session.chat.conversation
@@ -246,17 +227,17 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
             try:
                 call = conv.call(str(body["completion_id"]))
             except RolloutError as e:
-                raise HTTPError(404, str(e)) from None
+                raise Refused(str(e), 404) from None
         elif conv.calls:
             call = conv.calls[-1]
         else:
-            raise HTTPError(409, "this session has made no completion yet; step after a call")
+            raise Refused("this session has made no completion yet; step after a call", 409)
         reply = session.chat.renderer.decode(call.completion.tokens, skip_special_tokens=True)
         try:
             result = await session.stepper(reply)
         except Exception as e:  # the env failed: the episode is failed data
             session.failure = (status_for(e), f"{type(e).__name__}: {e}"[:2000])
-            raise HTTPError(500, f"the environment failed: {e}", "server_error") from None
+            raise Refused(f"the environment failed: {e}", 500) from None
         session.chat.set_reward(call.id, float(result.get("reward", 0.0)))
         return result
 
@@ -275,7 +256,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     async def models(request: Request):
         key = bearer(request)
         if api_key is not None and not is_admin(key) and gateway.by_key(key) is None:
-            raise HTTPError(401, "invalid API key", "authentication_error")
+            raise Refused("invalid API key", 401)
         return models_list()
 
     @app.get("/sessions/{session_id}/v1/models")
@@ -319,35 +300,37 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
             await response(scope, receive, send)
 
     app.add_middleware(HotPath)
+    if api_key is not None:  # outermost: no route, the docs included, answers an unknown key
+        app.add_middleware(http_edge.ApiKey, key=lambda key: is_admin(key) or gateway.by_key(key) is not None)
+    install_errors(app)
     return app
 
 
 def error_response(e: Exception, retry_after_s: int) -> JSONResponse:
-    """The answer to an exception a route raised, in OpenAI's error shape."""
-    status, kind, message, headers = 500, "server_error", str(e), None
-    if isinstance(e, HTTPError):
-        status, kind, headers = e.status, e.kind, e.headers
-    elif isinstance(e, BadRequest):
-        status, kind = e.status, "invalid_request_error"
-    elif isinstance(e, RequestRejected):
-        status, kind = (e.status_code if 400 <= e.status_code < 500 else 400), "invalid_request_error"
-    elif isinstance(e, RolloutError):
-        status, kind = 400, "invalid_request_error"
-    elif isinstance(e, ServerUnavailable):
-        status, message = 503, f"no inference server could take the call: {e}"
-        headers = {"Retry-After": str(retry_after_s)}
-    elif isinstance(e, ServerError):
-        status, message = 502, f"the inference server failed: {e}"
-    elif isinstance(e, TimeoutError):
-        status, message = 504, "the generation call ran past its timeout"
-    else:
-        log.error("internal error in the gateway", exc_info=e)
-        message = f"internal error: {e!r}"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
-                        status_code=status, headers=headers)
+    """The answer to an exception a route raised, in OpenAI's error shape (``agentrl.http_edge``)."""
+    return http_edge.error_response(refusal(e, retry_after_s))
+
+
+def refusal(e: Exception, retry_after_s: int) -> Refused:
+    """The HTTP refusal an exception a route raised stands for."""
+    if isinstance(e, Refused):
+        return e
+    if isinstance(e, RequestRejected):
+        return Refused(str(e), e.status_code if 400 <= e.status_code < 500 else 400)
+    if isinstance(e, RolloutError):
+        return Refused(str(e))
+    if isinstance(e, ServerUnavailable):
+        return Refused(f"no inference server could take the call: {e}", 503,
+                       headers={"Retry-After": str(retry_after_s)})
+    if isinstance(e, ServerError):
+        return Refused(f"the inference server failed: {e}", 502)
+    if isinstance(e, TimeoutError):
+        return Refused("the generation call ran past its timeout", 504)
+    log.error("internal error in the gateway", exc_info=e)
+    return Refused(f"internal error: {e!r}", 500)
 
 
 def _only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(body) - set(allowed))
     if unknown:
-        raise HTTPError(400, f"unknown field(s) {unknown}; this route takes {list(allowed)}")
+        raise Refused(f"unknown field(s) {unknown}; this route takes {list(allowed)}")

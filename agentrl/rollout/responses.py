@@ -22,7 +22,7 @@ import json
 import uuid
 from typing import Any
 
-from agentrl.inference.wire import BadRequest
+from agentrl.errors import Refused
 
 _REFUSED = ("previous_response_id", "conversation", "prompt")
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -32,20 +32,20 @@ def chat_body(request: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions body for a Responses API request."""
     for name in _REFUSED:
         if request.get(name) not in (None, ""):
-            raise BadRequest(f"{name} is not supported by agentrl's Responses API: it keeps no state between "
+            raise Refused(f"{name} is not supported by agentrl's Responses API: it keeps no state between "
                              "calls; send the whole conversation as input")
     if request.get("stream"):
-        raise BadRequest("stream=true is not supported on the Responses API here; use /v1/chat/completions "
+        raise Refused("stream=true is not supported on the Responses API here; use /v1/chat/completions "
                          "with stream=true, or stream=false")
     if request.get("top_logprobs"):
-        raise BadRequest("top_logprobs is not supported: the engine returns the sampled token's logprob only")
+        raise Refused("top_logprobs is not supported: the engine returns the sampled token's logprob only")
     fmt = (request.get("text") or {}).get("format") if isinstance(request.get("text"), dict) else None
     if fmt is not None and fmt.get("type") != "text":
-        raise BadRequest("text.format other than {\"type\": \"text\"} (structured output) is not supported")
+        raise Refused("text.format other than {\"type\": \"text\"} (structured output) is not supported")
     messages: list[dict[str, Any]] = []
     if request.get("instructions"):
         if not isinstance(request["instructions"], str):
-            raise BadRequest("instructions must be a string")
+            raise Refused("instructions must be a string")
         messages.append({"role": "system", "content": request["instructions"]})
     messages += _messages(request.get("input"))
     body: dict[str, Any] = {"model": request.get("model"), "messages": messages}
@@ -57,7 +57,7 @@ def chat_body(request: dict[str, Any]) -> dict[str, Any]:
             body[dst] = request[src]
     include = request.get("include") or []
     if not isinstance(include, list):
-        raise BadRequest("include must be a list of strings")
+        raise Refused("include must be a list of strings")
     body["logprobs"] = "message.output_text.logprobs" in include
     return body
 
@@ -104,23 +104,23 @@ def _messages(items: Any) -> list[dict[str, Any]]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list):
-        raise BadRequest("input must be a string or a list of items")
+        raise Refused("input must be a string or a list of items")
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise BadRequest(f"input[{i}] must be an object, got {type(item).__name__}")
+            raise Refused(f"input[{i}] must be an object, got {type(item).__name__}")
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
-                raise BadRequest(f"input[{i}].role must be user, assistant, system or developer, got {role!r}")
+                raise Refused(f"input[{i}].role must be user, assistant, system or developer, got {role!r}")
             text = _text(item.get("content"), f"input[{i}].content")
             out.append({"role": "system" if role == "developer" else role, "content": text})
         elif kind == "function_call":
             call = {"id": item.get("call_id") or item.get("id"), "type": "function",
                     "function": {"name": item.get("name"), "arguments": item.get("arguments", "{}")}}
             if not isinstance(call["function"]["name"], str) or not isinstance(call["function"]["arguments"], str):
-                raise BadRequest(f"input[{i}]: a function_call needs a string name and string arguments")
+                raise Refused(f"input[{i}]: a function_call needs a string name and string arguments")
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)  # text and calls of one answer: one message
@@ -133,10 +133,10 @@ def _messages(items: Any) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             continue  # another model's reasoning summary: not part of this model's conversation
         else:
-            raise BadRequest(f"input[{i}].type {kind!r} is not supported; use message, function_call or "
+            raise Refused(f"input[{i}].type {kind!r} is not supported; use message, function_call or "
                              "function_call_output items")
     if not out:
-        raise BadRequest("input holds no message")
+        raise Refused("input holds no message")
     return out
 
 
@@ -146,18 +146,18 @@ def _text(content: Any, where: str) -> str:
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
         bad = [p.get("type") for p in content if p.get("type") not in _TEXT_PARTS]
         if bad:
-            raise BadRequest(f"{where}: only text parts are supported, got {bad[0]!r}")
+            raise Refused(f"{where}: only text parts are supported, got {bad[0]!r}")
         return "".join(str(p.get("text", "")) for p in content)
-    raise BadRequest(f"{where} must be a string or a list of text parts")
+    raise Refused(f"{where} must be a string or a list of text parts")
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        raise BadRequest("tools must be a list")
+        raise Refused("tools must be a list")
     out = []
     for i, t in enumerate(tools):
         if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(t.get("name"), str):
-            raise BadRequest(f"tools[{i}]: only function tools are supported ({{\"type\": \"function\", \"name\": "
+            raise Refused(f"tools[{i}]: only function tools are supported ({{\"type\": \"function\", \"name\": "
                              f"...}}), got {json.dumps(t)[:100]}")
         fn = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
         if t.get("description"):

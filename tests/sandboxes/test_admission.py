@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
-from sandboxes.admission import Ceilings, Refused, parse_request
+from agentrl.errors import Refused
+from sandboxes.admission import Ceilings, parse_request
 from sandboxes.service import build_app
 
 
@@ -44,7 +45,7 @@ async def test_concurrency_limit_queue_and_503_when_full():
     assert codes == [200, 200, 200, 200, 503, 503], codes  # 2 running + 2 queued; the rest refused
     assert backend.peak == 2
     refused = next(r for r in replies if r.status_code == 503)
-    assert "queue is full" in refused.json()["detail"]
+    assert "queue is full" in refused.json()["error"]["message"]
 
 
 class DownSandbox:
@@ -63,7 +64,7 @@ async def test_a_backend_that_is_down_answers_503_with_the_reason():
     async with httpx.AsyncClient(transport=transport, base_url="http://svc", timeout=30,
                                  headers={"Authorization": "Bearer k"}) as client:
         r = await client.post("/run", json={"code": "print(1)"})
-    assert r.status_code == 503 and "no Docker engine answers" in r.json()["detail"]
+    assert r.status_code == 503 and "no Docker engine answers" in r.json()["error"]["message"]
 
 
 async def test_an_open_session_holds_a_place_until_it_ends():
@@ -73,7 +74,7 @@ async def test_an_open_session_holds_a_place_until_it_ends():
     async with httpx.AsyncClient(transport=transport, base_url="http://svc", timeout=30) as client:
         sid = (await client.post("/sessions")).json()["session_id"]
         r = await client.post("/run", json={"code": "1"})
-        assert r.status_code == 503 and "queue is full" in r.json()["detail"]
+        assert r.status_code == 503 and "queue is full" in r.json()["error"]["message"]
         assert (await client.get("/health")).json()["running"] == 1
         assert (await client.delete(f"/sessions/{sid}")).status_code == 200
         r = await client.post("/run", json={"code": "1"})
@@ -111,10 +112,10 @@ def test_bodies_that_broke_the_parser_are_refused_with_a_4xx():
         (b'{"code": "x", "time_limit_s": -1' + b"0" * 400 + b"}", 422, "time_limit_s must be > 0"),
         (b'{"code": "x", "memory_limit_mb": -1' + b"0" * 400 + b"}", 422, "memory_limit_mb must be >= 16"),
         (b'{"code": "x", "output_limit_bytes": 1' + b"0" * 400 + b"}", 422, "max_output_bytes"),
-        (b'{"code": "x", "time_limit_s": 1' + b"0" * 5000 + b"}", 400, "not JSON"),
+        (b'{"code": "x", "time_limit_s": 1' + b"0" * 5000 + b"}", 400, "not valid JSON"),
         (b"[" * 100_000, 400, "nested too deeply"),
-        (b'{"code": "print(1)", "\\udc80": 1}', 422, "lone surrogate"),
-        (b'{"code": "print(\'\\ud800\')"}', 422, "lone surrogate"),
+        (b'{"code": "print(1)", "\\udc80": 1}', 400, "lone surrogate"),
+        (b'{"code": "print(\'\\ud800\')"}', 400, "lone surrogate"),
     ]:
         with pytest.raises(Refused) as e:
             parse_request(body, ceilings)
