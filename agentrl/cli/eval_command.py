@@ -40,6 +40,7 @@ def run(args) -> int:
     from agentrl.run.local_launcher import Run
     from agentrl.run.loop import build_workflow, load_rows, token_decoder
     from agentrl.run.run_config import RunConfig, check_run_config
+    from agentrl.run.run_lock import RunLock, describe
 
     config_path, overrides = split_items(args.items)
     if config_path is None:
@@ -54,10 +55,14 @@ def run(args) -> int:
         raise ConfigError(f"--samples must be >= 0, got {args.samples}")
     check_run_config(cfg)
     out = Path(args.out) if args.out else Path(cfg.run_dir) / "eval"
-    out.mkdir(parents=True, exist_ok=True)
+    if args.curate and not Path(args.curate).resolve().parent.is_dir():
+        raise ConfigError(f"--curate: the directory of {args.curate!r} does not exist")
     rows = load_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
     if k > 1 and cfg.eval.sampling.temperature == 0:
         print(f"agentrl eval: note: k={k} greedy samples are identical; set eval.sampling.temperature > 0")
+    lock = RunLock(out, "agentrl eval", what="--out" if args.out else "config key 'run_dir'").acquire()
+    if lock.taken_over:
+        print(f"agentrl eval: took over the lock of {describe(lock.taken_over)}, which ended without releasing it")
     run = Run(cfg, out)
 
     async def main() -> dict:
@@ -77,6 +82,7 @@ def run(args) -> int:
             report = run_async(main())
     finally:
         run.stop()
+        lock.release()
     result = {"model": cfg.model, "dataset": cfg.eval.dataset, "k": k, **report.summary(),
               "out": str(out / "eval.jsonl")}
     if args.curate:

@@ -1,6 +1,6 @@
 """``agentrl train``: the asynchronous RL loop, from one YAML config.
 
-    agentrl train CONFIG [key=value ...]          start a run (its run_dir must be new)
+    agentrl train CONFIG [key=value ...]          start a run (its run_dir holds no checkpoint)
     agentrl train --resume RUN_DIR [key=value ...]  continue a run from its last checkpoint
     agentrl train --help-config                   every config key, its default and help
     agentrl train CONFIG nnodes=N node_rank=R master_addr=A master_port=P   once per node
@@ -11,7 +11,9 @@ ranks under torchrun (rank 0 runs the rollout executor), and stops all of them o
 Ctrl-C or the failure of any one, saying which failed and why (docs/scaling.md: several
 nodes, Ray, SGLang's router, Docker Compose). Everything the run writes is
 under its run_dir: config.yaml, metrics.jsonl, tensorboard/, trajectories/, checkpoints/,
-curves.png, summary.json, logs/. The last line printed is the run's summary as one JSON
+curves.png, summary.json, logs/, and run.lock while a run writes it (a second run into the
+same run_dir is refused, naming the first). A run stopped before its first checkpoint restarts
+from step 0 in place, rerun or resumed (``start_in``). The last line printed is the run's summary as one JSON
 object (eval_before, eval_after, steps, minutes, run_dir, ...). Overrides on --resume allow
 staged training (e.g. ``rollout.sampling.max_new_tokens=1024`` for the second stage).
 """
@@ -41,6 +43,7 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def run(args) -> int:
+    import contextlib
     import json
     from pathlib import Path
 
@@ -50,6 +53,8 @@ def run(args) -> int:
     from agentrl.run.local_launcher import launch
     from agentrl.run.loop import latest_checkpoint
     from agentrl.run.run_config import RunConfig, check_run_config
+    from agentrl.run.run_lock import RunLock, make_dir
+    from agentrl.run.run_lock import describe as describe_holder
 
     if args.help_config:
         for key, tp, default, help_ in describe(RunConfig):
@@ -60,26 +65,74 @@ def run(args) -> int:
         run_dir = Path(args.resume)
         if config_path is not None:
             raise ConfigError("with --resume, give only key=value overrides (the run's config.yaml is used)")
-        if latest_checkpoint(run_dir) is None:
-            raise ConfigError(f"{run_dir} has no complete checkpoint to resume from (checkpoints/latest)")
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"{run_dir} holds no run to resume (no config.yaml, no complete checkpoint); "
+                              "start one with `agentrl train CONFIG run_dir=...`")
         cfg = load_config(RunConfig, run_dir / "config.yaml", [*overrides, f"run_dir={run_dir}"])
-        with (run_dir / "resumes.jsonl").open("a") as f:
-            f.write(json.dumps({"overrides": overrides}) + "\n")
     else:
         if config_path is None:
             raise ConfigError("give a config file: agentrl train CONFIG [key=value ...] (or --resume RUN_DIR)")
         cfg = load_config(RunConfig, config_path, overrides)
         run_dir = Path(cfg.run_dir)
-        if cfg.node_rank == 0 and ((run_dir / "metrics.jsonl").exists() or latest_checkpoint(run_dir) is not None):
-            raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run; continue it with "
-                              f"`agentrl train --resume {run_dir}`, or pick another with run_dir=...")
     check_run_config(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.node_rank == 0:  # the other nodes' ranks read node 0's (run_dir is shared)
-        save_config(cfg, run_dir / "config.yaml")
-    if cfg.launcher == "ray":
-        from agentrl.run.ray_launcher import launch
-    with exit_on_signals("agentrl train"):  # a SIGTERM stops the servers and ranks it started, too
-        summary = launch(cfg, run_dir)
+    lead = cfg.node_rank == 0  # the other nodes' ranks read node 0's run_dir (it is shared): node 0 owns it
+    make_dir(run_dir)
+    with RunLock(run_dir, "agentrl train") if lead else contextlib.nullcontext() as lock:
+        if lock is not None and lock.taken_over:
+            print(f"agentrl train: took over the lock of {describe_holder(lock.taken_over)}, "
+                  "which ended without releasing it", flush=True)
+        if lead:
+            start_in(run_dir, resume=bool(args.resume), has_checkpoint=latest_checkpoint(run_dir) is not None)
+        try:
+            if args.resume:
+                with (run_dir / "resumes.jsonl").open("a") as f:
+                    f.write(json.dumps({"overrides": overrides}) + "\n")
+            if lead:
+                save_config(cfg, run_dir / "config.yaml")
+        except OSError as e:
+            raise ConfigError(f"config key 'run_dir': cannot write into {str(run_dir)!r}: {e.strerror or e}") from e
+        if cfg.launcher == "ray":
+            from agentrl.run.ray_launcher import launch
+        with exit_on_signals("agentrl train"):  # a SIGTERM stops the servers and ranks it started, too
+            summary = launch(cfg, run_dir)
     print(json.dumps(summary), flush=True)
     return 0
+
+
+STOPPED = "stopped"
+"""``RUN_DIR/stopped/<time>/``: the outputs of an attempt that ended before its first checkpoint."""
+
+
+def start_in(run_dir, *, resume: bool, has_checkpoint: bool) -> None:
+    """Refuse to start a new run over a run, or set aside an attempt that has nothing to resume.
+
+    A run with a complete checkpoint is continued with ``--resume`` only. One stopped before its
+    first checkpoint (Ctrl-C at step 2 of ``checkpoint.every_steps: 10``) has nothing a resume
+    could restore: rerunning it, or ``--resume``, restarts it from step 0 in place, its earlier
+    outputs moved to ``RUN_DIR/stopped/<time>/`` (kept for a look, never read again)."""
+    import time
+
+    from agentrl.errors import ConfigError
+    from agentrl.run.run_lock import LOCK_FILE
+
+    if has_checkpoint:
+        if not resume:
+            raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run; continue it with "
+                              f"`agentrl train --resume {run_dir}`, or pick another with run_dir=...")
+        return
+    stale = sorted(p for p in run_dir.iterdir() if p.name not in (STOPPED, LOCK_FILE, "config.yaml"))
+    if not resume and not (run_dir / "metrics.jsonl").exists():
+        return  # nothing was trained here: a new run in an existing (or empty) directory
+    if not stale:
+        return
+    aside = run_dir / STOPPED / time.strftime("%Y%m%d-%H%M%S")
+    try:
+        aside.mkdir(parents=True, exist_ok=True)
+        for p in stale:
+            p.rename(aside / p.name)
+    except OSError as e:
+        raise ConfigError(f"config key 'run_dir': cannot move the stopped attempt's outputs to {aside}: "
+                          f"{e.strerror or e}") from e
+    how = "--resume" if resume else "a rerun"
+    print(f"agentrl train: {run_dir} stopped before its first checkpoint, so there is nothing to resume: "
+          f"{how} restarts it from step 0 in place (the earlier outputs are in {aside})", flush=True)

@@ -10,7 +10,8 @@ line the child printed in ``lines`` (for error messages); ``stop()`` or the end 
 block ends it. ``ServerProcess(model_dir)`` is the one for ``agentrl serve``, used by the
 demo, the benchmarks and the tests. ``free_port()`` is for the few programs (torchrun's
 rendezvous) that must be told a port instead of reporting one; ``stop_process(proc)`` ends
-any child (SIGTERM, then SIGKILL). Every service runs on uvloop's event loop
+any child (SIGTERM, then SIGKILL); ``die_with_parent()`` makes a child die with its parent
+even when the parent is SIGKILLed (Linux's parent-death signal). Every service runs on uvloop's event loop
 (``run_async``, also used by the trainer's rank-0 loop) with uvicorn parsing HTTP in C
 (httptools). What that is worth, measured in ``benchmarks/gateway.py``'s setting with both
 stacks running side by side, rounds interleaved: the gateway costs 4% of the completions per
@@ -195,6 +196,38 @@ def pump_output(proc: subprocess.Popen, log_path: str | Path | None, on_line: Ca
     return thread
 
 
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when its parent dies — even by
+    SIGKILL or an OOM kill, which run no ``finally`` and no signal handler, and would leave
+    ``agentrl serve`` or torchrun's ranks running, re-parented to pid 1.
+
+    How: Linux's parent-death signal (``prctl(PR_SET_PDEATHSIG)``), set in the child between
+    fork and exec (libc is loaded here, before the fork, so the child imports nothing). A
+    parent that died before the call is checked for (``getppid`` changed) and the signal sent
+    at once. The kernel sends it on the exit of the parent's *thread* that forked the child, not
+    of its process: so only a child started from the main thread gets it (None otherwise: the
+    child of a worker thread would die with that thread). SIGTERM, so a service shuts down
+    cleanly and torchrun stops its ranks. None off Linux (no such signal; the ``finally`` blocks
+    and ``exit_on_signals`` still stop children on everything but SIGKILL)."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent, signum = os.getpid(), int(sig)
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above
+            os.kill(os.getpid(), signum)
+
+    return set_parent_death_signal
+
+
+PR_SET_PDEATHSIG = 1
+"""``<linux/prctl.h>``: the signal a process receives when the thread that forked it exits."""
+
+
 class ServiceProcess:
     """A child process of ours, ready (its ``url`` known) when the constructor returns.
 
@@ -208,7 +241,7 @@ class ServiceProcess:
                  log_path: str | Path | None = None) -> None:
         self.cmd = list(cmd)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env, cwd=cwd)
+                                     env=env, cwd=cwd, preexec_fn=die_with_parent())
         self.lines: list[str] = []
         self.url = ""
         ready_event = threading.Event()
@@ -224,11 +257,22 @@ class ServiceProcess:
         # at the end of the output (the process ended) the constructor wakes either way
         pump_output(self.proc, log_path, read, f"{Path(self.cmd[0]).name}-output", at_end=ready_event.set)
         if not ready_event.wait(startup_timeout) or not self.url:
+            code = self._exit_code()
             self.stop()
+            if code is not None:  # it ended (a bad model directory, a taken port): say that, not "timed out"
+                raise ServerUnavailable(f"{' '.join(self.cmd[:6])} exited with code {code} before it was ready; "
+                                        f"its last output:\n{self.tail()}")
             raise ServerUnavailable(
                 f"{' '.join(self.cmd[:6])} did not become ready within {startup_timeout:.0f} s; "
                 f"its last output:\n{self.tail()}"
             )
+
+    def _exit_code(self) -> int | None:
+        """The child's exit code if it ended (its output closing first: a moment to be reaped)."""
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
 
     def tail(self, n: int = 40) -> str:
         return "".join(self.lines[-n:]) or "(no output)"

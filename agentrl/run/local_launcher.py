@@ -8,7 +8,9 @@ executor). While the run goes on it watches every child: a started server that d
 restarted on the same port when ``inference.restart_failed`` (the client takes it out
 meanwhile and re-syncs its weights when it is back), and said so; a trainer that fails stops
 the run. On exit, Ctrl-C or any failure every child is stopped and the error names the part
-that failed with the end of its output. Logs: ``RUN_DIR/logs/server-N.log`` and
+that failed with the end of its output; a SIGKILL of the launcher itself, which runs no
+``finally``, reaches every child as SIGTERM through Linux's parent-death signal
+(``die_with_parent``; torchrun passes it on to its ranks). Logs: ``RUN_DIR/logs/server-N.log`` and
 ``RUN_DIR/logs/trainer.log``; the trainer's output is also echoed to the terminal.
 
 Several nodes (``nnodes > 1``): ``agentrl train`` runs once per node with its ``node_rank``;
@@ -35,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import AgentRLError, ServerUnavailable, TrainerError
-from agentrl.process.services import ServerProcess, ServiceProcess, free_port, pump_output, stop_process
+from agentrl.process.services import (
+    ServerProcess,
+    ServiceProcess,
+    die_with_parent,
+    free_port,
+    pump_output,
+    stop_process,
+)
 
 
 class ManagedServer:
@@ -63,7 +72,8 @@ class ManagedServer:
                    *inf.extra_args]
             env = self.gpu_env()
             with open(log_path, "a") as log:  # the child has its own copy of the descriptor
-                self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+                self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                preexec_fn=die_with_parent())
             wait_healthy(self.url, self.process, inf.startup_timeout_s, log_path)
 
     def gpu_env(self) -> dict[str, str] | None:
@@ -155,7 +165,7 @@ class Run:
         env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "TOKENIZERS_PARALLELISM": "false",
                "PYTHONUNBUFFERED": "1"}
         self.trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=die_with_parent())
 
         def take(line: str) -> None:
             self.trainer_lines.append(line)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ServerUnavailable
-from agentrl.process.services import free_port, stop_process
+from agentrl.process.services import die_with_parent, free_port, stop_process
 
 
 class SGLangRouter:
@@ -50,7 +50,8 @@ class SGLangRouter:
 
     def start(self) -> None:
         with open(self.log_path, "a") as log:  # the child has its own copy of the descriptor
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                            preexec_fn=die_with_parent())
         self.wait_ready(self.inference.startup_timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:

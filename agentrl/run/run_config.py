@@ -227,17 +227,12 @@ def check_run_config(cfg: RunConfig) -> None:
             raise ConfigError(f"config key {key!r}: {e}") from e
     env_id = cfg.rollout.workflow_args.get("env_id")
     if env_id is not None:
-        import gymnasium
+        from agentrl.plugins import find_env
 
-        from agentrl.plugins import register_envs
-
-        register_envs()
-        if env_id not in gymnasium.registry:
-            import difflib
-
-            close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else "; `agentrl envs` lists them"
-            raise ConfigError(f"config key 'rollout.workflow_args.env_id': no environment {env_id!r}{hint}")
+        try:
+            env_id = find_env(env_id)
+        except ConfigError as e:
+            raise ConfigError(f"config key 'rollout.workflow_args.env_id': {e}") from e
         if cfg.sandbox.spec() and not takes_sandbox(env_id):
             key = "sandbox.services" if cfg.sandbox.services else "sandbox.backend"
             raise ConfigError(f"config key {key!r}: the environment {env_id!r} takes no sandbox argument; "
@@ -263,6 +258,10 @@ def check_run_config(cfg: RunConfig) -> None:
         if importlib.util.find_spec("sglang") is None:
             raise ConfigError("config key 'inference.engine': sglang is not installed "
                               "(pip install 'agentrl[sglang]' on a GPU machine), or give inference.servers")
+    if cfg.rollout.group_size < 2:  # every advantage is group-relative (trainer.advantages: GRPO, then batch norm)
+        raise ConfigError(f"config key 'rollout.group_size': {cfg.rollout.group_size} episode per prompt gives "
+                          "every advantage 0 (reward minus its group's mean), so the run would learn nothing; "
+                          "use 2 or more (8 to 16 is usual)")
     if cfg.rollout.max_concurrent < cfg.rollout.group_size:
         raise ConfigError(f"config key 'rollout.max_concurrent': {cfg.rollout.max_concurrent} cannot hold one "
                           f"group of rollout.group_size={cfg.rollout.group_size} episodes")

@@ -1,11 +1,13 @@
 """`agentrl train` when parts fail: a killed inference server is restarted and the run goes on; a
 SIGKILLed trainer rank stops the run cleanly and `--resume` loses nothing; a SIGTERM to the run
-stops everything it started; an env that raises on 30% of episodes is counted, not fatal."""
+stops everything it started, and so does a SIGKILL; a server that exits at once is said to have
+exited; an env that raises on 30% of episodes is counted, not fatal."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,6 +107,37 @@ def test_sigterm_stops_the_run_and_every_process_it_started(tmp_path):
     assert code == 128 + signal.SIGTERM and "agentrl train: SIGTERM received; stopping its processes" in out, out[-3000:]
     time.sleep(1)
     assert pids_with(str(run_dir)) == [] and pids_with("agentrl", "serve", "--port", port) == []  # nothing left
+
+
+def test_sigkill_of_the_run_takes_every_process_it_started_with_it(tmp_path):
+    """An OOM kill of the launcher runs no ``finally``: its server was found re-parented to pid 1,
+    holding its core. The parent-death signal reaches the server and torchrun (which stops its rank)."""
+    run_dir = tmp_path / "run"
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=500", "checkpoint.every_steps=0", *SMALL)
+    t.wait_for("step    2")
+    port = json.loads((run_dir / "servers.json").read_text())["servers"][0].rsplit(":", 1)[1]
+    assert len(pids_with("agentrl", "serve", "--port", port)) == 1 and pids_with("agentrl.run.loop", str(run_dir))
+    t.proc.send_signal(signal.SIGKILL)
+    assert t.finish(timeout=30)[0] == -signal.SIGKILL
+    deadline = time.monotonic() + 60
+    while pids_with(str(run_dir)) or pids_with("agentrl", "serve", "--port", port):
+        assert time.monotonic() < deadline, f"left running: {pids_with(str(run_dir))}, server {port}"
+        time.sleep(0.5)
+    t = Train("--resume", str(run_dir), "steps=1", "eval.dataset=null")  # the dead run's lock is free: taken over
+    code, out = t.finish()
+    assert code == 0 and "took over the lock of agentrl train (pid " in out, out[-3000:]
+
+
+def test_a_server_that_exits_at_once_is_said_to_have_exited(tmp_path):
+    """A corrupt model config.json: the server exits in a second; the launcher said it "did not
+    become ready within 300 s"."""
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "examples" / "tiny-model", model)
+    (model / "config.json").write_text('{"model_type": "llama", ')
+    started = time.monotonic()
+    code, out = Train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'run'}", f"model={model}", *SMALL).finish()
+    assert code == 2 and "exited with code 2 before it was ready" in out and "not valid JSON" in out, out[-3000:]
+    assert "did not become ready" not in out and time.monotonic() - started < 60
 
 
 def test_an_env_failing_on_30_percent_of_episodes_is_counted_not_fatal(tmp_path):

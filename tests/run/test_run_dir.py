@@ -1,0 +1,126 @@
+"""The run directory of `agentrl train`: one run writes it at a time (a second one was found running
+into the same directory, interleaving metrics and summaries); a run stopped before its first
+checkpoint can be restarted (it was a dead end: a rerun pointed to --resume, --resume found no
+checkpoint); a path that is a file, or that cannot be made, is one line, not a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrl.errors import ConfigError
+from agentrl.run.run_lock import LOCK_FILE, LockHeld, RunLock
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTRL = Path(sys.executable).parent / "agentrl"
+SMALL = ["eval.limit=20", "rollout.batch_size=4", "rollout.group_size=4", "max_minutes=null",
+         "logging.trajectories_per_step=0", "logging.tensorboard=false"]
+
+
+def train(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(AGENTRL), "train", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def hold_lock(directory: Path) -> subprocess.Popen:
+    """Another process holding ``directory``'s lock, as a running ``agentrl train`` does."""
+    code = ("import sys, time; from agentrl.run.run_lock import RunLock\n"
+            "with RunLock(sys.argv[1], 'agentrl train'):\n    print('held', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(directory)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_holder_is_refused_naming_the_first(tmp_path):
+    holder = hold_lock(tmp_path)
+    try:
+        with pytest.raises(LockHeld, match=rf"in use by agentrl train \(pid {holder.pid} on host "):
+            RunLock(tmp_path, "agentrl eval").acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the kernel let go of the SIGKILLed holder's lock; the file still names it: taken over
+    with RunLock(tmp_path, "agentrl eval") as lock:
+        assert lock.taken_over is not None and lock.taken_over["pid"] == holder.pid
+        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert (tmp_path / LOCK_FILE).read_text() == ""  # released cleanly: nobody to take over
+    with RunLock(tmp_path, "agentrl eval") as lock:
+        assert lock.taken_over is None
+
+
+def test_a_lock_on_a_file_or_an_unmakeable_path_is_one_config_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file, not a directory"):
+        RunLock(tmp_path / "file", "agentrl train").acquire()
+    with pytest.raises(ConfigError, match="cannot make the directory"):
+        RunLock("/proc/no-such/run", "agentrl train").acquire()
+
+
+def test_agentrl_train_into_a_run_dir_in_use_is_refused_in_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = hold_lock(run_dir)
+    try:
+        out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=1", *SMALL, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        line for line in out.stderr.strip().splitlines() if line.startswith("agentrl train: error: ")]
+    assert f"is in use by agentrl train (pid {holder.pid} on host" in out.stderr
+    assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "logs").exists()  # nothing started
+
+
+def test_path_errors_of_train_and_eval_are_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for cmd, args in (("train", [f"run_dir={tmp_path / 'file'}"]), ("train", ["run_dir=/proc/no-such/run"]),
+                      ("eval", [f"run_dir={tmp_path / 'file'}"]), ("eval", ["--out", str(tmp_path / "file")])):
+        out = subprocess.run([str(AGENTRL), cmd, "examples/arith_grpo.yaml", *args, "eval.limit=2"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (cmd, args, out.stderr[-2000:])
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert "is a file, not a directory" in out.stderr or "cannot make the directory" in out.stderr
+
+
+def test_group_size_1_is_refused_naming_the_key(tmp_path):
+    out = train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'run'}", "rollout.group_size=1", timeout=120)
+    assert out.returncode == 2 and "config key 'rollout.group_size'" in out.stderr, out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_restarts_from_step_0(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=500",
+                             "checkpoint.every_steps=10", *SMALL], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (run_dir / "metrics.jsonl").exists() or '"step": 2' not in (run_dir / "metrics.jsonl").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never reached step 2"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C at step 2, before the first checkpoint (step 10)
+    assert proc.wait(120) == 130
+    assert not (run_dir / "checkpoints" / "latest").exists()
+
+    shutil.copytree(run_dir, tmp_path / "copy")
+
+    for how, args in (("--resume", ["--resume", str(tmp_path / "copy")]),
+                      ("a rerun", ["examples/arith_grpo.yaml", f"run_dir={run_dir}", *SMALL])):
+        out = train(*args, "steps=1", "eval.dataset=null")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert f"stopped before its first checkpoint, so there is nothing to resume: {how} restarts it from " \
+               "step 0 in place" in out.stdout, out.stdout[-3000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["steps"] == 1 and summary["counters"].get("episodes_replayed", 0) == 0
+        restarted = Path(summary["run_dir"])
+        rows = [json.loads(line) for line in (restarted / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1]  # a fresh run, not the stopped one
+        (aside,) = (restarted / "stopped").iterdir()
+        assert '"step": 2' in (aside / "metrics.jsonl").read_text()  # the stopped attempt's outputs are kept
