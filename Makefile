@@ -108,7 +108,7 @@ vllm: $(VLLM_VENV)/.installed
 
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers.
-test: install sandbox-image sandbox-tools browser compose sglang-frontend
+test: install vllm sandbox-image sandbox-tools browser compose sglang-frontend
 	$(BIN)/python -m pytest -q -ra
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from itertools import compress
@@ -246,10 +246,14 @@ class InferenceClient(Protocol):
     """Token-in, token-out generation against one or more inference servers.
 
     Implementations hide interruption: a request aborted by a weight update is resumed
-    (prompt + tokens so far, remaining budget) until it really finishes.
+    (prompt + tokens so far, remaining budget) until it really finishes; ``on_progress``, if
+    given, hears the tokens so far at each interruption. An implementation that gives up
+    resuming raises ``agentrl.errors.ResumeLimit``; the finish reason it returns is never
+    ``"abort"``.
     """
 
-    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion: ...
+    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *,
+                       on_progress: Callable[[Completion], None] | None = None) -> Completion: ...
 
 
 @runtime_checkable

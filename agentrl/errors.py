@@ -11,7 +11,8 @@ the rollout side catches these and records them as the trajectory's status.
     ├── InferenceError           talking to an inference server failed
     │   ├── ServerUnavailable    no healthy server could take the request (safe to retry)
     │   ├── RequestRejected      the server answered 4xx: the request itself is wrong
-    │   └── ServerError          the server answered 5xx or broke the protocol
+    │   ├── ServerError          the server answered 5xx or broke the protocol
+    │   └── ResumeLimit          a request was interrupted more than max_resumes times
     ├── SandboxError             the sandbox backend failed (never the program inside it)
     │   └── SandboxUnavailable   the backend cannot be reached or started
     ├── EnvError                 an environment raised or returned something invalid
@@ -64,6 +65,14 @@ class RequestRejected(InferenceError):
 
 class ServerError(InferenceError):
     """The server failed (HTTP 5xx) or answered something that breaks the protocol."""
+
+
+class ResumeLimit(InferenceError):
+    """The client gave up resuming one interrupted request; ``completion`` holds its tokens so far."""
+
+    def __init__(self, message: str, completion: object = None) -> None:
+        super().__init__(message)
+        self.completion = completion
 
 
 class SandboxError(AgentRLError):

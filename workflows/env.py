@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus
-from agentrl.errors import InferenceError
 from agentrl.rollout.conversation import TokenConversation
 from agentrl.rollout.episode import EnvEpisodes, step_metrics
 
@@ -84,8 +83,6 @@ class EnvWorkflow(EnvEpisodes):
                     out_of_context = True
                     break
                 completion = await client.generate(prompt.ids, sampling)
-                if completion.finish_reason == "abort":
-                    raise InferenceError("generation was aborted and could not be resumed")
                 call = conv.record(prompt, completion)
                 reply = self.renderer.decode(completion.tokens, skip_special_tokens=True)
                 obs, reward, terminated, truncated, step_info = await self.envs.step(env, reply)

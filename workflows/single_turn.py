@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import NOT_SAMPLED, InferenceClient, SamplingParams, Trajectory
-from agentrl.errors import InferenceError
 from agentrl.rollout.episode import EnvEpisodes, step_metrics
 
 
@@ -49,8 +48,6 @@ class SingleTurnWorkflow(EnvEpisodes):
             obs, info = await self.envs.reset(env, row)
             prompt = self.renderer.encode(await self.renderer.arender(obs, info.get("tools")))
             out = await client.generate(prompt, self.sampling)
-            if out.finish_reason == "abort":
-                raise InferenceError("generation was aborted and could not be resumed")
             reply = self.renderer.decode(out.tokens, skip_special_tokens=True)
             _, reward, terminated, truncated, step_info = await self.envs.step(env, reply)
         metrics = {"turns": 1.0, **step_metrics(step_info, terminated=terminated, truncated=truncated)}

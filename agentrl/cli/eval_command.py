@@ -66,7 +66,7 @@ def run(args) -> int:
     run = Run(cfg, out)
 
     async def main() -> dict:
-        async with RemoteEngine(urls, timeout=cfg.inference.request_timeout_s) as engine:
+        async with RemoteEngine(urls, cfg.inference.client) as engine:
             workflow = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
             try:
                 report = await evaluate(workflow, engine, rows, k=k, concurrency=cfg.rollout.max_concurrent,

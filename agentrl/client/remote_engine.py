@@ -1,15 +1,19 @@
-"""``RemoteEngine``: the trainer's and the rollout's client of SGLang-compatible servers.
+"""``RemoteEngine``: the trainer's and the rollout's client of the inference servers.
 
-What it is: an ``agentrl.api.InferenceClient`` over HTTP (``httpx``) to one or more servers
-speaking SGLang's native API — real SGLang (0.5.10 to 0.5.23) or ``agentrl serve``.
+What it is: an ``agentrl.api.InferenceClient`` over HTTP to one or more servers that speak
+SGLang's native API — real SGLang (0.5.10 to 0.5.23) or ``agentrl serve`` — or vLLM's
+token-in/token-out and RL routes (0.32+, ``agentrl.client.vllm_wire``); which one is
+``RemoteEngineConfig.engine``, asked of ``GET /v1/models`` when ``auto``.
 ``await generate(input_ids, sampling)`` returns a ``Completion`` with the exact tokens, their
 logprobs, the policy version of every token and the finish reason; ``await
 generate_group(input_ids, sampling, n)`` returns ``n`` of them for one prompt from *one*
-request (SGLang's ``n``; the server computes the prompt once). The weight-publishing
+request (``n``; the server computes the prompt once). The weight-publishing
 side calls ``pause()``, ``update_weights(path, version)`` and ``resume()``, in the order of
-DESIGN.md §4, and reads ``version``; over torch.distributed it calls
-``init_weights_update_group`` (server ``i`` joins as rank ``1 + i``, or from there with one
-rank per GPU of a tensor-parallel SGLang server),
+DESIGN.md §4, and reads ``version`` (on vLLM: ``/pause?mode=abort``, the checkpoint checked
+here — vLLM cannot refuse broken weights — then ``reload_weights``, ``/update_weight_version``,
+``/reset_prefix_cache``, ``/resume``). Over torch.distributed (SGLang and ``agentrl serve``
+only) it calls ``init_weights_update_group`` (server ``i`` joins as rank ``1 + i``, or from
+there with one rank per GPU of a tensor-parallel SGLang server),
 ``update_weights_from_distributed`` (per bucket, while it broadcasts) and
 ``destroy_weights_update_group`` instead of ``update_weights``, inside SGLang 0.5.23's
 ``begin_weight_update``/``end_weight_update`` session (a 404 from a server without one is fine);
@@ -70,16 +74,17 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import httpx
 
 from agentrl.api import Completion, SamplingParams
+from agentrl.client import checkpoint_check, vllm_wire
 from agentrl.client.batcher import GroupBatcher
 from agentrl.client.transport import KeepAliveTransport, Origin
 from agentrl.config import option
-from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
+from agentrl.errors import RequestRejected, ResumeLimit, ServerError, ServerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -90,21 +95,27 @@ def _base_url(address: str) -> str:
     return address.rstrip("/") if "://" in address else f"http://{address.rstrip('/')}"
 
 
+ENGINES = ("auto", "sglang", "vllm")
+
+
 @dataclass
 class RemoteEngineConfig:
-    """How to reach and treat the inference servers."""
+    """How the client reaches and treats the inference servers (a run's ``inference.client``)."""
 
-    addresses: list[str] = option([], help="server base URLs, e.g. http://127.0.0.1:30000")
-    timeout: float = option(600.0, help="seconds one /generate call may take (incl. waiting out a pause)", gt=0)
+    engine: str = option("auto", choices=ENGINES,
+                         help="the servers' API: sglang (SGLang and agentrl serve), vllm (vLLM's token-in/token-out "
+                              "and RL routes), auto: asked once from GET /v1/models (owned_by)")
+    timeout: float = option(600.0, help="seconds one generation call may take (incl. waiting out a pause)", gt=0)
     connect_timeout: float = option(5.0, help="seconds to open a connection", gt=0)
     control_timeout: float = option(300.0, help="seconds for pause/update/continue calls", gt=0)
     max_retries: int = option(3, help="retries in a row without progress before giving up", ge=0)
     backoff: float = option(0.25, help="first retry delay in seconds (doubles each retry)", ge=0)
     health_check_interval: float = option(2.0, help="seconds before a failed server is probed again", gt=0)
-    max_resumes: int = option(1000, help="resumes of one aborted request before returning 'abort'", ge=0)
+    max_resumes: int = option(1000, help="resumes of one interrupted request before giving up with ResumeLimit",
+                              ge=0)
     batch_max_new_tokens: int = option(
         32, help="requests made in the same event-loop tick with at most this many new tokens share one "
-        "/generate (each then waits for the slowest; 0: never share)", ge=0)
+        "/generate (each then waits for the slowest; 0: never share; SGLang's API only)", ge=0)
 
 
 @dataclass
@@ -113,8 +124,6 @@ class _Server:
     inflight: int = 0
     healthy: bool = True
     down_since: float = 0.0
-    failures: int = 0
-    pinned: set[str] = field(default_factory=set)
     stale: bool = False  # answers, but lacks the weights last sent by broadcast: no generation until the next
     origin: Origin | None = field(init=False, repr=False)  # for KeepAliveTransport.post_json; plain http only
 
@@ -136,33 +145,42 @@ def _prompt(input_ids: Sequence[int]) -> list[int]:
 class RemoteEngine:
     """Interruption-hiding, load-balancing client of SGLang-compatible servers."""
 
-    def __init__(self, addresses: Sequence[str] | str, *, timeout: float = 600.0, connect_timeout: float = 5.0,
-                 control_timeout: float = 300.0, max_retries: int = 3, backoff: float = 0.25,
-                 health_check_interval: float = 2.0, max_resumes: int = 1000,
-                 batch_max_new_tokens: int = 32, version: int = 0, router: str | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, api_key: str | None = None) -> None:
+    def __init__(self, addresses: Sequence[str] | str, config: RemoteEngineConfig | None = None, *,
+                 version: int = 0, router: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 api_key: str | None = None, **settings: Any) -> None:
+        """``settings`` override single fields of ``config`` (``RemoteEngine(url, timeout=30)``)."""
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:
             raise ValueError("RemoteEngine needs at least one server address, e.g. http://127.0.0.1:30000")
+        unknown = sorted(set(settings) - {f.name for f in fields(RemoteEngineConfig)})
+        if unknown:
+            raise TypeError(f"RemoteEngine got unknown settings {unknown}; RemoteEngineConfig's fields are "
+                            f"{[f.name for f in fields(RemoteEngineConfig)]}")
+        self.config = config = replace(config or RemoteEngineConfig(), **settings)
+        if config.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {list(ENGINES)}, got {config.engine!r}")
         self._servers = [_Server(_base_url(a)) for a in addresses]
         self._router = _Server(_base_url(router)) if router else None
-        self.timeout, self.control_timeout = timeout, control_timeout
-        self.max_retries, self.backoff = max_retries, backoff
-        self.health_check_interval, self.max_resumes = health_check_interval, max_resumes
+        self.timeout, self.control_timeout = config.timeout, config.control_timeout
+        self.max_retries, self.backoff = config.max_retries, config.backoff
+        self.health_check_interval, self.max_resumes = config.health_check_interval, config.max_resumes
+        self._engine = config.engine  # "auto" until the servers were asked
+        self._reference: str | None = None  # vLLM: the served checkpoint a new one is checked against
         self._transport = transport or KeepAliveTransport()
         # /generate goes through the lean path of our own transport (no httpx objects per call)
         self._lean = self._transport if isinstance(self._transport, KeepAliveTransport) else None
         self._auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
         self._http = httpx.AsyncClient(
             transport=self._transport,
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
         # sglang-router's typed /generate takes one sampling_params object and one rid string
         # (a list of either is a 422), so behind it every request goes alone, in the plain form.
-        self._batcher = GroupBatcher(self._post_generate, max_new_tokens=-1 if router else batch_max_new_tokens)
+        self._batcher = GroupBatcher(self._post_generate,
+                                     max_new_tokens=-1 if router else config.batch_max_new_tokens)
         self._version = version
         self._last_update: tuple[str | None, int] | None = None  # (checkpoint path, or None: by broadcast; version)
         self._unpaused = asyncio.Event()
@@ -173,14 +191,6 @@ class RemoteEngine:
         self._no_session: set[str] = set()  # servers without SGLang 0.5.23's /begin_weight_update
         # requests: generate/generate_group calls; posts: /generate HTTP requests (batched)
         self.stats = {"requests": 0, "posts": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
-
-    @classmethod
-    def from_config(cls, config: RemoteEngineConfig, **kwargs: Any) -> RemoteEngine:
-        return cls(config.addresses, timeout=config.timeout, connect_timeout=config.connect_timeout,
-                   control_timeout=config.control_timeout, max_retries=config.max_retries, backoff=config.backoff,
-                   health_check_interval=config.health_check_interval, max_resumes=config.max_resumes,
-                   batch_max_new_tokens=config.batch_max_new_tokens,
-                   **kwargs)
 
     @property
     def version(self) -> int:
@@ -208,8 +218,10 @@ class RemoteEngine:
     async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *,
                        on_progress: Callable[[Completion], None] | None = None) -> Completion:
         """Generate until a real finish; ``on_progress``, if given, hears the tokens so far each
-        time the request was interrupted (the episode log keeps them across a crash)."""
+        time the request was interrupted (the episode log keeps them across a crash). Raises
+        ``ResumeLimit`` after ``max_resumes`` interruptions of this one request."""
         self.stats["requests"] += 1
+        await self._resolve_engine()
         return await self._complete(_prompt(input_ids), sampling, Completion([], [], [], "abort"),
                                     on_progress=on_progress)
 
@@ -219,14 +231,15 @@ class RemoteEngine:
         if n < 1:
             raise RequestRejected(f"n must be >= 1, got {n}", 400)
         each = [sampling] * n if sampling.seed is None else [replace(sampling, seed=sampling.seed + i) for i in range(n)]
-        if self._router is not None and n > 1 and sampling.seed is not None:  # no batch form behind it
+        alone = self._router is not None or await self._resolve_engine() == "vllm"  # no batch form
+        if alone and n > 1 and sampling.seed is not None:
             return list(await asyncio.gather(*(self.generate(prompt, sp) for sp in each)))
         self.stats["requests"] += 1
         await self._wait_unpaused()
         server = await self._pick()
         server.inflight += n
         try:
-            data = await self._batcher.submit(server, prompt, each)
+            results = await self._submit(server, prompt, each)
         except (*_TRANSPORT_ERRORS, ServerError) as e:
             log.warning("a group of %d on %s failed (%r); re-running its samples one by one", n, server.address, e)
             self.stats["retries"] += 1
@@ -234,10 +247,35 @@ class RemoteEngine:
         finally:
             server.inflight -= n
         jobs = []
-        for d, sp in zip(data, each, strict=True):
-            tokens, logprobs, versions, reason = self._parse_generate(d)
+        for (tokens, logprobs, versions, reason), sp in zip(results, each, strict=True):
             jobs.append(self._complete(prompt, sp, Completion(tokens, logprobs, versions, "abort"), server, reason))
         return list(await asyncio.gather(*jobs))
+
+    async def _submit(self, server: _Server, prompt: list[int], each: list[SamplingParams],
+                      rid: str | None = None) -> list[tuple[list[int], list[float], list[int], dict[str, Any]]]:
+        """One generation request of ``len(each)`` samples (one prompt; ``each`` all alike
+        unless seeded), parsed: (tokens, logprobs, versions, finish reason) per sample."""
+        if self._engine == "vllm":
+            self.stats["posts"] += 1
+            data = await self._post(server, vllm_wire.GENERATE,
+                                    vllm_wire.generate_body(prompt, each[0], len(each), rid), self.timeout)
+            return vllm_wire.parse_generate(data, len(each), self._as_version)
+        return [self._parse_generate(d) for d in await self._batcher.submit(server, prompt, each, rid)]
+
+    async def _resolve_engine(self) -> str:
+        """The servers' API; with ``engine: auto`` asked once of the first server that answers."""
+        if self._engine != "auto":
+            return self._engine
+        for s in self._servers:
+            try:
+                r = await self._http.get(s.address + "/v1/models", timeout=min(10.0, self.control_timeout))
+                owners = {m.get("owned_by") for m in r.json().get("data", [])} if r.status_code == 200 else set()
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+            self._engine = "vllm" if "vllm" in owners else "sglang"
+            log.info("inference servers speak %s's API (GET %s/v1/models)", self._engine, s.address)
+            return self._engine
+        return "sglang"  # none answers yet: asked again on the next call
 
     async def _complete(self, prompt: list[int], sampling: SamplingParams, done: Completion,
                         server: _Server | None = None, first: dict[str, Any] | None = None,
@@ -249,7 +287,6 @@ class RemoteEngine:
         base_rid = uuid.uuid4().hex
         resumes = failures = attempt = 0
         if server is not None:
-            server.pinned.add(base_rid)
             server.inflight += 1
         try:
             while True:
@@ -262,17 +299,16 @@ class RemoteEngine:
                     await self._wait_unpaused()
                     if server is None or not server.healthy:
                         if server is not None:
-                            server.pinned.discard(base_rid)
                             server.inflight -= 1
                             server = None
                         server = await self._pick()
-                        server.pinned.add(base_rid)
                         server.inflight += 1
                     this = replace(sampling, max_new_tokens=remaining)
                     rid = f"{base_rid}-{attempt}"
                     attempt += 1
                     try:
-                        (data,) = await self._batcher.submit(server, prompt + tokens, [this], rid)
+                        ((new_tokens, new_lps, new_versions, reason),) = await self._submit(
+                            server, prompt + tokens, [this], rid)
                     except _TRANSPORT_ERRORS as e:
                         # Dead, or a transient hiccup? A server that still answers /health keeps
                         # the request (re-sent there); one that does not is taken out.
@@ -295,7 +331,6 @@ class RemoteEngine:
                             raise
                         await asyncio.sleep(self.backoff * 2 ** (failures - 1))
                         continue
-                    new_tokens, new_lps, new_versions, reason = self._parse_generate(data)
                     tokens += new_tokens
                     logprobs += new_lps
                     versions += new_versions
@@ -312,14 +347,15 @@ class RemoteEngine:
                     if on_progress is not None:
                         on_progress(Completion(list(tokens), list(logprobs), list(versions), "abort"))
                     if resumes > self.max_resumes:
-                        return Completion(tokens, logprobs, versions, "abort")
+                        raise ResumeLimit(f"a request was interrupted {resumes} times (max_resumes="
+                                          f"{self.max_resumes}); are weight updates coming faster than one "
+                                          "generation?", Completion(tokens, logprobs, versions, "abort"))
                     continue
                 if kind not in ("stop", "length"):
                     raise ServerError(f"{server and server.address} answered an unknown finish_reason {reason!r}")
                 return Completion(tokens, logprobs, versions, kind, reason.get("matched"))
         finally:
             if server is not None:
-                server.pinned.discard(base_rid)
                 server.inflight -= 1
 
     def _parse_generate(self, data: Any) -> tuple[list[int], list[float], list[int], dict[str, Any]]:
@@ -386,7 +422,6 @@ class RemoteEngine:
             self.stats["servers_lost"] += 1
         server.healthy = False
         server.down_since = time.monotonic()
-        server.failures += 1
 
     async def _alive(self, server: _Server) -> bool:
         try:
@@ -402,7 +437,9 @@ class RemoteEngine:
             r = await self._http.get(server.address + "/health", timeout=min(5.0, self.control_timeout))
             ok = r.status_code == 200
             if ok and self._last_update is not None:
-                info = (await self._http.get(server.address + "/model_info", timeout=10.0)).json()
+                vllm = await self._resolve_engine() == "vllm"
+                info = (await self._http.get(server.address + ("/weight_info" if vllm else "/model_info"),
+                                             timeout=10.0)).json()
                 path, version = self._last_update
                 if str(info.get("weight_version")) != str(version):
                     if path is None:  # the weights came by broadcast: it waits out of rotation for the next one
@@ -412,6 +449,9 @@ class RemoteEngine:
                                         "broadcast); it generates again after the next update", server.address,
                                         version)
                         server.stale = self.needs_rejoin = True
+                    elif vllm:
+                        for route, body in self._vllm_load(path, version):
+                            await self._post(server, route, body, self.control_timeout)
                     else:
                         await self._post(server, "/update_weights_from_disk",
                                          {"model_path": path, "weight_version": str(version)}, self.control_timeout)
@@ -435,10 +475,11 @@ class RemoteEngine:
     async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float) -> Any:
         if self._lean is not None and server.origin is not None:
             status, content = await self._lean.post_json(server.origin, path, json.dumps(payload).encode(),
-                                                         read_timeout=seconds, headers=self._auth)
+                                                         read_timeout=seconds, headers=self._auth,
+                                                         connect_timeout=self.config.connect_timeout)
         else:
             r = await self._http.post(server.address + path, json=payload,
-                                      timeout=httpx.Timeout(seconds, connect=5.0))
+                                      timeout=httpx.Timeout(seconds, connect=self.config.connect_timeout))
             status, content = r.status_code, r.content
         if status >= 500:
             raise ServerError(f"{server.address}{path} answered HTTP {status}: {_text(content)}")
@@ -447,7 +488,7 @@ class RemoteEngine:
         except ValueError as e:
             raise ServerError(f"{server.address}{path} answered non-JSON: {_text(content)}") from e
         if status >= 400:
-            err = data.get("error", data.get("message", data)) if isinstance(data, dict) else data
+            err = data.get("error", data.get("message", data.get("detail", data))) if isinstance(data, dict) else data
             if isinstance(err, dict):
                 err = err.get("message", err)
             raise RequestRejected(f"{server.address}{path} refused the request: {err}", status)
@@ -482,22 +523,50 @@ class RemoteEngine:
     async def pause(self) -> None:
         """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait."""
         self._unpaused.clear()
-        await self._control("/pause_generation", {"mode": "abort"})
+        if await self._resolve_engine() == "vllm":
+            await self._control(vllm_wire.PAUSE, {})
+        else:
+            await self._control("/pause_generation", {"mode": "abort"})
 
     async def update_weights(self, path: str, version: int) -> None:
-        """Step 4-5: every server loads the checkpoint at ``path``; the client's version becomes ``version``."""
-        answers = await self._control("/update_weights_from_disk",
-                                      {"model_path": str(path), "weight_version": str(version)})
-        bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
-        if bad:
-            raise RequestRejected(f"weight update to version {version} failed: {bad[0].get('message')}")
+        """Step 4-5: every server loads the checkpoint at ``path``; the client's version becomes
+        ``version``. A vLLM server cannot refuse broken weights, so the checkpoint is checked
+        here first (``checkpoint_check``) and refused before any server loads it."""
+        if await self._resolve_engine() == "vllm":
+            if self._reference is None:
+                self._reference = await self._served_checkpoint()
+            await asyncio.to_thread(checkpoint_check.check_checkpoint, path, self._reference)
+            for route, body in self._vllm_load(str(path), int(version)):
+                await self._control(route, body)
+        else:
+            answers = await self._control("/update_weights_from_disk",
+                                          {"model_path": str(path), "weight_version": str(version)})
+            bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
+            if bad:
+                raise RequestRejected(f"weight update to version {version} failed: {bad[0].get('message')}")
         self._last_update = (str(path), int(version))
         self._version = int(version)
+
+    @staticmethod
+    def _vllm_load(path: str, version: int) -> list[tuple[str, dict[str, Any]]]:
+        """vLLM's calls that load a checkpoint from disk and label what it samples next."""
+        return [(vllm_wire.RPC, vllm_wire.reload_body(path)), (vllm_wire.VERSION, {"new_version": str(version)}),
+                (vllm_wire.RESET_PREFIX_CACHE, {})]
+
+    async def _served_checkpoint(self) -> str | None:
+        """The directory the first server was started on (``/v1/models``' ``root``): new
+        checkpoints are compared with it tensor by tensor, if this process can read it."""
+        try:
+            r = await self._http.get(self._servers[0].address + "/v1/models", timeout=min(10.0, self.control_timeout))
+            return r.json()["data"][0].get("root")
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            return None
 
     async def resume(self) -> None:
         """Step 6: generation continues; waiting and aborted requests are (re-)sent."""
         try:
-            await self._control("/continue_generation", {})
+            vllm = await self._resolve_engine() == "vllm"
+            await self._control(vllm_wire.RESUME if vllm else "/continue_generation", {})
         finally:
             self._unpaused.set()
 

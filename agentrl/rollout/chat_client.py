@@ -42,7 +42,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
 from agentrl.api import InferenceClient, Message, Trajectory
-from agentrl.errors import InferenceError, Refused, RequestRejected
+from agentrl.errors import Refused, RequestRejected
 from agentrl.inference.chat_format import (
     answer_chunks,
     assistant_message,
@@ -112,8 +112,6 @@ class ChatClient:
                                                               self.conversation.budget(prompt))
         async with asyncio.timeout(self.timeout_s):
             completion = await self.engine.generate(prompt.ids, sampling)
-        if completion.finish_reason == "abort":
-            raise InferenceError("generation was aborted and could not be resumed (too many interruptions)")
         call = self.conversation.record(prompt, completion)
         content = output_text(lambda ids: self.renderer.decode(ids, skip_special_tokens=skip_special),
                               completion.tokens, completion.finish_reason, completion.matched_stop, no_stop_trim)

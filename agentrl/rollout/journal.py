@@ -24,7 +24,6 @@ and counted.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -149,11 +148,11 @@ class ReplayClient:
 
     def __init__(self, engine: InferenceClient, log: EpisodeLog, key: str) -> None:
         self.engine, self.log, self.key = engine, log, key
-        self._reports = "on_progress" in inspect.signature(engine.generate).parameters
         self.calls = 0
         self.replayed_tokens = 0
 
-    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams) -> Completion:
+    async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *,
+                       on_progress: Callable[[Completion], None] | None = None) -> Completion:
         index = self.calls
         self.calls += 1
         digest = call_digest(input_ids, sampling)
@@ -164,16 +163,19 @@ class ReplayClient:
                 self.replayed_tokens += len(rec.completion.tokens)
                 return rec.completion
             prefix = rec.completion
-        completion = await self._generate(list(input_ids), sampling, prefix, index, digest)
+        completion = await self._generate(list(input_ids), sampling, prefix, index, digest, on_progress)
         self.log.record_call(self.key, index, digest, completion, partial=False)
         return completion
 
     async def _generate(self, prompt: list[int], sampling: SamplingParams, prefix: Completion | None,
-                        index: int, digest: str) -> Completion:
+                        index: int, digest: str, on_progress: Callable[[Completion], None] | None) -> Completion:
         done = prefix or Completion([], [], [], "abort")
 
         def progress(partial: Completion) -> None:
-            self.log.record_call(self.key, index, digest, _join(done, partial), partial=True)
+            so_far = _join(done, partial)
+            self.log.record_call(self.key, index, digest, so_far, partial=True)
+            if on_progress is not None:
+                on_progress(so_far)
 
         remaining = sampling.max_new_tokens - len(done.tokens)
         if prefix is not None:
@@ -181,10 +183,7 @@ class ReplayClient:
             if remaining <= 0:
                 return replace(prefix, finish_reason="length")
         rest_sampling = replace(sampling, max_new_tokens=remaining)
-        if self._reports:
-            rest = await self.engine.generate(prompt + done.tokens, rest_sampling, on_progress=progress)  # type: ignore[call-arg]
-        else:  # a client without progress reports: an interrupted call's tokens are not logged
-            rest = await self.engine.generate(prompt + done.tokens, rest_sampling)
+        rest = await self.engine.generate(prompt + done.tokens, rest_sampling, on_progress=progress)
         return _join(done, rest)
 
 

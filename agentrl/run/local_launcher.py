@@ -1,8 +1,9 @@
 """The local launcher of ``agentrl train``: start what the config asks for, watch it, stop it all.
 
 What it is: ``launch(cfg, run_dir)`` — in order: the inference servers (``agentrl serve``
-processes on ports chosen up front, or ``python -m sglang.launch_server`` when
-``inference.engine: sglang``; none when ``inference.servers`` lists running ones), then the
+processes on ports chosen up front, ``python -m sglang.launch_server`` when
+``inference.engine: sglang``, vLLM's OpenAI server (``vllm_command``) when ``vllm``; none when
+``inference.servers`` lists running ones), then the
 trainer ranks under ``torchrun`` (``python -m agentrl.run.loop RUN_DIR``; rank 0 runs the rollout
 executor). While the run goes on it watches every child: a started server that dies is
 restarted on the same port when ``inference.restart_failed`` (the client takes it out
@@ -66,6 +67,15 @@ class ManagedServer:
                 "--max-running-requests", str(inf.max_running_requests), "--device", self.cfg.device,
                 "--seed", str(self.cfg.seed + self.index), *inf.extra_args,
                 threads=inf.threads, startup_timeout=inf.startup_timeout_s, log_path=log_path)
+        elif inf.engine == "vllm":
+            cmd, env = vllm_command(self.cfg, self.host, self.port, self.index)
+            with open(log_path, "a") as log:
+                self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                preexec_fn=die_with_parent())
+            wait_healthy(self.url, self.process, inf.startup_timeout_s, log_path, route="/health")
+            import httpx  # what it samples first is version 0, as agentrl serve's --weight-version 0
+
+            httpx.post(self.url + "/update_weight_version", json={"new_version": "0"}, timeout=30.0).raise_for_status()
         else:
             cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.cfg.model, "--host", self.host,
                    "--port", str(self.port), "--weight-version", "0", "--random-seed", str(self.cfg.seed + self.index),
@@ -78,9 +88,13 @@ class ManagedServer:
 
     def gpu_env(self) -> dict[str, str] | None:
         """The environment of an SGLang server: the GPU after the trainer ranks' (None: inherited)."""
-        if self.cfg.device != "cuda":
+        return self.gpu_env_of(self.cfg, self.index)
+
+    @staticmethod
+    def gpu_env_of(cfg: Any, index: int) -> dict[str, str] | None:
+        if cfg.device != "cuda":
             return None
-        return {**os.environ, "CUDA_VISIBLE_DEVICES": str(self.cfg.world_size // self.cfg.nnodes + self.index)}
+        return {**os.environ, "CUDA_VISIBLE_DEVICES": str(cfg.world_size // cfg.nnodes + index)}
 
     def poll(self) -> int | None:
         proc = self.process.proc if isinstance(self.process, ServiceProcess) else self.process
@@ -97,8 +111,40 @@ class ManagedServer:
         return "".join(path.read_text(errors="replace").splitlines(True)[-20:]) if path.exists() else ""
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, log_path: Path) -> None:
-    """Poll ``GET /health_generate`` until it answers 200 (SGLang prints no ready line of ours)."""
+def vllm_python(cfg: Any) -> str | None:
+    """The Python with vLLM a run starts: ``inference.vllm_python``, else ``.venv-vllm`` of the
+    current directory or of this checkout (``make vllm``), else this Python if it has vLLM."""
+    import importlib.util
+
+    if cfg.inference.vllm_python:
+        return cfg.inference.vllm_python
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (root / ".venv-vllm" / "bin" / "python").is_file():
+            return str(root / ".venv-vllm" / "bin" / "python")
+    return sys.executable if importlib.util.find_spec("vllm") is not None else None
+
+
+def vllm_command(cfg: Any, host: str, port: int, index: int) -> tuple[list[str], dict[str, str]]:
+    """vLLM's OpenAI server with its token-in/token-out and RL routes, sampled logprobs of the
+    distribution it samples from (as agentrl serve's), on the run's model, threads and seed."""
+    inf = cfg.inference
+    cmd = [vllm_python(cfg) or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+           "--model", str(Path(cfg.model).resolve()), "--host", host, "--port", str(port),
+           "--enable-scale-out", "--logprobs-mode", "processed_logprobs", "--seed", str(cfg.seed + index),
+           "--max-num-seqs", str(inf.max_running_requests), "--disable-uvicorn-access-log"]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+    if cfg.device == "cpu":
+        cmd += ["--dtype", "float32", "--enforce-eager"]
+        env.update(VLLM_CPU_KVCACHE_SPACE=f"{inf.vllm_kv_cache_gib:g}", VLLM_CPU_OMP_THREADS_BIND="nobind",
+                   OMP_NUM_THREADS=str(inf.threads))
+    else:
+        env = {**env, **(ManagedServer.gpu_env_of(cfg, index) or {})}
+    return [*cmd, *inf.extra_args], env
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, log_path: Path,
+                 route: str = "/health_generate") -> None:
+    """Poll ``GET route`` until it answers 200 (SGLang and vLLM print no ready line of ours)."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
@@ -107,7 +153,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, log_path: P
             raise ServerUnavailable(f"the inference server at {url} exited with code {proc.returncode}; "
                                     f"see {log_path}")
         try:
-            if httpx.get(url + "/health_generate", timeout=5.0).status_code == 200:
+            if httpx.get(url + route, timeout=5.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -198,7 +198,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
 
     servers = json.loads((run_dir / "servers.json").read_text())
-    engine = RemoteEngine(servers["servers"], router=servers.get("router"), timeout=cfg.inference.request_timeout_s,
+    engine = RemoteEngine(servers["servers"], cfg.inference.client, router=servers.get("router"),
                           version=actor.version)
     tr.engine = engine
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,

@@ -45,7 +45,7 @@ class SGLangRouter:
         # a second free port for its Prometheus exporter (its default, 29000, is one per machine)
         return [sys.executable, "-m", "sglang_router.launch_router", "--host", self.host, "--port", str(self.port),
                 "--worker-urls", *self.workers, "--prometheus-port", str(free_port(self.host)),
-                "--request-timeout-secs", str(int(self.inference.request_timeout_s)), "--log-level", "warn",
+                "--request-timeout-secs", str(int(self.inference.client.timeout)), "--log-level", "warn",
                 *self.inference.router_args]
 
     def start(self) -> None:

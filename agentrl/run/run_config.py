@@ -11,11 +11,13 @@ What it is not: the launcher (``agentrl.run.local_launcher``) or the loop (``age
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agentrl.api import SamplingParams
+from agentrl.client.remote_engine import RemoteEngineConfig
 from agentrl.config import option
 from agentrl.errors import ConfigError
 from agentrl.trainer.trainer_config import TrainerConfig
@@ -36,6 +38,7 @@ class SamplingConfig:
 
 
 ROUTERS = ("client", "sglang")
+ENGINES = ("agentrl", "sglang", "vllm")
 LAUNCHERS = ("local", "ray")
 
 
@@ -43,15 +46,17 @@ LAUNCHERS = ("local", "ray")
 class InferenceConfig:
     """Where generation happens."""
 
-    servers: list[str] = option([], help="URLs of running servers (SGLang or agentrl serve); empty: start our own")
-    engine: str = option("agentrl", choices=("agentrl", "sglang"),
-                         help="what to start when servers is empty: agentrl serve (CPU or GPU), or "
-                              "python -m sglang.launch_server (needs the sglang extra and a GPU)")
+    servers: list[str] = option([], help="URLs of running servers (SGLang, vLLM or agentrl serve); empty: start "
+                                         "our own")
+    engine: str = option("agentrl", choices=ENGINES,
+                         help="what to start when servers is empty: agentrl serve (CPU or GPU), "
+                              "python -m sglang.launch_server (needs the sglang extra and a GPU), or vLLM's "
+                              "OpenAI server (`make vllm` installs it in .venv-vllm; or inference.vllm_python)")
     num_servers: int = option(1, ge=1, help="servers to start")
-    threads: int = option(1, ge=1, help="agentrl serve: torch threads of each server")
-    max_running_requests: int = option(256, ge=1, help="agentrl serve: requests decoded together")
+    threads: int = option(1, ge=1, help="agentrl serve and vLLM on CPU: torch threads of each server")
+    max_running_requests: int = option(256, ge=1, help="agentrl serve and vLLM: requests decoded together")
     extra_args: list[str] = option([], help="more command-line arguments for each started server")
-    request_timeout_s: float = option(600.0, gt=0, help="seconds one generation call may take")
+    request_timeout_s: float | None = option(None, gt=0, help="deprecated: use inference.client.timeout")
     startup_timeout_s: float = option(300.0, gt=0, help="seconds a started server may take to be ready")
     restart_failed: bool = option(True, help="restart a started server that dies (the client re-syncs its weights)")
     router: str = option("client", choices=ROUTERS,
@@ -59,6 +64,19 @@ class InferenceConfig:
                               "sglang: start SGLang's router (pip install sglang-router) in front of the servers "
                               "and generate through it (weight updates still go to every server)")
     router_args: list[str] = option([], help="more arguments for the router, e.g. [--policy, power_of_two]")
+    vllm_python: str | None = option(None, help="engine vllm: the Python that has vLLM; default .venv-vllm/bin/python "
+                                                "of the current directory or of this checkout, else this Python")
+    vllm_kv_cache_gib: float = option(1.0, gt=0, help="engine vllm on CPU: GiB of KV cache per server "
+                                                      "(VLLM_CPU_KVCACHE_SPACE)")
+    client: RemoteEngineConfig = option(RemoteEngineConfig, help="how the trainer and the rollouts reach the servers")
+
+    def __post_init__(self) -> None:
+        if self.request_timeout_s is not None:
+            warnings.warn("config key 'inference.request_timeout_s' is deprecated and will be removed; use "
+                          "inference.client.timeout", FutureWarning, stacklevel=2)
+            self.client, self.request_timeout_s = replace(self.client, timeout=self.request_timeout_s), None
+        if self.engine == "vllm" and self.client.engine == "auto":
+            self.client = replace(self.client, engine="vllm")
 
 
 @dataclass
@@ -258,6 +276,8 @@ def check_run_config(cfg: RunConfig) -> None:
         if importlib.util.find_spec("sglang") is None:
             raise ConfigError("config key 'inference.engine': sglang is not installed "
                               "(pip install 'agentrl[sglang]' on a GPU machine), or give inference.servers")
+    if cfg.inference.client.engine == "vllm" or cfg.inference.engine == "vllm":
+        check_vllm(cfg)
     if cfg.rollout.group_size < 2:  # every advantage is group-relative (trainer.advantages: GRPO, then batch norm)
         raise ConfigError(f"config key 'rollout.group_size': {cfg.rollout.group_size} episode per prompt gives "
                           "every advantage 0 (reward minus its group's mean), so the run would learn nothing; "
@@ -265,6 +285,24 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.rollout.max_concurrent < cfg.rollout.group_size:
         raise ConfigError(f"config key 'rollout.max_concurrent': {cfg.rollout.max_concurrent} cannot hold one "
                           f"group of rollout.group_size={cfg.rollout.group_size} episodes")
+
+
+def check_vllm(cfg: RunConfig) -> None:
+    """What a run on vLLM servers needs (``inference.engine: vllm`` or ``inference.client.engine: vllm``)."""
+    if cfg.trainer.weight_sync.transport == "distributed":
+        raise ConfigError("config key 'trainer.weight_sync.transport': distributed is not supported with vLLM yet "
+                          "(vLLM's weight-transfer routes are NCCL only and not wired up); use disk")
+    if cfg.inference.engine != "vllm" or cfg.inference.servers:
+        return
+    if cfg.launcher == "ray":
+        raise ConfigError("config key 'inference.engine': the Ray launcher does not start vLLM servers yet; start "
+                          "them yourself and list them in inference.servers, or use launcher=local")
+    from agentrl.run.local_launcher import vllm_python
+
+    if vllm_python(cfg) is None:
+        raise ConfigError("config key 'inference.engine': vllm is not installed here; run `make vllm` (vLLM in "
+                          ".venv-vllm), set inference.vllm_python to a Python that has it, or list running vLLM "
+                          "servers in inference.servers")
 
 
 def check_placement(cfg: RunConfig) -> None:

@@ -45,7 +45,7 @@ class Script:
 
 
 def engine_with(script: Script, **kw) -> RemoteEngine:
-    return RemoteEngine(["http://a"], transport=httpx.MockTransport(script), backoff=0.0, **kw)
+    return RemoteEngine(["http://a"], transport=httpx.MockTransport(script), backoff=0.0, engine="sglang", **kw)
 
 
 def test_remote_engine_is_an_inference_client():
@@ -193,7 +193,7 @@ async def test_a_group_is_one_request_and_an_aborted_sample_resumes_alone():
         return 200, answer([8], {"type": "stop", "matched": 8})
 
     fake = Generate(reply)
-    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0, engine="sglang")
     outs = await engine.generate_group([1, 2], SamplingParams(max_new_tokens=10, stop_token_ids=[8, 9]), 3)
     assert [o.tokens for o in outs] == [[5, 6, 7, 9], [8], [8]]
     assert outs[0].versions == [3, 3, 4, 4] and outs[0].finish_reason == "stop"
@@ -209,7 +209,7 @@ async def test_groups_of_one_tick_share_a_request_and_a_refusal_reaches_only_its
         return 200, answer([prompt[0]], {"type": "length", "length": 1})
 
     fake = Generate(reply)
-    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0, engine="sglang")
     sampling = SamplingParams(max_new_tokens=1)
     good = await asyncio.gather(*(engine.generate_group([p], sampling, 2) for p in (10, 11, 12)))
     assert [[o.tokens for o in g] for g in good] == [[[10], [10]], [[11], [11]], [[12], [12]]]
@@ -226,7 +226,7 @@ async def test_a_seeded_group_sends_consecutive_seeds_and_a_failed_group_falls_b
         return 200, answer([sp.get("sampling_seed", 0)], {"type": "length", "length": 1})
 
     fake = Generate(reply)
-    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0, engine="sglang")
     outs = await engine.generate_group([1], SamplingParams(max_new_tokens=1, seed=40), 3)
     assert [o.tokens for o in outs] == [[40], [41], [42]]
     assert fake.sent[0]["input_ids"] == [[1]] * 3 and "n" not in fake.sent[0]["sampling_params"][0]
@@ -235,7 +235,7 @@ async def test_a_seeded_group_sends_consecutive_seeds_and_a_failed_group_falls_b
         return (503, {"message": "busy"}) if sp.get("n") else (200, answer([4], {"type": "length", "length": 1}))
 
     fake = Generate(flaky)
-    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0)
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(fake), backoff=0.0, engine="sglang")
     outs = await engine.generate_group([1], SamplingParams(max_new_tokens=1), 2)
     assert [o.tokens for o in outs] == [[4], [4]] and engine.stats["retries"] == 1
     assert [b["input_ids"] for b in fake.sent] == [[1], [[1], [1]]]  # the two re-runs left together

@@ -1,0 +1,215 @@
+"""`RemoteEngine` against a real vLLM server (vLLM's CPU build): exact tokens and logprobs,
+weight updates with requests in flight, broken weights refused, and the gateway over it driven
+by the unmodified `openai` SDK. `agentrl train inference.engine=vllm` is tests/vllm/test_train_vllm.py."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import sys
+
+import httpx
+import openai
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+from agentrl.api import SamplingParams
+from agentrl.client import RemoteEngine
+from agentrl.client.checkpoint_check import check_checkpoint
+from agentrl.client.vllm_wire import sampling_params
+from agentrl.errors import RequestRejected
+from agentrl.process.services import ServiceProcess
+from agentrl.rollout.conversation import sampled_spans
+from agentrl.rollout.renderer import ChatRenderer
+
+PROMPTS = [[49, 50, 43, 55, 61], [52, 43, 56, 61], [57, 57, 45, 49, 52, 61]]
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+def hf_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    """log p(token) of each sampled token under the checkpoint, by transformers."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+
+
+@pytest.fixture()
+def perturbed(tiny_model_dir, tmp_path):
+    """A copy of the model whose every weight is scaled: a different policy, same tensors."""
+    out = tmp_path / "perturbed"
+    shutil.copytree(tiny_model_dir, out)
+    weights = load_file(out / "model.safetensors")
+    save_file({k: v * 0.9 for k, v in weights.items()}, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def test_the_sampled_tokens_and_logprobs_are_exact(vllm_server, hf_model):
+    """Greedy: vLLM's tokens are the checkpoint's argmax; every logprob (greedy and sampled at
+    T = 1) is the checkpoint's own log-probability of the token, by transformers; a group of
+    n = 4 comes back as 4 samples; stop ids end the output with the stop token kept."""
+    async def main():
+        async with RemoteEngine(vllm_server.url) as engine:
+            greedy = await asyncio.gather(*(engine.generate(p, SamplingParams(max_new_tokens=12, temperature=0))
+                                            for p in PROMPTS))
+            group = await engine.generate_group(PROMPTS[0], SamplingParams(max_new_tokens=12, ignore_eos=True), 4)
+            seeded = [await engine.generate_group(PROMPTS[1], SamplingParams(max_new_tokens=8, seed=7), 3)
+                      for _ in range(2)]
+            stop = await engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=12, temperature=0,
+                                                                    stop_token_ids=[greedy[0].tokens[1]]))
+            assert engine.config.engine == "auto" and engine._engine == "vllm"  # found from /v1/models
+            return greedy, group, seeded, stop
+
+    greedy, group, seeded, stop = asyncio.run(main())
+    for prompt, c in zip(PROMPTS, greedy, strict=True):
+        expect = hf_model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)[0, len(prompt):]
+        assert c.tokens == expect.tolist()[: len(c.tokens)] and c.finish_reason in ("stop", "length")
+        assert c.versions == [0] * len(c.tokens)
+        assert c.logprobs == pytest.approx(hf_logprobs(hf_model, prompt, c.tokens), abs=2e-3)
+    assert len(group) == 4 and all(len(c.tokens) == 12 and c.finish_reason == "length" for c in group)
+    for c in group:
+        assert c.logprobs == pytest.approx(hf_logprobs(hf_model, PROMPTS[0], c.tokens), abs=2e-3)
+    assert [c.tokens for c in seeded[0]] == [c.tokens for c in seeded[1]]  # seeds seed, seed + 1, ...
+    assert stop.tokens == greedy[0].tokens[:2] and stop.finish_reason == "stop"
+    assert stop.matched_stop == greedy[0].tokens[1]
+
+
+def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_model, tiny_model_dir, perturbed):
+    """Five updates (pause, reload from disk, new version, reset the prefix cache, resume)
+    while four 400-token requests run: every request ends with all 400 tokens, each tagged with
+    the version that sampled it, versions never decrease, and the tokens after the last update
+    (to the perturbed checkpoint) carry that checkpoint's logprobs."""
+    async def main():
+        async with RemoteEngine(vllm_server.url, version=0) as engine:
+            async def publish():
+                for v in range(1, 6):
+                    await until_tokens(engine, vllm_server.url, 40)
+                    await engine.pause()
+                    await engine.update_weights(str(perturbed if v % 2 else tiny_model_dir), v)
+                    await engine.resume()
+            try:
+                runs, _ = await asyncio.gather(asyncio.gather(*(
+                    engine.generate(PROMPTS[i % 3], SamplingParams(max_new_tokens=400, ignore_eos=True))
+                    for i in range(4))), publish())
+            finally:  # the committed weights back, for the other tests
+                await engine.pause()
+                await engine.update_weights(str(tiny_model_dir), 0)
+                await engine.resume()
+            return runs, dict(engine.stats)
+
+    runs, stats = asyncio.run(main())
+    assert stats["resumes"] >= 4, stats
+    last = AutoModelForCausalLM.from_pretrained(perturbed, dtype=torch.float32).eval()
+    for i, c in enumerate(runs):
+        assert len(c.tokens) == 400 and c.finish_reason == "length"
+        assert all(a <= b for a, b in itertools.pairwise(c.versions)), c.versions
+        assert c.versions[-1] == 5 and len(set(c.versions)) >= 3, [k for k, _ in itertools.groupby(c.versions)]
+        at = c.versions.index(5)
+        prompt = PROMPTS[i % 3] + c.tokens[:at]
+        assert c.logprobs[at:at + 20] == pytest.approx(hf_logprobs(last, prompt, c.tokens[at:at + 20]), abs=2e-3)
+
+
+async def until_tokens(engine: RemoteEngine, url: str, n: int) -> None:
+    """Until the server has produced ``n`` more tokens (vLLM's Prometheus counter)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        def count(text: str) -> float:
+            return sum(float(line.split()[-1]) for line in text.splitlines()
+                       if line.startswith("vllm:generation_tokens_total"))
+        start = count((await http.get(url + "/metrics")).text)
+        async with asyncio.timeout(60):
+            while True:
+                if count((await http.get(url + "/metrics")).text) - start >= n:
+                    return
+                await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "wrong-shape", "nan", "missing-tensor", "no-files"])
+def test_broken_weights_are_refused_and_the_old_ones_keep_serving(damage, vllm_server, tiny_model_dir, tmp_path):
+    """vLLM loads whatever it is given (a missing file ends the server), so the client checks
+    a checkpoint against the served one first: each damage is refused in one line naming it,
+    and the server goes on sampling what it sampled before, at the same version."""
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_model_dir, bad)
+    path = bad / "model.safetensors"
+    weights = load_file(path)
+    name = "model.layers.0.mlp.up_proj.weight"
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:-1000])
+    elif damage == "wrong-shape":
+        save_file({**weights, name: weights[name][:-1]}, path)
+    elif damage == "nan":
+        save_file({**weights, name: weights[name].clone().index_fill_(0, torch.tensor([3]), float("nan"))}, path)
+    elif damage == "missing-tensor":
+        save_file({k: v for k, v in weights.items() if k != name}, path)
+    else:
+        path.unlink()
+    expected = {"truncated": "truncated", "wrong-shape": "the served model's is", "nan": "non-finite",
+                "missing-tensor": "lacks", "no-files": "no [*].safetensors"}[damage]
+
+    async def main():
+        async with RemoteEngine(vllm_server.url) as engine:
+            greedy = SamplingParams(max_new_tokens=10, temperature=0)
+            before = await engine.generate(PROMPTS[2], greedy)
+            await engine.pause()
+            try:
+                with pytest.raises(RequestRejected, match=expected):
+                    await engine.update_weights(str(bad), 7)
+            finally:
+                await engine.resume()
+            after = await engine.generate(PROMPTS[2], greedy)
+            return before, after, engine.version
+
+    before, after, version = asyncio.run(main())
+    assert after == before and version == 0
+    assert httpx.get(vllm_server.url + "/weight_info").json()["weight_version"] in ("default", "0")
+
+
+def test_what_vllm_cannot_do_is_refused_by_name():
+    with pytest.raises(RequestRejected, match="stop_regex"):
+        sampling_params(SamplingParams(stop_regex=["x+"]))
+    sp = sampling_params(SamplingParams(min_new_tokens=2, repetition_penalty=1.1, seed=3, logit_bias={5: -1.0}))
+    assert sp["min_tokens"] == 2 and sp["repetition_penalty"] == 1.1 and sp["seed"] == 3
+    assert sp["logit_bias"] == {"5": -1.0} and sp["logprobs"] == 0
+
+
+def test_a_good_checkpoint_passes_the_check(tiny_model_dir, perturbed):
+    check_checkpoint(perturbed, tiny_model_dir)
+    check_checkpoint(perturbed, "/nonexistent/served/elsewhere")  # compared with nothing, still read
+
+
+def test_the_gateway_over_vllm_with_the_openai_sdk(vllm_server, tiny_model_dir, tmp_path):
+    """`agentrl gateway --upstream` a vLLM server: the unmodified SDK converses, and each call's
+    recorded tokens decode to what the SDK received, with the loss mask on the sampled ones."""
+    admin = "admin-key-for-vllm-tests"
+    cmd = [os.path.join(os.path.dirname(sys.executable), "agentrl"), "gateway", "--model", str(tiny_model_dir),
+           "--upstream", vllm_server.url, "--port", "0", "--api-key", admin, "--out", str(tmp_path / "out"),
+           "--served-model-name", "tiny"]
+    renderer = ChatRenderer(tiny_model_dir)
+    with ServiceProcess(cmd, ready="agentrl gateway: ready on ") as gateway:
+        session = httpx.post(f"{gateway.url}/v1/sessions", headers={"Authorization": f"Bearer {admin}"},
+                             json={}).json()
+        client = openai.OpenAI(base_url=session["base_url"], api_key=session["api_key"], max_retries=0)
+        messages = [{"role": "user", "content": "What is 12+30?"}]
+        received = []
+        for _ in range(2):
+            r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=40, temperature=0.7,
+                                               seed=11)
+            received.append(r.choices[0].message.content or "")
+            messages += [{"role": "assistant", "content": received[-1]}, {"role": "user", "content": "Sure?"}]
+        ended = httpx.post(f"{gateway.url}/v1/sessions/{session['session_id']}/end",
+                           headers={"Authorization": f"Bearer {session['api_key']}"},
+                           json={"return_trajectories": True, "style": "individual"}).json()
+    calls = ended["trajectories"]
+    assert len(calls) == 2, json.dumps(ended)[:500]
+    for t, content in zip(calls, received, strict=True):
+        [(start, end)] = sampled_spans(t["loss_mask"])
+        assert end == len(t["input_ids"])
+        assert renderer.decode(t["input_ids"][start:end], skip_special_tokens=True) == content
