@@ -1,0 +1,117 @@
+"""``agentrl serve`` against vLLM (its CPU build, ``make vllm``), both driven through ``RemoteEngine``.
+
+Same model, same torch threads, same sampling (T = 1), one server at a time (so neither shares
+its cores with the other). Two workloads:
+
+* ``demo``: the demo's rollout — 16 prompts x n = 16 samples x 12 new tokens, as
+  ``generate_group`` calls started together; measured in samples per second.
+* ``long``: ``benchmarks/inference.py``'s long-tailed one — 256 prompts, each with its own
+  output length drawn log-uniformly in [16, 256], ``ignore_eos``, at most 64 in flight;
+  measured in generated tokens per second.
+
+Each is run ``--reps`` times after a warm-up; the median counts. Last line: one JSON object
+with ``ratio_demo`` and ``ratio_long`` (agentrl serve / vLLM; above 1: agentrl serve is faster).
+
+    .venv/bin/python benchmarks/engines.py [--model DIR] [--threads 1] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from inference import log_uniform_lengths, make_prompts  # noqa: E402
+
+from agentrl.api import SamplingParams  # noqa: E402
+from agentrl.client import RemoteEngine  # noqa: E402
+from agentrl.config import load_config  # noqa: E402
+from agentrl.process.services import ServerProcess, free_port, stop_process  # noqa: E402
+from agentrl.run.local_launcher import vllm_command, vllm_python, wait_healthy  # noqa: E402
+from agentrl.run.run_config import RunConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def demo_round(engine: RemoteEngine, prompts: list[list[int]]) -> float:
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0)
+    t0 = time.perf_counter()
+    groups = await asyncio.gather(*(engine.generate_group(p, sampling, 16) for p in prompts))
+    wall = time.perf_counter() - t0
+    assert sum(len(g) for g in groups) == 16 * len(prompts)
+    return 16 * len(prompts) / wall
+
+
+async def long_round(engine: RemoteEngine, prompts: list[list[int]], lengths: list[int]) -> float:
+    gate = asyncio.Semaphore(64)
+
+    async def one(p: list[int], n: int) -> None:
+        async with gate:
+            out = await engine.generate(p, SamplingParams(max_new_tokens=n, temperature=1.0, ignore_eos=True))
+        assert len(out.tokens) == n, (len(out.tokens), n)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(p, n) for p, n in zip(prompts, lengths, strict=True)))
+    return sum(lengths) / (time.perf_counter() - t0)
+
+
+async def measure(url: str, demo_prompts, long_prompts, lengths, reps: int) -> dict:
+    async with RemoteEngine([url]) as engine:
+        await demo_round(engine, demo_prompts[:4])  # warm-up
+        await long_round(engine, long_prompts[:16], lengths[:16])
+        demo = [await demo_round(engine, demo_prompts) for _ in range(reps)]
+        long = [await long_round(engine, long_prompts, lengths) for _ in range(reps)]
+        api = engine._engine
+    return {"api": api, "demo_samples_per_s": [round(x, 1) for x in demo],
+            "long_tokens_per_s": [round(x, 1) for x in long]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(ROOT / "examples" / "tiny-model"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    cfg = load_config(RunConfig, None, [f"model={args.model}", "inference.engine=vllm",
+                                        f"inference.threads={args.threads}", "inference.max_running_requests=256"])
+    if vllm_python(cfg) is None:
+        sys.exit("benchmarks/engines.py: vLLM is not installed; run `make vllm`")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.model)
+    demo_prompts, long_prompts = make_prompts(tok, 16, seed=1), make_prompts(tok, 256, seed=2)
+    lengths = log_uniform_lengths(256, 16, 256, seed=2)
+
+    print(f"agentrl serve ({args.threads} thread(s)) ...", file=sys.stderr, flush=True)
+    with ServerProcess(args.model, "--max-running-requests", "256", threads=args.threads) as server:
+        ours = asyncio.run(measure(server.url, demo_prompts, long_prompts, lengths, args.reps))
+    print(f"  {ours}\nvLLM ({args.threads} thread(s)) ...", file=sys.stderr, flush=True)
+    port = free_port()
+    cmd, env = vllm_command(cfg, "127.0.0.1", port, 0)
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, 300, Path(log.name), route="/health")
+        theirs = asyncio.run(measure(f"http://127.0.0.1:{port}", demo_prompts, long_prompts, lengths, args.reps))
+    finally:
+        stop_process(proc)
+    print(f"  {theirs}", file=sys.stderr, flush=True)
+    med = statistics.median
+    print(json.dumps({
+        "benchmark": "engines", "threads": args.threads, "reps": args.reps,
+        "ratio_demo": round(med(ours["demo_samples_per_s"]) / med(theirs["demo_samples_per_s"]), 3),
+        "ratio_long": round(med(ours["long_tokens_per_s"]) / med(theirs["long_tokens_per_s"]), 3),
+        "agentrl": ours, "vllm": theirs,
+    }))
+
+
+if __name__ == "__main__":
+    main()
