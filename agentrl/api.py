@@ -177,12 +177,6 @@ class SamplingParams:
         if not all(math.isfinite(v) for v in self.logit_bias.values()):
             raise ValueError("logit_bias values must be finite numbers")
 
-    @property
-    def reshapes_logits(self) -> bool:
-        """Whether penalties, min-p, a logit bias or min_new_tokens change the distribution."""
-        return bool(self.min_p or self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0
-                    or self.min_new_tokens or self.logit_bias)
-
     def to_sglang(self) -> dict[str, Any]:
         """The ``sampling_params`` object of SGLang's ``POST /generate``."""
         out: dict[str, Any] = {

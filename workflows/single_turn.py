@@ -50,7 +50,8 @@ class SingleTurnWorkflow(EnvEpisodes):
             out = await client.generate(prompt, self.sampling)
             reply = self.renderer.decode(out.tokens, skip_special_tokens=True)
             _, reward, terminated, truncated, step_info = await self.envs.step(env, reply)
-        metrics = {"turns": 1.0, **step_metrics(step_info, terminated=terminated, truncated=truncated)}
+        metrics = {"turns": 1.0, "calls": 1.0, "calls_truncated": float(out.finish_reason == "length"),
+                   **step_metrics(step_info, terminated=terminated, truncated=truncated)}
         if not (terminated or truncated):
             metrics.update({"truncated": 1.0, "truncated_by/workflow": 1.0})
         n = len(prompt)

@@ -240,7 +240,8 @@ class TokenConversation:
 
     def export(self, style: ExportStyle = "concat") -> list[Trajectory]:
         """Trajectories of every recorded call: one per segment (``concat``) or per call (``individual``)."""
-        metrics = {"segments_per_episode": float(len(self.segments)), "calls": float(len(self.calls))}
+        metrics = {"segments_per_episode": float(len(self.segments)), "calls": float(len(self.calls)),
+                   "calls_truncated": float(sum(c.completion.finish_reason == "length" for c in self.calls))}
         if style == "concat":
             return [Trajectory(list(s.ids), list(s.mask), list(s.logprobs), list(s.versions),
                                reward=s.calls[-1].return_, num_turns=len(s.calls), metrics=dict(metrics))

@@ -43,6 +43,8 @@ log = logging.getLogger("agentrl.train")
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
+TRUNCATION_WARNING = 0.2
+"""A step whose completions stopped at the token budget this often or more is warned about (once)."""
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -265,6 +267,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     t_last = time.perf_counter()
     trainer_idle = 0.0
     gen_busy_last = executor.generation_busy_s()
+    warned_truncation = False
     step = start_step
     trained: list = []  # groups trained on since the last checkpoint: the log forgets them there
     try:
@@ -308,6 +311,12 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")
+            truncated = metrics.get("rollout/truncation_rate", 0.0)
+            if truncated >= TRUNCATION_WARNING and not warned_truncation:
+                warned_truncation = True
+                console.print(f"[yellow]warning:[/] step {step}: {truncated:.0%} of the completions stopped at "
+                              "the token budget (rollout.sampling.max_new_tokens); their answers are cut off — "
+                              "raise it, or check the model stops (metric rollout/truncation_rate)")
             summary["steps"] = step
             summary["step_s_mean"] = (summary.get("step_s_mean", wall) * 0.8 + wall * 0.2)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:

@@ -68,6 +68,10 @@ def batch_metrics(trajectories: Sequence[Trajectory], version: int) -> dict[str,
             if k.startswith("reward/"):
                 parts.setdefault(k, []).append(v)
     out.update({f"rollout/{k}": sum(v) / len(v) for k, v in parts.items()})
+    calls = [t for t in ok if "calls" in t.metrics and "calls_truncated" in t.metrics]
+    if calls:  # completions cut at max_new_tokens; a trajectory per call counts each call once
+        out["rollout/truncation_rate"] = (sum(t.metrics["calls_truncated"] for t in calls)
+                                          / max(1.0, sum(t.metrics["calls"] for t in calls)))
     return out
 
 

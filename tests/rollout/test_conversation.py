@@ -173,3 +173,21 @@ async def test_a_long_text_within_the_budget_is_tokenized_off_the_event_loop(tin
     assert size == len(text) and thread != threading.main_thread().name
     short = await TokenConversation(renderer).aprompt("What is 1+2?")
     assert renderer.encoded[-1] == (len("What is 1+2?"), threading.main_thread().name) and short.ids
+
+
+def test_completions_cut_at_the_token_budget_are_counted(renderer):
+    """Each exported trajectory says how many of its conversation's calls stopped at
+    max_new_tokens; a step's batch metrics turn that into rollout/truncation_rate."""
+    from agentrl.run.metrics import batch_metrics
+
+    conv = TokenConversation(renderer)
+    text = renderer.render([{"role": "user", "content": "q"}])
+    conv.record(conv.prompt(text), done([65, 257]))
+    cut = Completion([65, 66], [-0.25] * 2, [1] * 2, "length")
+    conv.record(conv.prompt(text), cut)
+    trajectories = conv.export("individual")
+    assert [t.metrics["calls_truncated"] for t in trajectories] == [1.0, 1.0]
+    assert batch_metrics(trajectories, 1)["rollout/truncation_rate"] == 0.5
+    for t in trajectories:  # a workflow that does not count calls reports no rate
+        del t.metrics["calls"]
+    assert "rollout/truncation_rate" not in batch_metrics(trajectories, 1)
