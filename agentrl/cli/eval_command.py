@@ -37,9 +37,9 @@ def run(args) -> int:
     from agentrl.errors import ConfigError
     from agentrl.process.services import exit_on_signals, run_async
     from agentrl.rollout.evaluate import curate, evaluate
+    from agentrl.rollout.renderer import token_decoder
     from agentrl.run.local_launcher import Run
-    from agentrl.run.loop import build_workflow, load_rows, token_decoder
-    from agentrl.run.run_config import RunConfig, check_run_config
+    from agentrl.run.run_config import RunConfig, build_workflow, check_run_config, dataset_rows
     from agentrl.run.run_lock import RunLock, describe
 
     config_path, overrides = split_items(args.items)
@@ -57,7 +57,7 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path(cfg.run_dir) / "eval"
     if args.curate and not Path(args.curate).resolve().parent.is_dir():
         raise ConfigError(f"--curate: the directory of {args.curate!r} does not exist")
-    rows = load_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
+    rows = dataset_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
     if k > 1 and cfg.eval.sampling.temperature == 0:
         print(f"agentrl eval: note: k={k} greedy samples are identical; set eval.sampling.temperature > 0")
     lock = RunLock(out, "agentrl eval", what="--out" if args.out else "config key 'run_dir'").acquire()

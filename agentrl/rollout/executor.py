@@ -74,6 +74,23 @@ class RowSource:
         return dict(self.rows[order[i]])
 
 
+@dataclass(frozen=True)
+class EpisodeKey:
+    """An episode's name in the episode log (``"index:sample"``): its row's place in the run's
+    order, and which of the group's samples it is."""
+
+    index: int
+    sample: int
+
+    def __str__(self) -> str:
+        return f"{self.index}:{self.sample}"
+
+    @classmethod
+    def parse(cls, key: str) -> EpisodeKey:
+        index, sample = key.split(":")
+        return cls(int(index), int(sample))
+
+
 @dataclass
 class Group:
     """The ``n`` episodes of one prompt (row ``index`` of the data)."""
@@ -287,18 +304,15 @@ class RolloutExecutor:
         if self.filter_equal_rewards and (len(set(rewards)) <= 1):
             self.counters["groups_filtered"] += 1
             if self.episode_log is not None:
-                self.episode_log.forget([self._key(group.index, k) for k in range(self.group_size)])
+                self.episode_log.forget([str(EpisodeKey(group.index, k)) for k in range(self.group_size)])
             return
         for t in group.trajectories:
             t.group_id = f"{self.run_id}-{group.index}"
         self._ready.append(group)
         self.accepted += 1
 
-    def _key(self, index: int, sample: int) -> str:
-        return f"{index}:{sample}"
-
     async def _run_episode(self, index: int, sample: int, row: dict[str, Any]) -> list[Trajectory] | None:
-        key = self._key(index, sample)
+        key = str(EpisodeKey(index, sample))
         episode_id = f"{self.run_id}-{key}"
         if self.episode_log is not None:
             done = self.episode_log.finished(key)

@@ -56,6 +56,12 @@ def load_tokenizer(tokenizer: str | Path | Any) -> Any:
     return tokenizer
 
 
+def token_decoder(model: str | Path) -> Any:
+    """``decode(ids) -> text`` with the model's tokenizer, special tokens kept (for samples)."""
+    tokenizer = load_tokenizer(model)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
 class ChatRenderer:
     """Messages -> text -> token ids and back, for one tokenizer and chat template."""
 

@@ -56,43 +56,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return path if (path / "rollout.json").is_file() else None
 
 
-def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = None) -> Any:
-    """The configured workflow, given the model's tokenizer and ``sampling`` (when it takes them)."""
-    import inspect
-
-    from agentrl.plugins import load_object
-
-    cls = load_object(cfg.rollout.workflow)
-    kwargs = {**cfg.rollout.workflow_args, **(overrides or {})}
-    params = inspect.signature(cls).parameters
-    if "tokenizer" in params and "tokenizer" not in kwargs:
-        kwargs["tokenizer"] = cfg.model
-    if "sampling" in params and "sampling" not in kwargs:
-        kwargs["sampling"] = sampling
-    if cfg.sandbox.spec() and "env_kwargs" in params:
-        kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.spec(), **(kwargs.get("env_kwargs") or {})}
-    return cls(**kwargs)
-
-
-def load_rows(spec: str, seed: int) -> list[dict[str, Any]]:
-    """The rows of ``rollout.dataset``/``eval.dataset``: a data file (a path, or a file shipped in
-    ``data/``), or ``module:function(seed)``."""
-    from agentrl.errors import ConfigError
-    from agentrl.plugins import load_object
-    from agentrl.run.run_config import dataset_file
-
-    path = dataset_file(spec)
-    if path is not None:
-        from agentrl.env.datasets import load_rows as read
-
-        return list(read(path))
-    rows = load_object(spec)(seed)
-    rows = list(rows)
-    if not all(isinstance(r, dict) for r in rows):
-        raise ConfigError(f"dataset {spec!r} must give dicts (one row per episode)")
-    return rows
-
-
 class Trainer:
     """Rank-local state of the loop: the actor, the publisher, and (rank 0) the rollout side."""
 
@@ -190,9 +153,11 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
 
     from agentrl.client.remote_engine import RemoteEngine
     from agentrl.rollout.evaluate import evaluate
-    from agentrl.rollout.executor import RolloutExecutor, RowSource
+    from agentrl.rollout.executor import EpisodeKey, RolloutExecutor, RowSource
     from agentrl.rollout.journal import EpisodeLog
+    from agentrl.rollout.renderer import token_decoder
     from agentrl.run.metrics import RunLog, batch_metrics, plot_curves
+    from agentrl.run.run_config import build_workflow, dataset_rows
     from agentrl.trainer.publish import WeightPublisher
 
     cfg, run_dir, actor = tr.cfg, tr.run_dir, tr.actor
@@ -209,13 +174,17 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     external = cfg.rollout.source == "gateway"
     workflow = rows = None
     if not external:  # the rows first: a dataset's module may register the environment the workflow makes
-        rows = RowSource(load_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
+        rows = RowSource(dataset_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
         workflow = build_workflow(cfg, cfg.rollout.sampling.params())
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
     keep = None
     if state is not None:
         pending = {int(i) for i in state["pending"]}
-        keep = lambda key: int(key.split(":")[0]) in pending or int(key.split(":")[0]) >= state["cursor"]  # noqa: E731
+        cursor = state["cursor"]
+
+        def keep(key: str) -> bool:  # the episodes of rows still to be trained on
+            index = EpisodeKey.parse(key).index
+            return index in pending or index >= cursor
     episode_log = EpisodeLog(run_dir / "rollout" / "episodes.jsonl", keep=keep)
     executor = RolloutExecutor(workflow, engine, rows, group_size=cfg.rollout.group_size,
                                batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
@@ -228,7 +197,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     eval_wf = eval_rows = None
     if cfg.eval.dataset:
         eval_wf = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
-        eval_rows = load_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
+        eval_rows = dataset_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
     summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text()) if resume_from and (
         run_dir / "summary.json").exists() else {}
 
@@ -347,14 +316,6 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary
-
-
-def token_decoder(model: str) -> Any:
-    """``decode(ids) -> text`` with the model's tokenizer, special tokens kept (for samples)."""
-    from agentrl.rollout.renderer import load_tokenizer
-
-    tokenizer = load_tokenizer(model)
-    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 
 
 async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Path, engine: Any, executor: Any,

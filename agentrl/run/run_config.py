@@ -210,6 +210,41 @@ def dataset_file(spec: str) -> Path | None:
     return data_path(spec)  # raises ConfigError naming what data/ holds
 
 
+def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = None) -> Any:
+    """The configured workflow, given the model's tokenizer and ``sampling`` (when it takes them)."""
+    import inspect
+
+    from agentrl.plugins import load_object
+
+    cls = load_object(cfg.rollout.workflow)
+    kwargs = {**cfg.rollout.workflow_args, **(overrides or {})}
+    params = inspect.signature(cls).parameters
+    if "tokenizer" in params and "tokenizer" not in kwargs:
+        kwargs["tokenizer"] = cfg.model
+    if "sampling" in params and "sampling" not in kwargs:
+        kwargs["sampling"] = sampling
+    if cfg.sandbox.spec() and "env_kwargs" in params:
+        kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.spec(), **(kwargs.get("env_kwargs") or {})}
+    return cls(**kwargs)
+
+
+def dataset_rows(spec: str, seed: int) -> list[dict[str, Any]]:
+    """The rows of ``rollout.dataset``/``eval.dataset``: a data file (a path, or a file shipped in
+    ``data/``), or ``module:function(seed)``."""
+    from agentrl.plugins import load_object
+
+    path = dataset_file(spec)
+    if path is not None:
+        from agentrl.env.datasets import load_rows as read
+
+        return list(read(path))
+    rows = load_object(spec)(seed)
+    rows = list(rows)
+    if not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(f"dataset {spec!r} must give dicts (one row per episode)")
+    return rows
+
+
 def check_run_config(cfg: RunConfig) -> None:
     """Refuse, before anything starts, what cannot work; each error names its config key."""
     from agentrl.plugins import load_object
