@@ -27,3 +27,13 @@ gymnasium.register("test/FlakyArith-v0", entry_point=FlakyArithEnv)
 
 def rows(seed: int) -> list[dict]:
     return training_rows(seed, n=2000)
+
+
+class BrokenArithEnv(ArithEnv):
+    """Arith-v0 whose every step raises (a run of it learns from nothing)."""
+
+    async def _turn(self, action):
+        raise RuntimeError("the broken env broke on purpose")
+
+
+gymnasium.register("test/BrokenArith-v0", entry_point=BrokenArithEnv)

@@ -140,6 +140,16 @@ def test_a_server_that_exits_at_once_is_said_to_have_exited(tmp_path):
     assert "did not become ready" not in out and time.monotonic() - started < 60
 
 
+def test_a_run_whose_episodes_all_fail_ends_with_code_1_saying_why(tmp_path):
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    t = Train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'run'}", "steps=2", "checkpoint.every_steps=0",
+              "rollout.dataset=flaky_arith:rows", "rollout.workflow_args.env_id=test/BrokenArith-v0",
+              "eval.dataset=null", *SMALL, env=env)
+    code, out = t.finish()
+    assert code == 1, out[-3000:]
+    assert "episodes failed (env_error" in out and "the run learned from almost nothing" in out, out[-2000:]
+
+
 def test_an_env_failing_on_30_percent_of_episodes_is_counted_not_fatal(tmp_path):
     run_dir = tmp_path / "run"
     env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
