@@ -96,14 +96,10 @@ def run(args) -> int:
         with exit_on_signals("agentrl train"):  # a SIGTERM stops the servers and ranks it started, too
             summary = launch(cfg, run_dir)
     print(json.dumps(summary), flush=True)
-    return 1 if mostly_failed(summary, run_dir) else 0
+    return 1 if mostly_failed(summary, run_dir, cfg.rollout.max_failed_fraction) else 0
 
 
-MOSTLY_FAILED = 0.9
-"""A run in which this share of the episodes or more failed exits with code 1."""
-
-
-def mostly_failed(summary: dict, run_dir) -> bool:
+def mostly_failed(summary: dict, run_dir, threshold: float) -> bool:
     """Whether nearly every episode failed; if so, say how on stderr (the failure kinds counted
     in RUN_DIR/metrics.jsonl) — such a run trained on almost nothing, and a script should know."""
     import json
@@ -112,7 +108,7 @@ def mostly_failed(summary: dict, run_dir) -> bool:
 
     counters = summary.get("counters") or {}
     finished, failed = counters.get("episodes_finished", 0), counters.get("episodes_failed", 0)
-    if not finished or failed < MOSTLY_FAILED * finished:
+    if not finished or failed < threshold * finished:
         return False
     kinds: Counter = Counter()
     metrics = run_dir / "metrics.jsonl"
@@ -121,8 +117,8 @@ def mostly_failed(summary: dict, run_dir) -> bool:
         kinds.update({k.removeprefix("rollout/failed_"): v for k, v in row.items() if k.startswith("rollout/failed_")})
     how = ", ".join(f"{k} {int(v)}" for k, v in kinds.most_common(3)) or "see the trajectories"
     print(f"agentrl train: {failed} of {finished} episodes failed ({how}); the run learned from almost nothing. "
-          f"The failed episodes and their errors are in {run_dir}/trajectories and `agentrl view {run_dir}`",
-          file=sys.stderr, flush=True)
+          f"The first error: {summary.get('first_error', '?')}. All of them: {run_dir}/rollout/episodes.jsonl, "
+          f"`agentrl view {run_dir}`", file=sys.stderr, flush=True)
     return True
 
 

@@ -151,6 +151,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     """Rank 0: the rollout side and the schedule of the steps."""
     from rich.console import Console
 
+    from agentrl.api import TrajectoryStatus
     from agentrl.client.remote_engine import RemoteEngine
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.executor import EpisodeKey, RolloutExecutor, RowSource
@@ -287,6 +288,10 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                               "the token budget (rollout.sampling.max_new_tokens); their answers are cut off — "
                               "raise it, or check the model stops (metric rollout/truncation_rate)")
             summary["steps"] = step
+            if "first_error" not in summary:  # what a run whose episodes fail says first
+                failed = next((t for t in trajectories if t.status is not TrajectoryStatus.OK), None)
+                if failed is not None:
+                    summary["first_error"] = f"{failed.status.value}: {(failed.error or '')[:500]}"
             summary["step_s_mean"] = (summary.get("step_s_mean", wall) * 0.8 + wall * 0.2)
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:
                 await run_eval(step, "at")

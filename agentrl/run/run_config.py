@@ -97,6 +97,8 @@ class RolloutConfig:
     filter_equal_rewards: bool = option(False, help="drop groups whose rewards are all equal and admit "
                                                     "another prompt (DAPO's dynamic sampling); counted")
     episode_timeout_s: float | None = option(None, gt=0, help="an episode running longer is a TIMEOUT failure")
+    max_failed_fraction: float = option(0.9, gt=0, le=1, help="agentrl train exits with code 1 when this share of "
+                                                              "the episodes or more failed (saying the first error)")
     sampling: SamplingConfig = option(SamplingConfig, help="sampling during rollouts")
 
 
@@ -253,6 +255,7 @@ def check_run_config(cfg: RunConfig) -> None:
     if not (model / "config.json").is_file():
         raise ConfigError(f"config key 'model': {cfg.model!r} is not a model directory (no config.json); "
                           "build the demo one with `agentrl model tiny --out DIR`")
+    check_context(cfg, model)
     if cfg.rollout.source == "gateway":
         import ipaddress
         import os
@@ -320,6 +323,24 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.rollout.max_concurrent < cfg.rollout.group_size:
         raise ConfigError(f"config key 'rollout.max_concurrent': {cfg.rollout.max_concurrent} cannot hold one "
                           f"group of rollout.group_size={cfg.rollout.group_size} episodes")
+
+
+def check_context(cfg: RunConfig, model: Path) -> None:
+    """A token budget that leaves no room for a prompt in the model's context fails every
+    episode (the server refuses prompt + max_new_tokens beyond it): refuse it here, by key."""
+    import json
+
+    try:
+        context = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return  # the model's own loader says what is wrong with it
+    if not isinstance(context, int):
+        return
+    for key, sampling in (("rollout.sampling", cfg.rollout.sampling), ("eval.sampling", cfg.eval.sampling)):
+        if sampling.max_new_tokens >= context:
+            raise ConfigError(f"config key '{key}.max_new_tokens': {sampling.max_new_tokens} tokens leave no room for "
+                              f"a prompt in the model's context of {context} tokens (max_position_embeddings); "
+                              f"every episode would fail. Use at most {context // 2} or so")
 
 
 def check_vllm(cfg: RunConfig) -> None:

@@ -148,6 +148,7 @@ def test_a_run_whose_episodes_all_fail_ends_with_code_1_saying_why(tmp_path):
     code, out = t.finish()
     assert code == 1, out[-3000:]
     assert "episodes failed (env_error" in out and "the run learned from almost nothing" in out, out[-2000:]
+    assert "The first error: env_error: " in out and "the broken env broke on purpose" in out, out[-2000:]
 
 
 def test_an_env_failing_on_30_percent_of_episodes_is_counted_not_fatal(tmp_path):

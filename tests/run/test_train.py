@@ -122,6 +122,10 @@ def test_bad_configs_fail_before_anything_starts(tmp_path):
     assert out.returncode == 2 and "rollout.workflow_args.env_id" in out.stderr and "Arith-v0" in out.stderr
     out = train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'c'}", "model=/nonexistent", timeout=120)
     assert out.returncode == 2 and "config key 'model'" in out.stderr
-    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    out = train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'd'}", "eval.sampling.max_new_tokens=1024",
+                timeout=120)  # the tiny model's whole context
+    assert out.returncode == 2 and "config key 'eval.sampling.max_new_tokens'" in out.stderr
+    assert "context of 1024 tokens" in out.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
     out = train("--resume", str(tmp_path / "nothing"), timeout=120)
     assert out.returncode == 2 and "no complete checkpoint" in out.stderr
