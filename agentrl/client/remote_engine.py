@@ -273,7 +273,7 @@ class RemoteEngine:
             except (httpx.HTTPError, ValueError, AttributeError):
                 continue
             self._engine = "vllm" if "vllm" in owners else "sglang"
-            log.info("inference servers speak %s's API (GET %s/v1/models)", self._engine, s.address)
+            log.debug("inference servers speak %s's API (GET %s/v1/models)", self._engine, s.address)
             return self._engine
         return "sglang"  # none answers yet: asked again on the next call
 

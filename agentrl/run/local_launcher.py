@@ -173,6 +173,7 @@ class Run:
         self.router: Any = None
         self.trainer: subprocess.Popen | None = None
         self.trainer_lines: list[str] = []
+        self.stopping = False
         self.events: list[str] = []
 
     def say(self, message: str) -> None:
@@ -216,8 +217,8 @@ class Run:
         def take(line: str) -> None:
             self.trainer_lines.append(line)
             del self.trainer_lines[:-200]
-            if not line.startswith("agentrl train: summary "):
-                self.echo(line)
+            if not line.startswith("agentrl train: summary ") and not self.stopping:
+                self.echo(line)  # once stopping, the ranks' last words (torchrun's traceback) go to the log only
 
         self._pump = pump_output(self.trainer, self.log_dir / "trainer.log", take, "trainer-output")
 
@@ -231,6 +232,7 @@ class Run:
         return self.trainer.returncode
 
     def stop(self) -> None:
+        self.stopping = True
         if self.trainer is not None and self.trainer.poll() is None:
             os.killpg(self.trainer.pid, signal.SIGTERM)  # torchrun forwards it to the ranks
             try:

@@ -105,6 +105,7 @@ def test_sigterm_stops_the_run_and_every_process_it_started(tmp_path):
     t.proc.send_signal(signal.SIGTERM)  # what kill, Slurm's scancel or a closed terminal (SIGHUP) send
     code, out = t.finish(timeout=120)
     assert code == 128 + signal.SIGTERM and "agentrl train: SIGTERM received; stopping its processes" in out, out[-3000:]
+    assert "Traceback" not in out and "SignalException" not in out, out[-3000:]  # one line, not torchrun's last words
     time.sleep(1)
     assert pids_with(str(run_dir)) == [] and pids_with("agentrl", "serve", "--port", port) == []  # nothing left
 
