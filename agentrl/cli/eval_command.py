@@ -29,6 +29,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     import json
+    from dataclasses import asdict
     from pathlib import Path
 
     from agentrl.cli.train_command import split_items
@@ -63,7 +64,15 @@ def run(args) -> int:
     lock = RunLock(out, "agentrl eval", what="--out" if args.out else "config key 'run_dir'").acquire()
     if lock.taken_over:
         print(f"agentrl eval: took over the lock of {describe(lock.taken_over)}, which ended without releasing it")
-    run = Run(cfg, out)
+    try:
+        same_settings(out, {"model": str(Path(cfg.model).resolve()), "dataset": cfg.eval.dataset,
+                            "limit": cfg.eval.limit, "k": k, "sampling": asdict(cfg.eval.sampling),
+                            "workflow": cfg.rollout.workflow,
+                            "workflow_args": {**cfg.rollout.workflow_args, **cfg.eval.workflow_args}})
+    except BaseException:
+        lock.release()
+        raise
+    run = Run(cfg, out, name="agentrl eval")
 
     async def main() -> dict:
         async with RemoteEngine(urls, cfg.inference.client) as engine:
@@ -90,3 +99,27 @@ def run(args) -> int:
         result["curated_path"] = args.curate
     print(json.dumps(result), flush=True)
     return 0
+
+
+SETTINGS = "eval_settings.json"
+"""``DIR/eval_settings.json``: what the results in ``DIR/eval.jsonl`` were measured with."""
+
+
+def same_settings(out, settings: dict) -> None:
+    """Resume ``out``'s results only if they were measured with these settings: refuse, naming
+    what differs, when they were not (mixing them would report a score of no model at all)."""
+    import json
+
+    from agentrl.errors import ConfigError
+
+    path, results = out / SETTINGS, out / "eval.jsonl"
+    settings = json.loads(json.dumps(settings, default=str))
+    if results.is_file() and results.stat().st_size and path.is_file():
+        before = json.loads(path.read_text())
+        differ = sorted(k for k in settings.keys() | before.keys() if settings.get(k) != before.get(k))
+        if differ:
+            shown = "; ".join(f"{k}: {before.get(k)!r} then, {settings.get(k)!r} now" for k in differ)
+            raise ConfigError(f"{results} holds results measured with other settings ({shown}); "
+                              f"evaluate into another --out, or delete {results} to start afresh")
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=1) + "\n")

@@ -164,8 +164,9 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, log_path: P
 class Run:
     """The children of one ``agentrl train`` and their watch; see the module docstring."""
 
-    def __init__(self, cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None) -> None:
-        self.cfg, self.run_dir = cfg, run_dir
+    def __init__(self, cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None,
+                 name: str = "agentrl train") -> None:
+        self.cfg, self.run_dir, self.name = cfg, run_dir, name
         self.echo = echo or (lambda line: print(line, end="", flush=True))
         self.log_dir = run_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +179,7 @@ class Run:
 
     def say(self, message: str) -> None:
         self.events.append(message)
-        self.echo(f"agentrl train: {message}\n")
+        self.echo(f"{self.name}: {message}\n")
 
     def start_servers(self) -> list[str]:
         inf = self.cfg.inference

@@ -124,3 +124,22 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_from_step_0(tmp_path
         assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1]  # a fresh run, not the stopped one
         (aside,) = (restarted / "stopped").iterdir()
         assert '"step": 2' in (aside / "metrics.jsonl").read_text()  # the stopped attempt's outputs are kept
+
+
+def test_agentrl_eval_resumes_only_results_of_the_same_settings(tiny_server, tmp_path):
+    """A rerun with the same settings resumes (nothing re-played); one with other sampling is
+    refused, naming what differs, instead of mixing two models' or settings' scores."""
+    def evaluate(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "agentrl"), "eval", "examples/arith_grpo.yaml",
+                               f"run_dir={tmp_path}", f"inference.servers=[{tiny_server.url}]", "eval.limit=4", *extra],
+                              cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+    first = evaluate()
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    again = evaluate()
+    assert again.returncode == 0 and json.loads(again.stdout.splitlines()[-1])["pass@1"] == \
+        json.loads(first.stdout.splitlines()[-1])["pass@1"]
+    assert len((tmp_path / "eval" / "eval.jsonl").read_text().splitlines()) == 4  # resumed: nothing played twice
+    other = evaluate("eval.sampling.temperature=1.0")
+    assert other.returncode == 2 and "holds results measured with other settings (sampling:" in other.stderr, \
+        other.stderr[-2000:]
+    assert "evaluate into another --out" in other.stderr
