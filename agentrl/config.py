@@ -8,6 +8,12 @@ registry of all settings in one file.
 Main hooks:
     cfg = load_config(TinyModelConfig, "run.yaml", ["model.hidden_size=64"])
     save_config(cfg, run_dir / "config.yaml")   # the resolved config, beside the outputs
+    add_arguments(parser, ServeConfig); cfg = from_args(ServeConfig, parser.parse_args())
+
+A command's flags are generated from the same dataclass (``--field-name`` for ``field_name``,
+or ``option(flag=...)``), so a setting is declared once, with its default, bounds and help.
+A nested section's default instance (``option(SamplingConfig(temperature=0.0))``) is what a
+section given in part starts from.
 
 Every mistake becomes a one-line ``ConfigError`` naming the dotted key, the value that
 came, and what is allowed ("did you mean ...?" for misspelt keys).
@@ -15,6 +21,8 @@ came, and what is allowed ("did you mean ...?" for misspelt keys).
 
 from __future__ import annotations
 
+import argparse
+import copy
 import dataclasses
 import difflib
 import functools
@@ -43,15 +51,31 @@ def option(
     le: float | None = None,
     lt: float | None = None,
     choices: Iterable[Any] | None = None,
+    flag: str | None = None,
+    cli: bool = True,
 ) -> Any:
-    """A documented, validated dataclass field. Mutable defaults are copied per instance."""
+    """A documented, validated dataclass field. Mutable defaults are copied per instance.
+
+    ``default`` may be a dataclass (its defaults) or an instance of one (a section whose
+    defaults differ from its class's, copied per instance). ``flag``: the command-line
+    spelling when it is not ``--field-name``; ``cli=False``: no flag (``add_arguments``).
+    """
     meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt,
-            "choices": tuple(choices) if choices is not None else None}
+            "choices": tuple(choices) if choices is not None else None, "flag": flag, "cli": cli}
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     if dataclasses.is_dataclass(default) and isinstance(default, type):
         return dataclasses.field(default_factory=default, metadata=meta)
+    if dataclasses.is_dataclass(default):
+        return dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    """The value a field gets when not given (``_MISSING`` for a required one)."""
+    if f.default is not _MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not _MISSING else _MISSING
 
 
 # --------------------------------------------------------------------------- loading
@@ -110,8 +134,12 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def from_dict(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
-    """Validate ``data`` against the dataclass ``cls`` (recursively) and build it."""
+def from_dict(cls: type[T], data: Mapping[str, Any], prefix: str = "", base: Any = None) -> T:
+    """Validate ``data`` against the dataclass ``cls`` (recursively) and build it.
+
+    Keys not in ``data`` take ``base``'s values (an instance of ``cls``), else the field's
+    default; a nested section given in part starts from the field's default instance, so
+    ``eval.sampling.max_new_tokens=48`` keeps ``eval.sampling``'s greedy temperature."""
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"config key {prefix.rstrip('.') or '<root>'!r}: expected a section (mapping), "
@@ -130,10 +158,15 @@ def from_dict(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
     kwargs = {}
     for name, f in fields.items():
         if name not in data:
-            if f.default is _MISSING and f.default_factory is _MISSING:
+            if base is not None:
+                kwargs[name] = getattr(base, name)
+            elif f.default is _MISSING and f.default_factory is _MISSING:
                 raise ConfigError(f"config key {prefix + name!r} is required: {f.metadata.get('help', '')}")
             continue
-        kwargs[name] = _coerce(hints[name], data[name], prefix + name, f.metadata)
+        default = getattr(base, name) if base is not None else _MISSING
+        if default is _MISSING and isinstance(data[name], Mapping):  # a section: from its default instance
+            default = _default_of(f)
+        kwargs[name] = _coerce(hints[name], data[name], prefix + name, f.metadata, default)
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -142,7 +175,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
         raise ConfigError(f"config section {prefix.rstrip('.') or '<root>'!r}: {e}") from e
 
 
-def _coerce(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+def _coerce(tp: Any, value: Any, key: str, meta: Mapping[str, Any], default: Any = _MISSING) -> Any:
+    """``value`` as a ``tp``; a section (dataclass) given in part starts from ``default``."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -151,13 +185,14 @@ def _coerce(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _coerce(arg, value, key, meta)
+                return _coerce(arg, value, key, meta, default)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if len(errors) == 1 else f"config key {key!r}: got {value!r}, "
                           f"expected one of {[_type_name(a) for a in args]}")
     if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value if value is not None else {}, key + ".")
+        return from_dict(tp, value if value is not None else {}, key + ".",
+                         base=default if isinstance(default, tp) else None)
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"config key {key!r}: got {value!r}, expected one of {list(args)}")
@@ -225,10 +260,13 @@ def choices_of(tp: Any, meta: Mapping[str, Any]) -> tuple[Any, ...] | None:
 
 
 def bound_problem(value: Any, tp: Any, meta: Mapping[str, Any]) -> str | None:
-    """What ``value`` breaks of an ``option``'s choices and bounds (``"must be >= 16"``), or None."""
+    """What ``value`` breaks of an ``option``'s choices and bounds (``"must be >= 16"``), or None.
+    None is within every bound (a field that may be None says so in its type)."""
     choices = choices_of(tp, meta)
     if choices is not None:
         return None if value in choices else f"must be one of {list(choices)}"
+    if value is None:
+        return None
     for bound, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
                             ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
         b = meta.get(bound)
@@ -273,17 +311,82 @@ def save_config(cfg: Any, path: str | Path) -> Path:
     return path
 
 
-def describe(cls: type) -> list[tuple[str, str, Any, str]]:
-    """(dotted key, type, default, help) for every field, nested sections included."""
+def describe(cls: type, defaults: Any = None) -> list[tuple[str, str, Any, str]]:
+    """(dotted key, type, default, help) for every field, nested sections included (their
+    defaults those of the section's default instance, or of ``defaults``, an instance of ``cls``)."""
     rows: list[tuple[str, str, Any, str]] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
+        default = getattr(defaults, f.name) if defaults is not None else _default_of(f)
         if dataclasses.is_dataclass(tp):
-            rows += [(f"{f.name}.{k}", t, d, h) for k, t, d, h in describe(tp)]
+            nested = default if isinstance(default, tp) else None
+            rows += [(f"{f.name}.{k}", t, d, h) for k, t, d, h in describe(tp, nested)]
             continue
-        default = f.default if f.default is not _MISSING else (
-            f.default_factory() if f.default_factory is not _MISSING else "<required>")
-        rows.append((f.name, _type_name(tp) if not typing.get_args(tp) else str(tp), default,
-                     f.metadata.get("help", "")))
+        rows.append((f.name, _type_name(tp) if not typing.get_args(tp) else str(tp),
+                     "<required>" if default is _MISSING else default, f.metadata.get("help", "")))
     return rows
+
+
+# --------------------------------------------------------------------------- command-line flags
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per field of the dataclass ``cls``: ``--field-name`` (or ``option(flag=...)``),
+    its type from the annotation (``int``, ``float``, ``str``, ``X | None``, a ``Literal`` or
+    ``choices`` as the allowed values; a ``bool`` is a switch: ``--x`` when it defaults to
+    False, ``--x/--no-x`` otherwise), its help the option's, with the default. A field
+    without a default is a required flag; ``option(cli=False)`` leaves a field out.
+    ``parser`` may be an argument group. Build the config with ``from_args``, which validates
+    like a config file does."""
+    hints = _hints(cls)
+    for f in _flag_fields(cls):
+        tp, meta = hints[f.name], f.metadata
+        kind, choices = _flag_type(cls, f.name, tp)
+        default = _default_of(f)
+        help_ = meta.get("help", "").replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name}
+        if kind is bool:
+            kwargs["action"] = "store_true" if default is False else argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = kind
+            choices = choices_of(tp, meta) or choices
+            if choices is not None:
+                kwargs["choices"] = choices
+        if default is _MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = default
+            if default is not None and kind is not bool:
+                help_ += f" (default: {default})".replace("%", "%%")
+        parser.add_argument(_flag_of(f), help=help_, **kwargs)
+
+
+def from_args(cls: type[T], args: argparse.Namespace, **extra: Any) -> T:
+    """The ``cls`` the flags of ``add_arguments(parser, cls)`` in ``args`` give, ``extra``
+    (field values the command computes, e.g. a key from the environment) on top; validated
+    by ``from_dict``, so a value out of bounds is the one-line ``ConfigError`` naming its key."""
+    data = {f.name: getattr(args, f.name) for f in _flag_fields(cls)}
+    return from_dict(cls, {**data, **extra})
+
+
+def _flag_fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.init and f.metadata.get("cli", True)]
+
+
+def _flag_of(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _flag_type(cls: type, name: str, tp: Any) -> tuple[type, tuple[Any, ...] | None]:
+    """The flag's argparse type (and a ``Literal``'s values) for a field annotated ``tp``."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 else tp
+    if typing.get_origin(tp) is typing.Literal:
+        values = typing.get_args(tp)
+        return type(values[0]), values
+    if tp in (bool, int, float, str):
+        return tp, None
+    raise TypeError(f"{cls.__name__}.{name}: a field of type {tp} has no command-line flag; "
+                    "declare it with option(..., cli=False)")

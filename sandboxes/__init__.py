@@ -4,7 +4,8 @@
                                  as root, or rootless inside bubblewrap
     docker.py     DockerSandbox  a warm pool of locked-down containers
     remote.py     RemoteSandbox  the client of the sandbox service (service.py, FastAPI;
-                                 admission.py: request validation, ceilings, concurrency)
+                                 admission.py: request validation, concurrency;
+                                 ceilings.py: the operator's limits)
     fleet.py      SandboxFleet   several sandbox services, the least busy first
     supervisor.py our pid 1 inside every jail and container: runs, caps, kills, reports
     seccomp.py    the seccomp filter every program runs under (compiled with libseccomp)

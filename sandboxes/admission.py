@@ -6,8 +6,8 @@ request). ``parse_request`` turns an HTTP body into an ``ExecRequest`` or refuse
 ``agentrl.errors.Refused`` (a 4xx status and a message saying what was expected): not a JSON
 object (400, ``agentrl.http_edge.parse_json``: not JSON, nested too deeply, a lone surrogate
 escape that no UTF-8 text can hold, empty, an array), and 422 or 413 for an unknown
-field, a field of the wrong type, a limit above a ``Ceilings`` value (named in the message),
-code or files larger than allowed, a file name outside the work dir.
+field, a field of the wrong type, a limit above a ``Ceilings`` value (named in the message;
+``sandboxes.ceilings``), code or files larger than allowed, a file name outside the work dir.
 ``Admission`` bounds what runs at once — single runs and open sessions alike, a session
 holding its place from open to close — and how many wait.
 
@@ -21,31 +21,15 @@ import asyncio
 import base64
 import binascii
 import contextlib
-from dataclasses import dataclass
 
 from agentrl.api import ExecRequest
-from agentrl.config import option
 from agentrl.errors import Refused
 from agentrl.http_edge import parse_body, parse_json
+from sandboxes.ceilings import Ceilings
 from sandboxes.wire import check_names
 
 QUEUE_WAIT_S = 600.0
 """Longest a request waits for a free place before it is refused (503)."""
-
-
-@dataclass
-class Ceilings:
-    """The most one request may ask for, set by the service's operator (``agentrl sandbox
-    serve --max-...``). A request above one is refused (4xx) with the ceiling's name. The
-    number of processes a program may have is the backend's own setting (``--max-processes``)."""
-
-    max_time_s: float = option(60.0, help="largest time_limit_s a request may set", gt=0)
-    max_memory_mb: int = option(2048, help="largest memory_limit_mb a request may set", ge=16)
-    max_output_bytes: int = option(8 << 20, help="largest output_limit_bytes (per stream) a request may set", ge=1)
-    max_code_bytes: int = option(1 << 20, help="largest program, in UTF-8 bytes", ge=1)
-    max_file_bytes: int = option(32 << 20, help="largest total size of files and files_b64 (decoded)", ge=0)
-    max_fetch: int = option(64, help="most file names a request may fetch", ge=0)
-    max_request_bytes: int = option(64 << 20, help="largest HTTP request body (stdin included)", ge=1024)
 
 
 def maxima(ceilings: Ceilings) -> dict[str, tuple[str, float]]:

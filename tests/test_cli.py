@@ -66,3 +66,29 @@ def test_overrides_may_come_after_flags():
     r = subprocess.run([AGENTRL, "eval", "examples/arith_grpo.yaml", "--no-such-flag"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unrecognized arguments: --no-such-flag" in r.stderr, r.stderr
+
+
+def test_serve_and_gateway_flags_are_their_configs_with_the_defaults_of_before():
+    """Issue 22: ``agentrl serve`` and ``agentrl gateway`` declared their flags by hand beside
+    ServeConfig, Gateway's keyword defaults and the run's gateway section; now the flags come
+    from ServeConfig and GatewayConfig, and say what they said."""
+    from agentrl.cli import build_parser
+
+    parser = build_parser()
+    serve = parser.parse_args(["serve", "--model", "m"])
+    assert (serve.host, serve.port, serve.device, serve.max_running_requests, serve.disable_radix_cache,
+            serve.api_key, serve.max_request_bytes, serve.log_level) == (
+        "127.0.0.1", 30000, "cpu", 64, False, None, 64 << 20, "warning")
+    assert parser.parse_args(["serve", "--model", "m", "--disable-radix-cache"]).disable_radix_cache is True
+    gateway = parser.parse_args(["gateway", "--model", "m", "--upstream", "u", "--upstream", "v",
+                                 "--session-timeout", "3"])
+    assert (gateway.upstream, gateway.port, gateway.session_timeout_s, gateway.max_sessions,
+            gateway.max_session_tokens, gateway.max_body_bytes, gateway.default_max_tokens) == (
+        ["u", "v"], 30100, 3.0, 4096, 65536, 4 << 20, 1024)
+
+
+def test_a_flag_out_of_bounds_is_one_line_naming_its_key():
+    r = subprocess.run([AGENTRL, "gateway", "--model", "m", "--upstream", "http://127.0.0.1:9",
+                        "--session-timeout", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "agentrl gateway: error: config key 'session_timeout_s': got 0.0, expected a value > 0"), r.stderr

@@ -36,8 +36,8 @@ def service(request, untrained_model_dir):
     """(the app, a route that reads a JSON body) for each service, with key ``KEY`` and a body
     limit of ``LIMIT`` bytes."""
     if request.param == "serve":
+        from agentrl.inference.serve_config import ServeConfig
         from agentrl.inference.server import build_app
-        from agentrl.inference.state import ServeConfig
 
         config = ServeConfig(model=str(untrained_model_dir), api_key=KEY, max_request_bytes=LIMIT)
         return build_app(config), "/generate"
@@ -46,7 +46,7 @@ def service(request, untrained_model_dir):
         from agentrl.rollout.gateway_routes import build_app
 
         return build_app(Gateway(None, untrained_model_dir), api_key=KEY, max_body_bytes=LIMIT), "/v1/sessions"
-    from sandboxes.admission import Ceilings
+    from sandboxes.ceilings import Ceilings
     from sandboxes.service import build_app
 
     return build_app(EchoSandbox(), api_key=KEY, ceilings=Ceilings(max_request_bytes=LIMIT)), "/run"
@@ -107,7 +107,8 @@ def test_the_exec_request_is_declared_once():
     """The sandbox service's body schema, its parser and ``ExecRequest`` itself read the same
     declaration: a bound in the schema is the bound the parser and the constructor enforce."""
     from agentrl.http_edge import body_schema, parse_body
-    from sandboxes.admission import Ceilings, maxima
+    from sandboxes.admission import maxima
+    from sandboxes.ceilings import Ceilings
 
     limits = maxima(Ceilings(max_time_s=5, max_fetch=2))
     schema = body_schema(ExecRequest, limits)

@@ -9,8 +9,8 @@
 once it listens (``--port 0`` picks a free port); the key may also come from
 ``AGENTRL_SANDBOX_API_KEY``. It refuses a non-loopback ``--host`` without a key (anyone who
 reaches the port could run code) unless told ``--insecure``. The ``--max-*`` options are the
-ceilings of what one request may ask for (``sandboxes.admission.Ceilings``). The local
-backend runs rootless (bubblewrap) when not root, or with ``--local-mode rootless``.
+ceilings of what one request may ask for, generated from ``sandboxes.ceilings.Ceilings``. The
+local backend runs rootless (bubblewrap) when not root, or with ``--local-mode rootless``.
 Backends are resolved by ``agentrl.plugins.make_sandbox``.
 """
 
@@ -18,20 +18,15 @@ from __future__ import annotations
 
 import argparse
 
-CEILINGS = (
-    ("--max-time-s", float, "largest time_limit_s one request may set"),
-    ("--max-memory-mb", int, "largest memory_limit_mb one request may set"),
-    ("--max-output-bytes", int, "largest output_limit_bytes one request may set"),
-    ("--max-code-bytes", int, "largest program, in UTF-8 bytes"),
-    ("--max-file-bytes", int, "largest total of files and files_b64, decoded"),
-    ("--max-fetch", int, "most files one request may fetch"),
-    ("--max-request-bytes", int, "largest HTTP body, stdin included"),
-)
-"""The service's ceilings (``sandboxes.admission.Ceilings``; its defaults apply to those not
-given, and GET /health shows the values in force)."""
+CEILINGS = "sandboxes.ceilings:Ceilings"
+"""The service's ceilings, whose fields are ``serve``'s ``--max-*`` flags (``GET /health``
+shows the values in force). By import path: the core never imports ``sandboxes`` by name."""
 
 
 def register(subparsers) -> None:
+    from agentrl.config import add_arguments
+    from agentrl.plugins import load_object
+
     p = subparsers.add_parser("sandbox", help="run code in a sandbox, or serve one over HTTP",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(group_parser=p)
@@ -66,8 +61,7 @@ def register(subparsers) -> None:
     s.add_argument("--python", default="", help="local: interpreter programs run under (default: this one)")
     s.add_argument("--local-mode", choices=("auto", "root", "rootless"), default="auto",
                    help="local: root jails, or rootless ones in bubblewrap (default: root when root)")
-    for flag, kind, what in CEILINGS:
-        s.add_argument(flag, type=kind, default=None, help=f"ceiling: {what}")
+    add_arguments(s.add_argument_group("ceilings of one request"), load_object(CEILINGS))
     s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     s.set_defaults(func=serve)
 
@@ -132,7 +126,7 @@ def serve(args) -> int:
     import logging
     import os
 
-    from agentrl.config import from_dict
+    from agentrl.config import from_args
     from agentrl.errors import ConfigError
     from agentrl.plugins import load_object, make_sandbox
     from agentrl.process.services import bind, run_app
@@ -145,8 +139,7 @@ def serve(args) -> int:
             "on this machine; pass --api-key (or set AGENTRL_SANDBOX_API_KEY), or --insecure if the "
             "network is yours alone"
         )
-    given = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in CEILINGS}
-    ceilings = from_dict(load_object("sandboxes.admission:Ceilings"), {k: v for k, v in given.items() if v is not None})
+    ceilings = from_args(load_object(CEILINGS), args)
     options = {"cgroup_parent": args.cgroup_parent, "max_processes": args.max_processes}
     if args.backend == "docker":
         options["pool_size"] = args.pool_size or args.max_concurrency

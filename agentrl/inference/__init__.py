@@ -4,7 +4,8 @@
     decoder.py        weights + slot KV cache + the packed forward pass the scheduler runs
     prefix_cache.py   the radix tree of cached prompt prefixes (which KV entries hold what)
     sampling.py       temperature/top-k/top-p sampling with exact logprobs
-    state.py          what the routes share: ServeConfig, ServerState (scheduler, tokenizer)
+    serve_config.py   ServeConfig: every setting of ``agentrl serve`` (its flags are generated from it)
+    state.py          what the routes share: ServerState (scheduler, tokenizer)
     wire.py           SGLang's ``/generate`` wire format: request validation, result shapes
     chat_format.py    the OpenAI chat format (request checks, message/tool_calls/logprobs shapes),
                       shared with the rollout gateway
@@ -14,5 +15,6 @@
     hf_weights.py     reading an HF checkpoint directory into the decoder's weight layout
     server.py         build_app: the three route sets in one FastAPI app
 
-To embed the server: ``agentrl.inference.server.build_app(ServeConfig(model=...))``.
+To embed the server: ``agentrl.inference.server.build_app(ServeConfig(model=...))``
+(``agentrl.inference.serve_config``).
 """

@@ -61,7 +61,8 @@ from agentrl.errors import Refused
 from agentrl.http_edge import ApiKey, error_response, install_errors
 from agentrl.inference.native_routes import native_routes
 from agentrl.inference.openai_routes import openai_routes
-from agentrl.inference.state import ServeConfig, ServerState
+from agentrl.inference.serve_config import ServeConfig
+from agentrl.inference.state import ServerState
 from agentrl.inference.weight_sync import weight_sync_routes
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
-"""What the routes of ``agentrl serve`` share: its settings and the live server state.
+"""What the routes of ``agentrl serve`` share: the live server state.
 
-What it is: ``ServeConfig`` (the CLI flags) and ``ServerState`` — the engine (started and
-stopped by the app's lifespan), the tokenizer, the served model's facts and the ``Bounds``
-requests are checked against — plus the ways a handler reaches the engine: ``tokenize``
+What it is: ``ServerState``, built from a ``ServeConfig`` (``agentrl.inference.serve_config``):
+the engine (started and stopped by the app's lifespan), the tokenizer, the served model's
+facts and the ``Bounds`` requests are checked against — plus the ways a handler reaches the engine: ``tokenize``
 (a long text on a worker thread, one too long for the context refused before it is
 tokenized), ``admit`` (the queue limit), ``run`` (until a request finishes) and ``stream``
 (token by token). A client that disconnects aborts its requests. What it is not: the
@@ -15,49 +15,17 @@ import asyncio
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
 
 from fastapi import Request
 
-from agentrl.config import option
 from agentrl.errors import ModelError, Refused
 from agentrl.inference.prefix_cache import PrefixCache
 from agentrl.inference.scheduler import GenRequest, Scheduler
+from agentrl.inference.serve_config import DEFAULT_CONTEXT_LENGTH, DEFAULT_PREFIX_CACHE_TOKENS, ServeConfig
 from agentrl.inference.validation import Bounds
 
-DEFAULT_PREFIX_CACHE_TOKENS = 32768
 LONG_TEXT = 8192
 """Texts longer than this many characters are tokenized on a worker thread."""
-
-
-@dataclass
-class ServeConfig:
-    """Settings of one ``agentrl serve`` process (the CLI flags)."""
-
-    model: str = option(help="Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer)")
-    host: str = option("127.0.0.1", help="address to listen on")
-    port: int = option(30000, help="port to listen on (SGLang's default)", ge=0, le=65535)
-    device: str = option("cpu", help="where the model runs", choices=("cpu", "cuda"))
-    max_running_requests: int = option(64, help="KV-cache slots: requests decoded together", ge=1)
-    context_length: int | None = option(
-        None, help="longest prompt + output in tokens; default min(model's max positions, 4096)", ge=2)
-    threads: int | None = option(None, help="torch CPU threads (default: torch's choice)", ge=1)
-    weight_version: str = option("default", help="initial weight version (SGLang's --weight-version)")
-    served_model_name: str | None = option(None, help="model id in /v1/models (default: the model path)")
-    seed: int = option(0, help="seed of the engine's RNG for requests without a sampling_seed")
-    disable_radix_cache: bool = option(False, help="no prefix cache: every prompt is computed in full "
-                                       "(SGLang's --disable-radix-cache)")
-    prefix_cache_tokens: int | None = option(
-        None, help="tokens of KV the prefix cache keeps before evicting the least recently used; "
-        "default min(max_running_requests x context_length, 32768)", ge=1)
-    api_key: str | None = option(None, help="every route but /health* and /ready needs 'Authorization: Bearer "
-                                 "KEY' (SGLang's --api-key); none: no key")
-    max_n: int = option(256, help="most samples one request may ask for (sampling_params.n, OpenAI n)", ge=1)
-    max_top_logprobs_num: int = option(64, help="most alternatives per position (top_logprobs_num)", ge=0)
-    max_queued_requests: int = option(
-        4096, help="most requests waiting or running at once; more are refused with 503 (SGLang's "
-        "--max-queued-requests)", ge=1)
-    max_request_bytes: int = option(64 << 20, help="largest request body in bytes (413 above)", ge=1024)
 
 
 class ServerState:
@@ -74,7 +42,7 @@ class ServerState:
         self.config = config
         self.model_path = config.model
         hf_config = read_config(config.model)
-        context = config.context_length or min(hf_config.max_position_embeddings, 4096)
+        context = config.context_length or min(hf_config.max_position_embeddings, DEFAULT_CONTEXT_LENGTH)
         pool = 0 if config.disable_radix_cache else (
             config.prefix_cache_tokens or min(config.max_running_requests * context, DEFAULT_PREFIX_CACHE_TOKENS))
         self.decoder = Decoder(config.model, num_slots=config.max_running_requests, max_len=context,

@@ -5,8 +5,9 @@
     chat_client.py   ChatClient: the openai SDK's interface over an InferenceClient, recorded
     responses.py     the Responses API's basic shape mapped onto chat completions
     drift.py         check_token_drift: turn-by-turn tokens vs full re-tokenization
-    sessions.py      Gateway, Session: one recorded episode per session, ended into trajectories
-    gateway.py       build_app: the gateway's HTTP routes, auth and limits (``agentrl gateway``)
+    gateway.py       Gateway, Session: one recorded episode per session, ended into trajectories
+    gateway_config.py GatewayConfig: every setting of the gateway (its flags, a run's ``gateway``)
+    gateway_routes.py build_app: the gateway's HTTP routes, auth and limits (``agentrl gateway``)
     env_pool.py      EnvPool: environments built once, leased per episode
     episode.py       what every workflow shares: failures as data, sampling settings, metrics
     executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped
@@ -23,4 +24,4 @@ from agentrl.rollout.renderer import ChatRenderer, load_tokenizer
 
 __all__ = ["ChatRenderer", "EnvPool", "TokenConversation", "load_tokenizer"]
 # ChatClient, Gateway and check_token_drift import the openai SDK and FastAPI: import them from
-# their modules (agentrl.rollout.chat_client, .sessions, .drift) so that workflows stay light.
+# their modules (agentrl.rollout.chat_client, .gateway, .drift) so that workflows stay light.

@@ -9,9 +9,10 @@ their trajectories as JSON lines to ``OUT/trajectories.jsonl`` and handing them 
 new sessions (the HTTP side answers 429 with ``Retry-After``), which a training loop uses for
 its staleness bound.
 
-In a training run (in-process)::
+Its settings are a ``GatewayConfig`` (``agentrl.rollout.gateway_config``). In a training run
+(in-process)::
 
-    gateway = Gateway(engine, "examples/tiny-model", on_episode=queue_put)   # sync or async hook
+    gateway = Gateway(engine, "examples/tiny-model", cfg.gateway, on_episode=queue_put)   # sync or async hook
     session = gateway.open_session(metadata={"row": row})   # or POST /v1/sessions over HTTP
     ... the agent calls the gateway with session.key ...
     trajectories = await gateway.end_session(session.id)
@@ -24,6 +25,7 @@ records nothing. What it is not: authentication or HTTP (``gateway``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import logging
@@ -38,9 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus
+from agentrl.config import check_options
 from agentrl.errors import RolloutError, ServerError, ServerUnavailable
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.conversation import ExportStyle
+from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.rollout.renderer import ChatRenderer
 
 log = logging.getLogger(__name__)
@@ -76,20 +80,23 @@ class Session:
 class Gateway:
     """Sessions over one engine and tokenizer; see the module docstring.
 
-    ``engine``: the ``InferenceClient`` for sessions opened without their own (None: every
-    session must bring one); ``tokenizer``: model directory, tokenizer or ``ChatRenderer``;
-    ``out``: folder for ``trajectories.jsonl`` (None: not written); ``on_episode``: called with
-    each ended session's trajectories; ``max_session_tokens``, ``default_max_tokens``,
-    ``context_length``: as ``ChatClient``'s; ``session_timeout_s``: idle seconds before a
-    session is ended as failed; ``max_sessions``: open at once; ``close_engine``: ``aclose``
-    closes ``engine`` too (the gateway made it).
+    Args:
+        engine: the ``InferenceClient`` for sessions opened without their own (None: every
+            session must bring one).
+        tokenizer: model directory, tokenizer or ``ChatRenderer``.
+        config: the settings (``GatewayConfig``; None: its defaults).
+        out: folder for ``trajectories.jsonl`` (None: not written).
+        on_episode: called with each ended session's trajectories.
+        close_engine: ``aclose`` closes ``engine`` too (the gateway made it).
+        **settings: ``GatewayConfig`` fields that replace ``config``'s
+            (``Gateway(engine, tok, session_timeout_s=2.0)``).
     """
 
-    def __init__(self, engine: InferenceClient | None, tokenizer: str | Path | Any, *, out: str | Path | None = None,
-                 on_episode: EpisodeHook | None = None, model: str = "agentrl", max_session_tokens: int | None = 65536,
-                 default_max_tokens: int = 1024, context_length: int | None = None,
-                 session_timeout_s: float = 600.0, max_sessions: int = 4096, keep_ended: int = 10_000,
-                 close_engine: bool = False) -> None:
+    def __init__(self, engine: InferenceClient | None, tokenizer: str | Path | Any,
+                 config: GatewayConfig | None = None, *, out: str | Path | None = None,
+                 on_episode: EpisodeHook | None = None, close_engine: bool = False, **settings: Any) -> None:
+        self.config = dataclasses.replace(config or GatewayConfig(), **settings)
+        check_options(self.config)
         self.engine = engine
         self.close_engine = close_engine
         self.renderer = tokenizer if isinstance(tokenizer, ChatRenderer) else ChatRenderer(tokenizer)
@@ -97,12 +104,9 @@ class Gateway:
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
         self.on_episode = on_episode
-        self.model = model
-        self.max_session_tokens = max_session_tokens
-        self.default_max_tokens = default_max_tokens
-        self.context_length = context_length
-        self.session_timeout_s = session_timeout_s
-        self.max_sessions = max_sessions
+        self.model = self.config.served_model_name or (
+            str(tokenizer) if isinstance(tokenizer, (str, Path)) else "agentrl")
+        """The model id sessions answer with (``served_model_name``, else the tokenizer's directory)."""
         self.admitting = True
         self.admission: Callable[[Mapping[str, Any]], bool] | None = None  # a training loop's bound
         self.stats = {"sessions_opened": 0, "sessions_ended": 0, "sessions_timed_out": 0, "sessions_failed": 0,
@@ -110,7 +114,6 @@ class Gateway:
         self._by_id: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
         self._ended: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._keep_ended = keep_ended
         self._write_lock = threading.Lock()
         self._reaper: asyncio.Task | None = None
 
@@ -133,14 +136,14 @@ class Gateway:
     def open_session(self, metadata: Mapping[str, Any] | None = None, *, engine: InferenceClient | None = None,
                      stepper: Stepper | None = None) -> Session:
         """A new session (its ``key`` is the agent's API key). Raises ``RolloutError`` when full."""
-        if len(self._by_id) >= self.max_sessions:
+        if len(self._by_id) >= self.config.max_sessions:
             self.stats["sessions_refused"] += 1
             raise RolloutError(f"{len(self._by_id)} sessions are open, the most this gateway holds; end some first")
         engine = engine or self.engine
         if engine is None:
             raise RolloutError("this gateway has no default engine; open the session with engine=...")
-        chat = ChatClient(engine, self.renderer, model=self.model, context_length=self.context_length,
-                          default_max_tokens=self.default_max_tokens, max_tokens=self.max_session_tokens)
+        chat = ChatClient(engine, self.renderer, model=self.model, context_length=self.config.context_length,
+                          default_max_tokens=self.config.default_max_tokens, max_tokens=self.config.max_session_tokens)
         session = Session(f"sess_{uuid.uuid4().hex}", f"sk-agentrl-{secrets.token_urlsafe(24)}",
                           dict(metadata or {}), chat, stepper=stepper)
         session._idle.set()
@@ -212,7 +215,7 @@ class Gateway:
         session.status = "ended" if status is None else status.value
         self.stats["sessions_ended"] += 1
         self._ended[session.id] = session.summary()
-        while len(self._ended) > self._keep_ended:
+        while len(self._ended) > self.config.keep_ended:
             self._ended.popitem(last=False)
         await self._deliver(session, trajectories)
         return trajectories
@@ -240,15 +243,16 @@ class Gateway:
             self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="gateway-session-reaper")
 
     async def _reap(self) -> None:
-        period = max(0.05, min(5.0, self.session_timeout_s / 4))
+        timeout = self.config.session_timeout_s
+        period = max(0.05, min(5.0, timeout / 4))
         while self._by_id:
             await asyncio.sleep(period)
             now = time.monotonic()
             for s in [s for s in self._by_id.values() if s.inflight == 0 and not s.ended
-                      and now - s.last_used > self.session_timeout_s]:
+                      and now - s.last_used > timeout]:
                 try:
                     await self.end_session(s.id, status=TrajectoryStatus.TIMEOUT,
-                                           error=f"session idle for over {self.session_timeout_s} s")
+                                           error=f"session idle for over {timeout} s")
                 except Exception:  # one bad hook must not stop the reaper
                     log.exception("ending idle session %s failed", s.id)
 

@@ -20,7 +20,7 @@ per history rewrite. Ended sessions' trajectories go to ``OUT/trajectories.jsonl
 gateway's ``on_episode`` hook. ``stream=true`` is answered once the completion is done
 (generation goes through ``RemoteEngine``, which hides weight-update interruptions).
 
-In a training run: ``Gateway(engine, tokenizer, on_episode=hook)`` receives each ended
+In a training run: ``Gateway(engine, tokenizer, config, on_episode=hook)`` receives each ended
 episode's trajectories in-process; ``gateway.admit(False)`` makes ``POST /v1/sessions`` answer
 429 with ``Retry-After`` until ``admit(True)`` (the staleness bound's backpressure).
 
@@ -58,10 +58,13 @@ from agentrl.rollout.gateway import Gateway, Session
 log = logging.getLogger(__name__)
 
 
-def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: int = 4 << 20,
+def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: int | None = None,
               retry_after_s: int = 2) -> FastAPI:
     """The gateway's FastAPI app over ``gateway``; see the module docstring. Shutting the app
-    down ends the open sessions as failed data (``gateway.aclose``)."""
+    down ends the open sessions as failed data (``gateway.aclose``). ``max_body_bytes``: None
+    is the gateway's ``config.max_body_bytes``."""
+    if max_body_bytes is None:
+        max_body_bytes = gateway.config.max_body_bytes
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

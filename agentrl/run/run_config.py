@@ -20,6 +20,7 @@ from agentrl.api import SamplingParams
 from agentrl.client.remote_engine import RemoteEngineConfig
 from agentrl.config import option
 from agentrl.errors import ConfigError
+from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.trainer.trainer_config import TrainerConfig
 
 
@@ -152,18 +153,6 @@ class RayConfig:
 
 
 @dataclass
-class GatewayConfig:
-    """The run's OpenAI-compatible gateway (``rollout.source: gateway``)."""
-
-    host: str = option("127.0.0.1", help="address to listen on (not loopback: an API key is required)")
-    port: int = option(0, ge=0, le=65535, help="port; 0 picks a free one (RUN_DIR/gateway.json says which)")
-    api_key_env: str = option("AGENTRL_GATEWAY_API_KEY", help="environment variable holding the admin key "
-                                                               "that opens sessions (unset: no key)")
-    session_timeout_s: float = option(600.0, gt=0, help="a session idle this long ends as failed data")
-    max_session_tokens: int = option(65536, ge=1, help="tokens one session may use")
-
-
-@dataclass
 class RunConfig:
     """A training run: ``agentrl train CONFIG [key=value ...]``."""
 
@@ -194,7 +183,8 @@ class RunConfig:
     logging: LoggingConfig = option(LoggingConfig, help="metrics and samples")
     sandbox: SandboxConfig = option(SandboxConfig, help="sandboxes")
     ray: RayConfig = option(RayConfig, help="launcher: ray")
-    gateway: GatewayConfig = option(GatewayConfig, help="the gateway (rollout.source: gateway)")
+    gateway: GatewayConfig = option(GatewayConfig(port=0), help="the gateway (rollout.source: gateway), on a free "
+                                                                "port by default")
 
 
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")

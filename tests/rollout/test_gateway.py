@@ -25,6 +25,7 @@ from agentrl.model.arith_data import CALCULATOR_TOOL, calculate
 from agentrl.process.services import ServerProcess, ServiceProcess, background_server, free_port
 from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.gateway import Gateway
+from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.rollout.gateway_routes import build_app
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.toolcalls import parse_tool_calls
@@ -384,3 +385,22 @@ async def test_the_example_agent_counts_a_refused_episode_as_lost(tiny_model_dir
         {"groups_played": 2}]
     assert err.decode().count("episode lost: HTTP 503") == 4, err.decode()
     assert gw.stats["sessions_failed"] == 4  # what the gateway kept of them: failed data
+
+
+def test_one_gateway_config_for_the_command_the_class_and_the_run(tiny_model_dir):
+    """Issue 22: the gateway's settings lived in three places (Gateway's keywords, the CLI, the
+    run's section) with their own defaults; now one GatewayConfig, the run's on a free port."""
+    from agentrl.config import load_config
+    from agentrl.run.run_config import RunConfig
+
+    gw = Gateway(None, tiny_model_dir, GatewayConfig(max_sessions=2), session_timeout_s=2.0)
+    assert (gw.config.max_sessions, gw.config.session_timeout_s, gw.config.port) == (2, 2.0, 30100)
+    assert gw.model == str(tiny_model_dir)  # the served name, when none is given: --model's directory
+    assert Gateway(None, tiny_model_dir, served_model_name="tiny").model == "tiny"
+    with pytest.raises(ValueError, match="session_timeout_s must be > 0, got 0"):
+        Gateway(None, tiny_model_dir, session_timeout_s=0)
+    with pytest.raises(TypeError, match="max_sesions"):
+        Gateway(None, tiny_model_dir, max_sesions=3)
+    run = load_config(RunConfig, None, ["model=m", "gateway.host=0.0.0.0", "gateway.max_sessions=8"])
+    assert isinstance(run.gateway, GatewayConfig)
+    assert (run.gateway.host, run.gateway.port, run.gateway.max_sessions) == ("0.0.0.0", 0, 8)

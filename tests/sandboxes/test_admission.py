@@ -12,7 +12,8 @@ import pytest
 
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
 from agentrl.errors import Refused
-from sandboxes.admission import Ceilings, parse_request
+from sandboxes.admission import parse_request
+from sandboxes.ceilings import Ceilings
 from sandboxes.service import build_app
 
 
