@@ -139,21 +139,21 @@ class SamplingParams:
     from their defaults are sent.
     """
 
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    ignore_eos: bool = False
-    seed: int | None = None
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    min_new_tokens: int = 0
-    stop_regex: list[str] = field(default_factory=list)
-    logit_bias: dict[int, float] = field(default_factory=dict)
+    max_new_tokens: int = option(128, help="token budget of one generation call")
+    temperature: float = option(1.0, help="sampling temperature; 0 is greedy")
+    top_p: float = option(1.0, help="nucleus sampling mass, in (0, 1]")
+    top_k: int = option(-1, help="keep the k most likely tokens; -1 keeps all")
+    stop: list[str] = option([], help="strings that end the output")
+    stop_token_ids: list[int] = option([], help="token ids that end the output (besides EOS)")
+    ignore_eos: bool = option(False, help="go on past EOS until max_new_tokens")
+    seed: int | None = option(None, help="seed of this request's sampling (SGLang's sampling_seed)")
+    min_p: float = option(0.0, help="drop tokens less likely than min_p times the most likely one")
+    frequency_penalty: float = option(0.0, help="lower a token's logit this much per occurrence, in [-2, 2]")
+    presence_penalty: float = option(0.0, help="lower a token's logit this much once it occurred, in [-2, 2]")
+    repetition_penalty: float = option(1.0, help="divide the positive logits of tokens that occurred, in (0, 2]")
+    min_new_tokens: int = option(0, help="no EOS or stop token before this many tokens")
+    stop_regex: list[str] = option([], help="patterns that end the output where they match (not on vLLM)")
+    logit_bias: dict[int, float] = option({}, help="added to the logits of these token ids")
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:

@@ -76,7 +76,7 @@ def run(args) -> int:
 
     async def main() -> dict:
         async with RemoteEngine(urls, cfg.inference.client) as engine:
-            workflow = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
+            workflow = build_workflow(cfg, cfg.eval.sampling, cfg.eval.workflow_args)
             try:
                 report = await evaluate(workflow, engine, rows, k=k, concurrency=cfg.rollout.max_concurrent,
                                         out=out / "eval.jsonl", samples=args.samples, decode=token_decoder(cfg.model))

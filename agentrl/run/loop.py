@@ -176,7 +176,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     workflow = rows = None
     if not external:  # the rows first: a dataset's module may register the environment the workflow makes
         rows = RowSource(dataset_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
-        workflow = build_workflow(cfg, cfg.rollout.sampling.params())
+        workflow = build_workflow(cfg, cfg.rollout.sampling)
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
     keep = None
     if state is not None:
@@ -197,7 +197,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                                    after_resume=executor.resume_admission)
     eval_wf = eval_rows = None
     if cfg.eval.dataset:
-        eval_wf = build_workflow(cfg, cfg.eval.sampling.params(), cfg.eval.workflow_args)
+        eval_wf = build_workflow(cfg, cfg.eval.sampling, cfg.eval.workflow_args)
         eval_rows = dataset_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
     summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text()) if resume_from and (
         run_dir / "summary.json").exists() else {}

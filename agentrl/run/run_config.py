@@ -23,21 +23,6 @@ from agentrl.errors import ConfigError
 from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.trainer.trainer_config import TrainerConfig
 
-
-@dataclass
-class SamplingConfig:
-    """How the policy samples during rollouts (SGLang's sampling vocabulary)."""
-
-    temperature: float = option(1.0, ge=0.0, help="sampling temperature; 0 is greedy")
-    top_p: float = option(1.0, gt=0.0, le=1.0, help="nucleus sampling mass")
-    top_k: int = option(-1, ge=-1, help="keep the k most likely tokens; -1 keeps all")
-    max_new_tokens: int = option(256, ge=1, help="token budget of one generation call")
-
-    def params(self, seed: int | None = None) -> SamplingParams:
-        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                              top_p=self.top_p, top_k=self.top_k, seed=seed)
-
-
 ROUTERS = ("client", "sglang")
 ENGINES = ("agentrl", "sglang", "vllm")
 LAUNCHERS = ("local", "ray")
@@ -100,7 +85,8 @@ class RolloutConfig:
     episode_timeout_s: float | None = option(None, gt=0, help="an episode running longer is a TIMEOUT failure")
     max_failed_fraction: float = option(0.9, gt=0, le=1, help="agentrl train exits with code 1 when this share of "
                                                               "the episodes or more failed (saying the first error)")
-    sampling: SamplingConfig = option(SamplingConfig, help="sampling during rollouts")
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
+                                     metadata={"help": "sampling during rollouts"})
 
 
 @dataclass
@@ -112,7 +98,7 @@ class EvalConfig:
     every_steps: int = option(0, ge=0, help="evaluate every N steps too (0: only before and after)")
     k: int = option(1, ge=1, help="samples per problem (pass@k for every k' <= k is reported)")
     workflow_args: dict[str, Any] = option({}, help="workflow arguments that differ for evaluation")
-    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0),
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256, temperature=0.0),
                                      metadata={"help": "sampling for evaluation (greedy by default)"})
 
 
