@@ -1,69 +1,21 @@
 """``RemoteEngine``: the trainer's and the rollout's client of the inference servers.
 
 What it is: an ``agentrl.api.InferenceClient`` over HTTP to one or more servers that speak
-SGLang's native API — real SGLang (0.5.10 to 0.5.23) or ``agentrl serve`` — or vLLM's
-token-in/token-out and RL routes (0.32+, ``agentrl.client.vllm_wire``); which one is
-``RemoteEngineConfig.engine``, asked of ``GET /v1/models`` when ``auto``.
-``await generate(input_ids, sampling)`` returns a ``Completion`` with the exact tokens, their
-logprobs, the policy version of every token and the finish reason; ``await
-generate_group(input_ids, sampling, n)`` returns ``n`` of them for one prompt from *one*
-request (``n``; the server computes the prompt once). The weight-publishing
-side calls ``pause()``, ``update_weights(path, version)`` and ``resume()``, in the order of
-DESIGN.md §4, and reads ``version`` (on vLLM: ``/pause?mode=abort``, the checkpoint checked
-here — vLLM cannot refuse broken weights — then ``reload_weights``, ``/update_weight_version``,
-``/reset_prefix_cache``, ``/resume``). Over torch.distributed (SGLang and ``agentrl serve``
-only) it calls ``init_weights_update_group`` (server ``i`` joins as rank ``1 + i``, or from
-there with one rank per GPU of a tensor-parallel SGLang server),
-``update_weights_from_distributed`` (per bucket, while it broadcasts) and
-``destroy_weights_update_group`` instead of ``update_weights``, inside SGLang 0.5.23's
-``begin_weight_update``/``end_weight_update`` session (a 404 from a server without one is fine);
-against ``agentrl serve`` (``can_stage_weights``) the buckets go ``stage_only`` before the pause
-and ``commit_staged_weights`` swaps them in during it.
+SGLang's native API (SGLang 0.5.10-0.5.23, ``agentrl serve``) or vLLM's token-in/token-out and
+RL routes (0.32+, ``vllm_wire``); ``RemoteEngineConfig.engine`` says which (``auto``: asked of
+``GET /v1/models``). ``await generate(input_ids, sampling)`` returns a ``Completion``: the exact
+tokens, their logprobs, the policy version of every token, the finish reason — interruption
+hidden (an aborted request is resumed as prompt + tokens so far; ``ResumeLimit`` after
+``max_resumes``). ``generate_group(input_ids, sampling, n)`` asks for ``n`` samples in one
+request. The publishing side calls ``pause()``, ``update_weights(path, version)``, ``resume()``
+(DESIGN.md §4 "Weight update"; on vLLM the checkpoint is checked here first:
+``checkpoint_check``), or the torch.distributed calls (``init_weights_update_group``,
+``update_weights_from_distributed``, ``commit_staged_weights``; SGLang and agentrl serve only).
+Routing, retries, batching, the router and timeouts: DESIGN.md §4 "The client".
 
-How it behaves:
-  * **Interruption is invisible.** A request that comes back ``abort`` (a pause for a weight
-    update) waits until generation continues, then is re-sent to the same server as prompt +
-    tokens so far with the remaining ``max_new_tokens``. Tokens keep the version the server
-    reported for them (``meta_info.weight_versions`` spans, else ``weight_version``; a
-    non-numeric version such as SGLang's ``"default"`` reads as the client's ``version``).
-    No token is lost or duplicated: only tokens a server returned are kept.
-  * **Routing.** Each call goes to the healthy server with the fewest requests in flight from
-    this client, and stays pinned there across resumes (KV/prefix reuse). After a transport
-    error (refused, reset, died mid-request) the server is asked ``GET /health``: if it still
-    answers, the call is retried there; if not, the server is taken out, probed again after
-    ``health_check_interval`` seconds, re-synced to the published weights when it comes back
-    (from disk; weights that came by broadcast cannot be re-sent alone, so such a server stays
-    out until the next update, for which the group is formed again: ``needs_rejoin``), and the
-    calls it held are re-run elsewhere from their last returned token. Generation has
-    no side effects, so that re-run is safe.
-  * **Batching.** The short requests (``batch_max_new_tokens``, default 32 new tokens) made in
-    one event-loop tick — a rollout starts its episodes together — go to their server as one
-    batched ``/generate`` (``agentrl.client.batcher``); a lone or long request goes in
-    SGLang's plain form. ``generate_group`` asks for ``n`` samples of one prompt with SGLang's
-    ``sampling_params.n`` (when ``sampling.seed`` is set: ``n`` samples with seeds ``seed,
-    seed + 1, ...``, since ``n`` copies of one seed would be ``n`` equal samples). Each sample
-    that comes back aborted is resumed on its own, as above; if a group's request fails
-    (transport error, 5xx), its samples are re-run one request each.
-  * **Behind a router.** With ``router=URL`` (SGLang's router in front of the same servers)
-    every generation call goes to the router, which picks the worker; the weight-update
-    calls still go to every server directly (the router does not forward them). Nothing is
-    batched then: the router's typed ``/generate`` refuses SGLang's batch form with
-    per-request sampling parameters or ids (422), so each request goes alone (a group still as
-    one request with ``n``; a seeded group, whose samples differ in their seed, as ``n``
-    requests).
-  * **Transport.** ``KeepAliveTransport`` (lean HTTP/1.1 keep-alive; httpx's default pool
-    polls every pooled socket per request, ~1.5 ms of CPU per call at 16 in flight, measured
-    0.2 ms with ours) unless a ``transport`` is given.
-  * **Authentication.** With ``api_key`` every call carries ``Authorization: Bearer KEY``
-    (SGLang's ``--api-key``, and ``agentrl serve``'s).
-  * **Timeouts and retries.** Every HTTP call has a timeout. 4xx answers are the request's
-    fault: ``RequestRejected``, never retried. Transport errors and 5xx are retried with
-    exponential backoff, at most ``max_retries`` times in a row without progress, then
-    ``ServerUnavailable``/``ServerError``.
-
-What it is not: a chat client (see the OpenAI routes), nor a load balancer for clients other
-than itself. A stop string that straddles an interruption point is not detected (the server
-only sees the output since the resume).
+What it is not: a chat client (the OpenAI routes, ``agentrl.rollout.chat_client``), nor a load
+balancer for clients other than itself. A stop string that straddles an interruption point is
+not detected (the server only sees the output since the resume).
 """
 
 from __future__ import annotations
