@@ -30,7 +30,8 @@ class GatewayConfig:
     max_sessions: int = option(4096, ge=1, help="sessions open at once; more are refused")
     max_session_tokens: int | None = option(65536, ge=1, help="tokens one session may hold (prompts and "
                                                               "completions); none: no limit")
-    default_max_tokens: int = option(1024, ge=1, help="completion budget of a call that gives none")
+    default_max_tokens: int | None = option(1024, ge=1, help="completion budget of a call that gives none (in a "
+                                                             "run, null: rollout.sampling.max_new_tokens)")
     context_length: int | None = option(None, ge=1, help="prompt + completion limit; none: agentrl gateway "
                                                          "asks the upstreams (their max_model_len), else no limit")
     served_model_name: str | None = option(None, help="model id in /v1/models and in answers; none: the "

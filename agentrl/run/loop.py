@@ -333,9 +333,8 @@ async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Pat
     from agentrl.rollout.gateway_routes import build_app
 
     bridge = GatewayEpisodes(executor, cfg.rollout.group_size)
-    gateway = Gateway(engine, cfg.model, out=run_dir / "gateway", on_episode=bridge.on_episode,
-                      session_timeout_s=cfg.gateway.session_timeout_s, max_session_tokens=cfg.gateway.max_session_tokens,
-                      default_max_tokens=cfg.rollout.sampling.max_new_tokens)
+    gateway = Gateway(engine, cfg.model, cfg.gateway, out=run_dir / "gateway", on_episode=bridge.on_episode,
+                      default_max_tokens=cfg.gateway.default_max_tokens or cfg.rollout.sampling.max_new_tokens)
     gateway.admission = bridge.admits
     stack.push_async_callback(gateway.aclose)
     api_key = os.environ.get(cfg.gateway.api_key_env) or None

@@ -169,7 +169,7 @@ class RunConfig:
     logging: LoggingConfig = option(LoggingConfig, help="metrics and samples")
     sandbox: SandboxConfig = option(SandboxConfig, help="sandboxes")
     ray: RayConfig = option(RayConfig, help="launcher: ray")
-    gateway: GatewayConfig = option(GatewayConfig(port=0), help="the gateway (rollout.source: gateway), on a free "
+    gateway: GatewayConfig = option(GatewayConfig(port=0, default_max_tokens=None), help="the gateway (rollout.source: gateway), on a free "
                                                                 "port by default")
 
 
