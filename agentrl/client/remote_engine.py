@@ -118,6 +118,7 @@ class RemoteEngine:
         self.max_retries, self.backoff = config.max_retries, config.backoff
         self.health_check_interval, self.max_resumes = config.health_check_interval, config.max_resumes
         self._engine = config.engine  # "auto" until the servers were asked
+        self._asking: asyncio.Future[str] | None = None
         self._reference: str | None = None  # vLLM: the served checkpoint a new one is checked against
         self._transport = transport or KeepAliveTransport()
         # /generate goes through the lean path of our own transport (no httpx objects per call)
@@ -215,9 +216,16 @@ class RemoteEngine:
         return [self._parse_generate(d) for d in await self._batcher.submit(server, prompt, each, rid)]
 
     async def _resolve_engine(self) -> str:
-        """The servers' API; with ``engine: auto`` asked once of the first server that answers."""
+        """The servers' API; with ``engine: auto`` asked once of the first server that answers.
+        The calls that come meanwhile wait for that one question, and so go on in the same tick
+        (a rollout's first requests still leave in one batch)."""
         if self._engine != "auto":
             return self._engine
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.ensure_future(self._ask_engine())
+        return await asyncio.shield(self._asking)
+
+    async def _ask_engine(self) -> str:
         for s in self._servers:
             try:
                 r = await self._http.get(s.address + "/v1/models", timeout=min(10.0, self.control_timeout))
