@@ -6,7 +6,8 @@ builds it. ``init_tiny_model`` writes an untrained model plus the byte-level tok
 task family (``agentrl.model.arith_data``) so that it starts RL neither hopeless nor solved, and writes a
 directory that ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer`` load offline.
 ``evaluate_model_dir`` measures any saved model on held-out problems. What it is not: a
-general SFT trainer (the RL trainer lives in ``agentrl.trainer.actor``).
+general SFT trainer: ``agentrl sft`` (``agentrl.run.sft``) fine-tunes any model with the RL
+trainer's ``Actor``, its masks checked against ``encode_with_mask`` here.
 
 The recipe, in short (its reasons and measured figures: ``docs/tiny_model.md``): Qwen2, hidden
 128, 5 layers, MLP 3x, tied embeddings (1.02 M parameters); SFT on ``What is a+b(+c)?`` ->

@@ -7,6 +7,9 @@
     router.py        SGLang's router in front of the servers (``inference.router: sglang``)
     loop.py          ``python -m agentrl.run.loop RUN_DIR``: the asynchronous RL loop of one rank
     metrics.py       RunLog: metrics.jsonl, TensorBoard, trajectory samples, curves.png
+    sft_config.py    SftConfig: every key of ``agentrl sft CONFIG``
+    sft_data.py      conversations and recorded trajectories as SFT examples (ids + loss mask)
+    sft.py           ``agentrl sft``'s run: the trainer's Actor on NLL batches, held-out loss, HF export
 
 This package sits above the rollout side and the trainer, which it joins; only the CLI is above it.
 """

@@ -32,7 +32,7 @@ CURVES = (  # (panel title, metric keys) of curves.png
     ("reward", ("rollout/reward_mean", "rollout/success_rate")),
     ("held-out evaluation", ("eval/pass@1",)),
     ("response tokens", ("rollout/response_tokens_mean",)),
-    ("loss", ("train/loss", "train/policy_loss")),
+    ("loss", ("train/loss", "train/policy_loss", "eval/heldout_loss")),  # eval/heldout_loss: agentrl sft
     ("clipping and importance weights", ("train/clip_frac", "train/capped_frac", "train/behaviour_weight_mean")),
     ("entropy", ("train/entropy",)),
     ("staleness (versions)", ("batch/staleness_mean", "batch/staleness_max")),

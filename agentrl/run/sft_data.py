@@ -1,0 +1,280 @@
+"""SFT data: conversations and recorded trajectories as token ids with a loss mask.
+
+What it is: ``load_examples(specs, renderer, ...)`` turns the ``data``/``heldout`` entries of an
+``agentrl sft`` config into ``SftExample``s (token ids, a 0/1 loss mask, where they came from).
+Each entry is a JSONL file, a directory of them, or ``module:function`` (called with the seed,
+returning the same objects a line holds). A line is one of:
+
+* an OpenAI chat conversation, ``{"messages": [...], "tools": [...]?}`` (assistant
+  ``tool_calls``, ``tool`` messages; an assistant message with ``"weight": 0`` is context only,
+  as in OpenAI's fine-tuning format). It is rendered by the rollouts' own ``ChatRenderer`` and
+  recorded through ``TokenConversation`` exactly as a rollout records it: each assistant
+  message is a "completion" after its generation prompt — its text up to and including the
+  end-of-turn token — so the mask is 1 on what the model would sample and 0 on system, user and
+  tool tokens and on the generation prompts. A template that rewrites history gives several
+  examples (segments), as it gives several trajectories in a rollout.
+* a trajectory, ``Trajectory.to_dict()`` plus anything else (or only ``input_ids`` and
+  ``loss_mask``, for data tokenized elsewhere): the gateway's
+  ``trajectories.jsonl``, a run's ``RUN_DIR/trajectories/step_*.jsonl``. Its recorded ids and
+  loss mask are used as they are (never re-tokenized); failed ones and, with ``min_reward``,
+  those rewarded less are dropped and counted.
+* an ``agentrl eval`` record (``eval.jsonl``, written with ``--samples N``): its samples are
+  trajectories as above. (``agentrl eval --curate`` writes dataset rows, which hold no tokens.)
+
+Anything else is a ``ConfigError`` naming ``file:line`` and what was expected. The first token
+of an example is never a loss token (nothing predicts it). What it is not: batching or the loss
+(``agentrl.run.sft``). Main hook: ``load_examples(["data.jsonl"], ChatRenderer(model_dir))``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.api import NOT_SAMPLED, Completion, Trajectory, TrajectoryStatus
+from agentrl.errors import AgentRLError, ConfigError
+from agentrl.rollout.conversation import TokenConversation
+from agentrl.rollout.renderer import ChatRenderer
+
+ROLES = ("system", "user", "assistant", "tool", "developer")
+TRAJECTORY_FIELDS = tuple(f.name for f in dataclasses.fields(Trajectory))
+
+
+@dataclass
+class SftExample:
+    """One training sequence: ``input_ids`` and a 0/1 ``loss_mask`` of the same length."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    source: str  # "file:line" (or "module:function[i]"), for messages about it
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+@dataclass
+class SftRecord:
+    """The examples of one line (one conversation, one trajectory, one eval problem's samples)."""
+
+    source: str
+    examples: list[SftExample]
+
+
+@dataclass
+class SftData:
+    """What ``load_examples`` read: the records kept, and what was dropped and why."""
+
+    records: list[SftRecord]
+    dropped: Counter = field(default_factory=Counter)
+
+    @property
+    def examples(self) -> list[SftExample]:
+        return [e for r in self.records for e in r.examples]
+
+
+# --------------------------------------------------------------------------- conversations
+
+
+def conversation_examples(renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]],
+                          tools: Sequence[Mapping[str, Any]] | None = None) -> list[SftExample]:
+    """The examples of one conversation, masked as a rollout masks sampled tokens (module
+    docstring). Raises ``ConfigError`` (without a location; the caller adds it)."""
+    conv = TokenConversation(renderer)
+    eos = renderer.eos_token_id
+    messages = [dict(m) for m in messages]
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant" or m.get("weight", 1) == 0:
+            continue
+        if i == 0:
+            raise ConfigError("message 0 is an assistant message: it has no prompt to answer "
+                              "(start with a system or user message)")
+        prompt_text = _render(renderer, messages[:i], tools, True)
+        turn_text = _render(renderer, messages[: i + 1], tools, False)
+        if not turn_text.startswith(prompt_text):
+            raise ConfigError(f"message {i}: the chat template does not render this assistant message as a "
+                              "continuation of its generation prompt, so which tokens the model samples is unknown")
+        ids = renderer.encode(turn_text[len(prompt_text):])
+        if eos is not None and eos in ids:  # the model stops at its end-of-turn token; what follows is context
+            ids = ids[: ids.index(eos) + 1]
+        prompt = conv.prompt(prompt_text)
+        conv.record(prompt, Completion(ids, [0.0] * len(ids), [0] * len(ids), "stop"))
+    return [SftExample(list(t.input_ids), list(t.loss_mask), "") for t in conv.export("concat")]
+
+
+def _render(renderer: ChatRenderer, messages: list[dict[str, Any]], tools: Any, gen: bool) -> str:
+    try:
+        return renderer.render(messages, tools, add_generation_prompt=gen)
+    except Exception as e:  # the template's own complaint (Jinja raises anything)
+        raise ConfigError(f"the chat template cannot render messages 0..{len(messages) - 1}: "
+                          f"{type(e).__name__}: {e}".replace("\n", " ")) from e
+
+
+def _check_messages(obj: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Validate an OpenAI conversation; returns (messages, tools). ``ConfigError`` without location."""
+    messages, tools = obj["messages"], obj.get("tools")
+    if not isinstance(messages, list) or not messages:
+        raise ConfigError(f"'messages' must be a non-empty list of messages, got {_short(messages)}")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ConfigError(f"'tools' must be a list of OpenAI tool objects, got {_short(tools)}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ConfigError(f"message {i} must be an object with 'role' and 'content', got {_short(m)}")
+        role = m.get("role")
+        if role not in ROLES:
+            raise ConfigError(f"message {i}: 'role' must be one of {list(ROLES)}, got {_short(role)}")
+        m = dict(m)
+        content = m.get("content")
+        if isinstance(content, list):  # OpenAI content parts: only text can be rendered
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise ConfigError(f"message {i}: content parts must be text parts "
+                                  f"({{\"type\": \"text\", \"text\": ...}}), got {_short(content)}")
+            m["content"] = "".join(p["text"] for p in content)
+        elif not (isinstance(content, str) or (content is None and role == "assistant")):
+            raise ConfigError(f"message {i}: 'content' must be a string (null only for an assistant message "
+                              f"with tool_calls), got {_short(content)}")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if role != "assistant" or not isinstance(calls, list):
+                raise ConfigError(f"message {i}: 'tool_calls' must be a list, on an assistant message")
+            for j, c in enumerate(calls):
+                f = c.get("function") if isinstance(c, dict) else None
+                if not (isinstance(f, dict) and isinstance(f.get("name"), str)
+                        and isinstance(f.get("arguments"), (str, dict))):
+                    raise ConfigError(f"message {i}: tool_calls[{j}] must be {{\"type\": \"function\", \"function\": "
+                                      f"{{\"name\": str, \"arguments\": str}}}}, got {_short(c)}")
+        if m.get("weight", 1) not in (0, 1) or isinstance(m.get("weight"), bool):
+            raise ConfigError(f"message {i}: 'weight' must be 0 or 1, got {_short(m.get('weight'))}")
+        out.append(m)
+    if not any(m["role"] == "assistant" and m.get("weight", 1) == 1 for m in out):
+        raise ConfigError("the conversation has no assistant message to train on")
+    return out, tools
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+def _trajectory(obj: Mapping[str, Any]) -> Trajectory:
+    fields = {k: obj[k] for k in TRAJECTORY_FIELDS if k in obj}
+    mask = fields.get("loss_mask")
+    if isinstance(mask, list):  # pre-tokenized data may bring only input_ids and loss_mask
+        fields.setdefault("logprobs", [0.0] * len(mask))
+        fields.setdefault("versions", [0 if m == 1 else NOT_SAMPLED for m in mask])
+    try:
+        return Trajectory.from_dict(fields)
+    except (AgentRLError, TypeError, ValueError) as e:
+        raise ConfigError(f"not a valid trajectory: {e}") from e
+
+
+def _keep(t: Trajectory, min_reward: float | None, dropped: Counter) -> bool:
+    if t.status is not TrajectoryStatus.OK:
+        dropped[f"failed_{t.status.value}"] += 1
+        return False
+    if min_reward is not None and t.reward < min_reward:
+        dropped["below_min_reward"] += 1
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- records
+
+
+def record_examples(obj: Any, renderer: ChatRenderer, *, min_reward: float | None,
+                    dropped: Counter) -> list[SftExample]:
+    """The examples of one line's object; ``ConfigError`` (without location) if it is none of
+    the kinds of the module docstring."""
+    if not isinstance(obj, dict):
+        raise ConfigError(f"expected a JSON object, got {type(obj).__name__}")
+    if "input_ids" in obj:
+        t = _trajectory(obj)
+        return [SftExample(list(t.input_ids), list(t.loss_mask), "")] if _keep(t, min_reward, dropped) else []
+    if "messages" in obj:
+        return conversation_examples(renderer, *_check_messages(obj))
+    if "samples" in obj and isinstance(obj["samples"], list):
+        out = []
+        for j, s in enumerate(obj["samples"]):
+            if not isinstance(s, dict):
+                raise ConfigError(f"samples[{j}]: expected a trajectory object, got {type(s).__name__}")
+            try:
+                t = _trajectory(s)
+            except ConfigError as e:
+                raise ConfigError(f"samples[{j}]: {e}") from e
+            if _keep(t, min_reward, dropped):
+                out.append(SftExample(list(t.input_ids), list(t.loss_mask), ""))
+        return out
+    if "successes" in obj and "row" in obj:
+        raise ConfigError("an `agentrl eval` record without samples holds no tokens; rerun `agentrl eval` "
+                          "with --samples N to keep N episodes' tokens per problem")
+    raise ConfigError(
+        'expected an OpenAI conversation {"messages": [...], "tools": [...]?}, a trajectory '
+        '{"input_ids", "loss_mask", "logprobs", "versions", ...} or an `agentrl eval` record with "samples"; '
+        f"got the keys {sorted(obj)[:8]} (an `agentrl eval --curate` file holds dataset rows, not tokens)")
+
+
+def _lines(spec: str, seed: int) -> Iterator[tuple[str, Any]]:
+    """(location, parsed object) of every line of a spec (a file, a directory, module:function)."""
+    path = Path(spec)
+    if path.is_dir():
+        files = sorted(path.glob("*.jsonl"))
+        if not files:
+            raise ConfigError(f"data {spec!r}: the directory holds no *.jsonl file")
+    elif path.is_file():
+        files = [path]
+    elif ":" in spec and not spec.endswith(".jsonl"):
+        from agentrl.plugins import load_object
+
+        rows = load_object(spec)(seed)
+        for i, row in enumerate(rows):
+            yield f"{spec}[{i}]", row
+        return
+    else:
+        raise ConfigError(f"data {spec!r} does not exist; give a JSONL file, a directory of them, "
+                          "or module:function")
+    for f in files:
+        with f.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield f"{f}:{lineno}", json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{f}:{lineno}: not valid JSON ({e.msg}); expected one object per line") from e
+
+
+def load_examples(specs: Iterable[str], renderer: ChatRenderer, *, seed: int = 0,
+                  min_reward: float | None = None, max_tokens: int | None = None) -> SftData:
+    """Every record of ``specs``; see the module docstring. Examples longer than ``max_tokens``
+    and examples without a loss token are dropped and counted."""
+    data = SftData([])
+    for spec in specs:
+        for where, obj in _lines(spec, seed):
+            try:
+                examples = record_examples(obj, renderer, min_reward=min_reward, dropped=data.dropped)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from e
+            kept = []
+            for e in examples:
+                e.source = where
+                if e.loss_mask:
+                    e.loss_mask[0] = 0  # nothing predicts the first token
+                if max_tokens is not None and len(e.input_ids) > max_tokens:
+                    data.dropped["over_max_tokens"] += 1
+                elif e.num_loss_tokens == 0:
+                    data.dropped["no_loss_tokens"] += 1
+                else:
+                    kept.append(e)
+            if kept:
+                data.records.append(SftRecord(where, kept))
+    return data
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
