@@ -10,16 +10,22 @@ log-likelihood of the assistant tokens. The held-out loss is the same mean under
 fine-tuned weights are exported with the trainer's ``export_hf`` to ``RUN_DIR/model``, an HF
 directory that ``agentrl serve --model`` (and ``agentrl train``'s ``model``) loads.
 
-    parse (the command) → data (load, split) → Actor → held-out loss before
+    parse (the command) → data (load, split) → Actor (restored on --resume) → held-out loss before
     loop: batch (shuffled per epoch) → Actor.train_step → metrics.jsonl (every step),
-          a progress line every log_every_steps, held-out loss every eval_every_steps
-    held-out loss after → export_hf → summary.json, curves.png
+          a progress line every log_every_steps, held-out loss every eval_every_steps,
+          a checkpoint every checkpoint.every_steps
+    held-out loss after → export_hf → checkpoint → summary.json, curves.png
+
+Resuming: a checkpoint is the trainer's own (``save_checkpoint``: model and optimizer shards,
+schedule, RNG, counters) plus ``sft.json`` (the step, the held-out loss before, the minutes so
+far). The batch order is a pure function of (seed, data, step), so ``--resume`` skips the
+batches already trained on and continues as if never stopped; the metrics logged after the
+checkpoint are dropped. A resume with a larger ``steps`` trains a finished run on.
 
 How it runs: in the calling process as a 1-rank gloo group (``run_in_process``), or under
-torchrun as ``python -m agentrl.run.sft RUN_DIR`` (reading ``RUN_DIR/config.yaml``) when
-``world_size`` > 1; every rank loads the same data, rank 0 writes and prints. What it is not:
-resumable (no sharded checkpoints; rerun it), and no generation-based evaluation (``agentrl
-eval`` on the exported model does that).
+torchrun as ``python -m agentrl.run.sft RUN_DIR [--resume]`` (reading ``RUN_DIR/config.yaml``)
+when ``world_size`` > 1; every rank loads the same data, rank 0 writes and prints. What it is
+not: a generation-based evaluation (``agentrl eval`` on the exported model does that).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +50,8 @@ from agentrl.run.sft_data import SftData, SftExample, SftRecord, load_examples
 
 MODEL_DIR = "model"
 """``RUN_DIR/model``: the fine-tuned HF checkpoint."""
+CHECKPOINTS, LATEST, STATE = "checkpoints", "latest", "sft.json"
+"""``RUN_DIR/checkpoints/step_NNNNNN/{trainer/, sft.json}``; ``checkpoints/latest`` names the newest."""
 DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -125,17 +134,58 @@ def heldout_loss(actor: Any, batch: Any) -> float | None:
     return float(t[0] / t[1]) if t[1] > 0 else None
 
 
+# --------------------------------------------------------------------------- checkpoints
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of an SFT run (``checkpoints/latest`` names it), or None."""
+    pointer = Path(run_dir) / CHECKPOINTS / LATEST
+    if not pointer.is_file():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    return path if (path / STATE).is_file() else None
+
+
+def completed_steps(run_dir: str | Path) -> int:
+    """Steps done by the newest checkpoint (0 without one)."""
+    path = latest_checkpoint(run_dir)
+    return json.loads((path / STATE).read_text())["step"] if path is not None else 0
+
+
+def save_state(actor: Any, run_dir: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
+    """The trainer's shards and counters (``save_checkpoint``, a collective), then (rank 0) the
+    run's own state and the ``latest`` pointer, which make it complete; older ones beyond
+    ``keep_last`` are removed."""
+    from agentrl.trainer.checkpoint import save_checkpoint
+
+    path = run_dir / CHECKPOINTS / f"step_{step:06d}"
+    save_checkpoint(actor, path / "trainer")
+    if actor.rank == 0:
+        (path / STATE).write_text(json.dumps({"step": step, **state}))
+        pointer = run_dir / CHECKPOINTS / LATEST
+        tmp = pointer.with_suffix(".tmp")
+        tmp.write_text(path.name)
+        os.replace(tmp, pointer)
+        for old in sorted(p for p in path.parent.glob("step_*") if p.is_dir())[:-keep_last]:
+            if old != path:
+                shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
 # --------------------------------------------------------------------------- the run
 
 
-def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData] | None = None) -> dict[str, Any]:
+def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData] | None = None,
+            resume: bool = False) -> dict[str, Any]:
     """Fine-tune ``cfg.model`` on ``cfg.data`` (module docstring); on every rank, after the
-    process group exists. Returns the summary (rank 0; others return an empty dict)."""
+    process group exists. ``resume``: continue from the newest checkpoint of ``run_dir`` (from
+    step 0, its metrics dropped, when there is none). Returns the summary (rank 0; others
+    return an empty dict)."""
     import torch
 
     from agentrl.run.metrics import RunLog, plot_curves
     from agentrl.trainer.actor import Actor, init_distributed
-    from agentrl.trainer.checkpoint import export_hf
+    from agentrl.trainer.checkpoint import export_hf, load_checkpoint
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
@@ -155,8 +205,17 @@ def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData
 
     trainer_cfg = dataclasses.replace(cfg.trainer, loss=dataclasses.replace(cfg.trainer.loss, kind="reinforce"))
     actor = Actor(cfg.model, trainer_cfg)
+    resume_from = latest_checkpoint(run_dir) if resume else None
+    state: dict[str, Any] = {"minutes": 0.0}
+    if resume_from is not None:
+        load_checkpoint(actor, resume_from / "trainer")
+        state = json.loads((resume_from / STATE).read_text())
+        say(f"sft: resumed from {resume_from.name} (step {state['step']} of {steps})")
+    start = state.get("step", 0)
     held_batch = train_batch(held_examples) if held_examples else None
-    runlog = RunLog(run_dir, tensorboard=cfg.tensorboard, trajectories_per_step=0) if lead else None
+    resume_step = None if not resume else start if resume_from is not None else -1
+    runlog = RunLog(run_dir, tensorboard=cfg.tensorboard, trajectories_per_step=0,
+                    resume_step=resume_step) if lead else None
 
     def evaluate(step: int, label: str) -> float | None:
         loss = heldout_loss(actor, held_batch)
@@ -166,11 +225,17 @@ def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData
             say(f"heldout loss {label} (step {step}): {loss:.4f}")
         return loss
 
-    summary: dict[str, Any] = {"heldout_loss_before": evaluate(0, "before")}
+    def minutes() -> float:
+        return state["minutes"] + (time.perf_counter() - started) / 60
+
+    summary: dict[str, Any] = {"heldout_loss_before": state["heldout_loss_before"] if resume_from is not None
+                               else evaluate(0, "before")}
     stream = batch_stream(examples, min(cfg.batch_size, len(examples)), cfg.seed)
+    for _ in range(start):  # the batches the checkpointed steps trained on
+        next(stream)
     t_last = time.perf_counter()
     try:
-        for step in range(1, steps + 1):
+        for step in range(start + 1, steps + 1):
             batch = next(stream)
             stats = actor.train_step(train_batch(batch, actor.version))
             now = time.perf_counter()
@@ -178,29 +243,37 @@ def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData
                 row = {f"train/{k}": stats.get(k, math.nan) for k in ("loss", "entropy", "grad_norm", "lr")}
                 runlog.log(step, row | {"train/loss_tokens": float(sum(e.num_loss_tokens for e in batch)),
                                         "train/skipped_steps": stats.get("skipped_steps", 0.0),
-                                        "perf/step_s": now - t_last, "perf/elapsed_min": (now - started) / 60})
+                                        "perf/step_s": now - t_last, "perf/elapsed_min": minutes()})
             t_last = now
             if step % cfg.log_every_steps == 0 or step == steps:
                 say(f"sft step {step:>4}/{steps}  loss {stats.get('loss', math.nan):.4f}  "
-                    f"lr {stats.get('lr', math.nan):.2e}  [{(now - started) / 60:.1f} min]")
+                    f"lr {stats.get('lr', math.nan):.2e}  [{minutes():.1f} min]")
             if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and step < steps:
                 evaluate(step, "at")
+            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and step < steps:
+                save_state(actor, run_dir, step, {"heldout_loss_before": summary["heldout_loss_before"],
+                                                  "minutes": minutes()}, cfg.checkpoint.keep_last)
         summary["heldout_loss_after"] = evaluate(steps, "after")
         checkpoint = export_hf(actor.model, run_dir / MODEL_DIR, source_dir=cfg.model)
+        save_state(actor, run_dir, steps, {"heldout_loss_before": summary["heldout_loss_before"],
+                                           "minutes": minutes()}, cfg.checkpoint.keep_last)
     finally:
         if runlog is not None:
             runlog.close()
     if not lead:
         return {}
-    summary.update(steps=steps, minutes=(time.perf_counter() - started) / 60, run_dir=str(run_dir),
+    summary.update(steps=steps, minutes=minutes(), run_dir=str(run_dir),
                    checkpoint=str(checkpoint), train_examples=len(examples), heldout_examples=len(held_examples),
                    dropped=dropped, skipped_steps=actor.skipped_steps)
+    if resume_from is not None:
+        summary["resumed_from_step"] = start
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary
 
 
-def run_in_process(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData] | None = None) -> dict:
+def run_in_process(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData] | None = None,
+                   resume: bool = False) -> dict:
     """``run_sft`` in this process as a 1-rank group (gloo on CPU), torn down afterwards."""
     import torch.distributed as dist
 
@@ -210,7 +283,7 @@ def run_in_process(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, 
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(free_port()))
     try:
-        return run_sft(cfg, run_dir, data=data)
+        return run_sft(cfg, run_dir, data=data, resume=resume)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -221,14 +294,14 @@ def run_in_process(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, 
                 os.environ[k] = v
 
 
-def run_under_torchrun(cfg: SftConfig, run_dir: str | Path) -> dict:
+def run_under_torchrun(cfg: SftConfig, run_dir: str | Path, *, resume: bool = False) -> dict:
     """``world_size`` ranks of ``python -m agentrl.run.sft RUN_DIR`` (its config.yaml is written)
     under torchrun on this machine; returns rank 0's summary."""
     from agentrl.process.services import free_port
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.world_size),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "agentrl.run.sft", str(run_dir)]
-    code = subprocess.run(cmd).returncode
+    code = subprocess.run(cmd + (["--resume"] if resume else [])).returncode
     if code != 0:
         raise TrainerError(f"the SFT ranks failed (torchrun exit code {code}); their output is above")
     return json.loads((Path(run_dir) / "summary.json").read_text())
@@ -240,13 +313,16 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.config import load_config
 
     args = list(sys.argv[1:] if argv is None else argv)
+    resume = "--resume" in args
+    args = [a for a in args if a != "--resume"]
     if len(args) != 1:
-        print("usage: python -m agentrl.run.sft RUN_DIR   (run by `agentrl sft` under torchrun)", file=sys.stderr)
+        print("usage: python -m agentrl.run.sft RUN_DIR [--resume]   (run by `agentrl sft` under torchrun)",
+              file=sys.stderr)
         return 2
     hf_logging.disable_progress_bar()
     run_dir = Path(args[0])
     cfg = load_config(SftConfig, run_dir / "config.yaml")
-    run_sft(cfg, run_dir)
+    run_sft(cfg, run_dir, resume=resume)
     import torch.distributed as dist
 
     with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ RL-only keys (``trainer.loss`` clipping, ``trainer.advantages``, ``trainer.max_s
 ``trainer.weight_sync``) have no effect. ``trainer.loss.kl_coef`` > 0 still adds the KL penalty
 against the initial model. The cosine of the lr schedule spans ``trainer.total_steps``
 optimizer steps after ``trainer.warmup_steps`` (set it to ``steps`` to decay over the run).
+``checkpoint`` is the section of ``agentrl train`` (``RunConfig``'s), with SFT's own defaults.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from agentrl.config import option
 from agentrl.errors import ConfigError
+from agentrl.run.run_config import CheckpointConfig
 from agentrl.trainer.trainer_config import TrainerConfig
 
 
@@ -48,6 +50,9 @@ class SftConfig:
     world_size: int = option(1, ge=1, help="trainer ranks; more than 1 runs them under torchrun")
     threads: int = option(2, ge=1, help="torch threads of each trainer rank")
     tensorboard: bool = option(False, help="also write RUN_DIR/tensorboard")
+    checkpoint: CheckpointConfig = option(CheckpointConfig(every_steps=100, keep_last=1),
+                                          help="resumable checkpoints in RUN_DIR/checkpoints "
+                                               "(`agentrl sft --resume RUN_DIR`); one is always saved at the end")
     trainer: TrainerConfig = option(TrainerConfig, help="the trainer of agentrl train (optimizer, lr schedule, "
                                                         "packing); its loss is set to SFT's (module docstring)")
 

@@ -20,6 +20,10 @@ returning the same objects a line holds). A line is one of:
   those rewarded less are dropped and counted.
 * an ``agentrl eval`` record (``eval.jsonl``, written with ``--samples N``): its samples are
   trajectories as above. (``agentrl eval --curate`` writes dataset rows, which hold no tokens.)
+* a line of a run's episode log (``RUN_DIR/rollout/episodes.jsonl``, ``agentrl.rollout.journal``):
+  an ``episode`` event's trajectories as above; a ``call`` event (a generation of an episode
+  that had not finished) is skipped and counted, a ``forget`` event ignored. The log holds the
+  episodes not yet trained on: each checkpoint compacts the others away.
 
 Anything else is a ``ConfigError`` naming ``file:line`` and what was expected. The first token
 of an example is never a loss token (nothing predicts it). What it is not: batching or the loss
@@ -43,6 +47,7 @@ from agentrl.rollout.renderer import ChatRenderer
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 TRAJECTORY_FIELDS = tuple(f.name for f in dataclasses.fields(Trajectory))
+EPISODE_LOG_KINDS = ("episode", "call", "forget")  # the events of agentrl.rollout.journal.EpisodeLog
 
 
 @dataclass
@@ -173,6 +178,23 @@ def _trajectory(obj: Mapping[str, Any]) -> Trajectory:
         raise ConfigError(f"not a valid trajectory: {e}") from e
 
 
+def _trajectory_list(items: Any, name: str, min_reward: float | None, dropped: Counter) -> list[SftExample]:
+    """The kept examples of a list of trajectory objects (eval samples, an episode's trajectories)."""
+    if not isinstance(items, list):
+        raise ConfigError(f"{name!r} must be a list of trajectory objects, got {_short(items)}")
+    out = []
+    for j, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{name}[{j}]: expected a trajectory object, got {type(item).__name__}")
+        try:
+            t = _trajectory(item)
+        except ConfigError as e:
+            raise ConfigError(f"{name}[{j}]: {e}") from e
+        if _keep(t, min_reward, dropped):
+            out.append(SftExample(list(t.input_ids), list(t.loss_mask), ""))
+    return out
+
+
 def _keep(t: Trajectory, min_reward: float | None, dropped: Counter) -> bool:
     if t.status is not TrajectoryStatus.OK:
         dropped[f"failed_{t.status.value}"] += 1
@@ -198,23 +220,20 @@ def record_examples(obj: Any, renderer: ChatRenderer, *, min_reward: float | Non
     if "messages" in obj:
         return conversation_examples(renderer, *_check_messages(obj))
     if "samples" in obj and isinstance(obj["samples"], list):
-        out = []
-        for j, s in enumerate(obj["samples"]):
-            if not isinstance(s, dict):
-                raise ConfigError(f"samples[{j}]: expected a trajectory object, got {type(s).__name__}")
-            try:
-                t = _trajectory(s)
-            except ConfigError as e:
-                raise ConfigError(f"samples[{j}]: {e}") from e
-            if _keep(t, min_reward, dropped):
-                out.append(SftExample(list(t.input_ids), list(t.loss_mask), ""))
-        return out
+        return _trajectory_list(obj["samples"], "samples", min_reward, dropped)
+    if "key" in obj and obj.get("kind") in EPISODE_LOG_KINDS:
+        if obj["kind"] == "episode":
+            return _trajectory_list(obj.get("trajectories"), "trajectories", min_reward, dropped)
+        if obj["kind"] == "call":
+            dropped["unfinished_episode_calls"] += 1
+        return []
     if "successes" in obj and "row" in obj:
         raise ConfigError("an `agentrl eval` record without samples holds no tokens; rerun `agentrl eval` "
                           "with --samples N to keep N episodes' tokens per problem")
     raise ConfigError(
         'expected an OpenAI conversation {"messages": [...], "tools": [...]?}, a trajectory '
-        '{"input_ids", "loss_mask", "logprobs", "versions", ...} or an `agentrl eval` record with "samples"; '
+        '{"input_ids", "loss_mask", "logprobs", "versions", ...}, an `agentrl eval` record with "samples" '
+        'or an episode-log event {"kind": "episode", "key", "trajectories"}; '
         f"got the keys {sorted(obj)[:8]} (an `agentrl eval --curate` file holds dataset rows, not tokens)")
 
 

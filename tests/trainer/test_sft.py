@@ -123,6 +123,26 @@ def test_recorded_trajectories_are_kept_as_recorded_and_filtered_by_reward(rende
     assert both.dropped == {"failed_timeout": 1}
 
 
+def test_a_runs_episode_log_gives_its_finished_episodes(renderer, tmp_path):
+    """``RUN_DIR/rollout/episodes.jsonl`` as the run's own ``EpisodeLog`` writes it: a finished
+    episode's trajectories are data (filtered by reward); an unfinished one's calls are skipped and
+    counted; a ``forget`` (trained on) does not unmake the episode."""
+    from agentrl.api import Completion, SamplingParams
+    from agentrl.rollout.journal import EpisodeLog, call_digest
+
+    good, bad = trajectory([5, 6, 7, 8, 9], 2, 1.0), trajectory([5, 6, 7, 1, 2, 3], 3, 0.0)
+    log = EpisodeLog(tmp_path / "rollout" / "episodes.jsonl")
+    log.record_call("1:0", 0, call_digest([5, 6], SamplingParams()), Completion([7], [-0.1], [3], "length"),
+                    partial=True)
+    log.record_episode("0:0", [good, bad])
+    log.forget(["0:0"])
+    log.close()
+    data = load_examples([str(tmp_path / "rollout")], renderer, min_reward=0.5)
+    assert [(e.input_ids, e.loss_mask) for e in data.examples] == [(good.input_ids, good.loss_mask)]
+    assert data.dropped == {"below_min_reward": 1, "unfinished_episode_calls": 1}
+    assert data.examples[0].source == f"{tmp_path / 'rollout' / 'episodes.jsonl'}:2"
+
+
 def test_the_first_token_is_never_a_loss_token_and_ids_with_a_mask_suffice(renderer, tmp_path):
     t = Trajectory([4, 5, 6], [1, 1, 1], [-0.1] * 3, [0] * 3)
     path = write_jsonl(tmp_path / "t.jsonl", [t.to_dict(), {"input_ids": [7, 8, 9, 10], "loss_mask": [0, 0, 1, 1]}])
@@ -145,6 +165,7 @@ BAD_LINES = [
     ({"input_ids": [1, 2], "loss_mask": [0, 1], "logprobs": [0.0, -1.0], "versions": [-1, -1]}, "not a valid trajectory"),
     ({"input_ids": [1, 2, 3], "loss_mask": [0, 1]}, "not a valid trajectory"),
     ({"index": 0, "k": 4, "successes": 1, "row": {}}, "--samples N"),
+    ({"kind": "episode", "key": "0:0", "trajectories": [{"input_ids": [1]}]}, "trajectories[0]: not a valid"),
     ([1, 2], "expected a JSON object"),
 ]
 
@@ -229,6 +250,55 @@ def test_sft_lowers_the_heldout_loss_and_its_checkpoint_serves(tiny_model_dir, t
         out = httpx.post(f"{proc.url}/generate", json={"input_ids": prompt, "sampling_params": {
             "temperature": 0.0, "max_new_tokens": 8}}, timeout=60).json()
     assert len(out["output_ids"]) > 0, out
+
+
+def test_a_run_killed_after_a_checkpoint_resumes_to_where_it_would_have_ended(tiny_model_dir, tmp_path):
+    """``agentrl sft --resume``: the run is left as a crash after its step-2 checkpoint leaves
+    it (no model, no summary, metrics logged past the checkpoint); the resumed run restores the
+    trainer, skips the batches trained on and ends with the uninterrupted run's weights and losses."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from examples.sft_tools import heldout_conversations, train_conversations
+    finally:
+        sys.path.remove(str(ROOT))
+    train = write_jsonl(tmp_path / "train.jsonl", train_conversations(2, n=12))
+    held = write_jsonl(tmp_path / "held.jsonl", heldout_conversations(0, n=4))
+    whole, crashed = tmp_path / "whole", tmp_path / "crashed"
+    sft = lambda *args: subprocess.run([AGENTRL, "sft", *args], capture_output=True, text=True,  # noqa: E731
+                                       timeout=300, cwd=ROOT)
+    r = sft(str(ROOT / "examples" / "sft_tools.yaml"), f"model={tiny_model_dir}", f"data=[{train}]",
+            f"heldout=[{held}]", f"run_dir={whole}", "steps=4", "batch_size=4", "eval_every_steps=0", "threads=1",
+            "checkpoint.every_steps=2", "checkpoint.keep_last=2", "trainer.warmup_steps=1", "trainer.total_steps=3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    expected = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sorted(p.name for p in (whole / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000004"]
+
+    shutil.copytree(whole, crashed)
+    shutil.rmtree(crashed / "checkpoints" / "step_000004")
+    (crashed / "checkpoints" / "latest").write_text("step_000002")
+    shutil.rmtree(crashed / "model")
+    (crashed / "summary.json").unlink()
+    r = sft("--resume", str(crashed))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumed from step_000002 (step 2 of 4)" in r.stdout
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 4
+    assert summary["heldout_loss_before"] == expected["heldout_loss_before"]
+    assert summary["heldout_loss_after"] == pytest.approx(expected["heldout_loss_after"], abs=1e-6)
+    rows = lambda run: [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    losses = lambda run: [row.get("train/loss", row.get("eval/heldout_loss")) for row in rows(run)]  # noqa: E731
+    assert [row["step"] for row in rows(crashed)] == [0, 1, 2, 3, 4, 4]  # what the crash logged past 2 is gone
+    assert losses(crashed) == pytest.approx(losses(whole), abs=1e-6)
+    a, b = (load_file(str(run / "model" / "model.safetensors")) for run in (whole, crashed))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+    r = sft("--resume", str(crashed))  # a finished run trains on only when told to
+    assert r.returncode == 2 and f"{crashed} is complete at step 4 of 4; to train it on, raise steps" in r.stderr
 
 
 # --------------------------------------------------------------------------- the pieces of the run
