@@ -180,9 +180,11 @@ def test_what_vllm_cannot_do_is_refused_by_name():
     assert sp["logit_bias"] == {"5": -1.0} and sp["logprobs"] == 0
 
 
-def test_a_good_checkpoint_passes_the_check(tiny_model_dir, perturbed):
-    check_checkpoint(perturbed, tiny_model_dir)
-    check_checkpoint(perturbed, "/nonexistent/served/elsewhere")  # compared with nothing, still read
+def test_a_good_checkpoint_passes_the_check(tiny_model_dir, perturbed, caplog):
+    assert check_checkpoint(perturbed, tiny_model_dir) is None
+    with caplog.at_level("WARNING"):  # a served model on another machine: compared with nothing, still read
+        assert check_checkpoint(perturbed, "/nonexistent/served/elsewhere") is None
+    assert "not a directory this process can read" in caplog.text
 
 
 def test_the_gateway_over_vllm_with_the_openai_sdk(vllm_server, tiny_model_dir, tmp_path):
