@@ -58,14 +58,14 @@ def make_sequences(lengths: list[int], seed: int) -> list[dict[str, torch.Tensor
 
 def packed_step(model, opt, seqs, budget, total_tokens, attn):
     from agentrl.trainer.losses import policy_loss
-    from agentrl.trainer.packing import first_fit_decreasing, pack, sequence_starts, token_logprobs
+    from agentrl.trainer.packing import first_fit_decreasing, pack, token_logprobs
 
     lengths = [int(s["input_ids"].numel()) for s in seqs]
     for mb in first_fit_decreasing(lengths, budget):
         p = pack(seqs, mb)
         logits = model(input_ids=p.input_ids, position_ids=p.position_ids,
                        attention_mask=p.attention_mask(attn), use_cache=False).logits
-        logp, _ = token_logprobs(logits, p.input_ids, sequence_starts(p.seq_lens))
+        logp, _ = token_logprobs(logits, p.input_ids, p.sources)
         f = p.fields
         loss, _ = policy_loss("decoupled_ppo", logp[0], f["behaviour_logprobs"], f["advantages"],
                               f["loss_mask"], total_loss_tokens=total_tokens, proximal_logprobs=logp[0].detach())

@@ -43,10 +43,12 @@ from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.losses import policy_loss
 from agentrl.trainer.packing import (
     SEGMENT_ATTENTION,
+    VARLEN_ATTENTION,
+    Unit,
     pack,
-    plan_micro_batches,
+    plan_units,
     register_segment_attention,
-    sequence_starts,
+    shared_prefix_units,
     token_logprobs,
 )
 from agentrl.trainer.trainer_config import TrainerConfig
@@ -99,6 +101,9 @@ class Actor:
         if attn == SEGMENT_ATTENTION:
             register_segment_attention()
         self.attn_implementation = attn
+        # a shared prefix is written in the position ids, which only our segment attention and
+        # an explicit mask read (varlen kernels take every restart at 0 for a new sequence)
+        self.share_prefix = config.share_prefix and (attn == SEGMENT_ATTENTION or attn not in VARLEN_ATTENTION)
         self.mesh = init_device_mesh(self.device.type, (self.world_size,))
 
         self.model = self._load(AutoModelForCausalLM, trainable=True)
@@ -170,13 +175,14 @@ class Actor:
         bounds = [round(i * n / k) for i in range(k + 1)]
         return [list(range(bounds[i], bounds[i + 1])) for i in range(k)]
 
-    def _micro_batches(self, batch: TrainBatch, indices: list[int]) -> list[list[int]]:
-        """This rank's micro-batches (global indices) of the mini-batch ``indices``."""
-        lengths = [batch.lengths[i] for i in indices]
-        plan = plan_micro_batches(lengths, self.world_size, self.config.micro_batch_tokens)
-        return [[indices[j] for j in mb] for mb in plan[self.rank]]
+    def _micro_batches(self, batch: TrainBatch, indices: list[int]) -> list[list[Unit]]:
+        """This rank's micro-batches of the mini-batch ``indices`` (global indices), as units:
+        a sequence, or a group's sequences behind their shared prefix (``trainer.share_prefix``)."""
+        groups = batch.groups if self.share_prefix else None
+        units = shared_prefix_units(batch.sequences, indices, groups, self.config.micro_batch_tokens)
+        return plan_units(units, self.world_size, self.config.micro_batch_tokens)[self.rank]
 
-    def _forward(self, model, batch: TrainBatch, mb: list[int], *, with_entropy: bool = False):
+    def _forward(self, model, batch: TrainBatch, mb: list[Unit], *, with_entropy: bool = False):
         """Packed forward of micro-batch ``mb``; returns (packed, token logprobs [T], entropy)."""
         packed = pack(batch.sequences, mb)
         ids = packed.input_ids.to(self.device)
@@ -185,8 +191,7 @@ class Actor:
         logits = model(input_ids=ids, position_ids=pos,
                        attention_mask=None if mask is None else mask.to(self.device),
                        use_cache=False).logits
-        logp, ent = token_logprobs(logits, ids, sequence_starts(packed.seq_lens, self.device),
-                                   with_entropy=with_entropy)
+        logp, ent = token_logprobs(logits, ids, packed.sources.to(self.device), with_entropy=with_entropy)
         return packed, logp[0], None if ent is None else ent[0]
 
     def _dummy_forward(self, model) -> torch.Tensor:
@@ -194,7 +199,7 @@ class Actor:
         ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
         return model(input_ids=ids, use_cache=False).logits.sum() * 0.0
 
-    def _iter_rank_micro_batches(self, batch: TrainBatch) -> Iterator[list[int]]:
+    def _iter_rank_micro_batches(self, batch: TrainBatch) -> Iterator[list[Unit]]:
         for indices in self._mini_batches(batch):
             yield from self._micro_batches(batch, indices)
 
@@ -263,9 +268,9 @@ class Actor:
                 packed, logp, ent = self._forward(self.model, batch, mb, with_entropy=True)
                 f = packed.fields
                 mask = f["loss_mask"].to(self.device)
-                prox_t = (torch.cat([prox[i] for i in packed.indices]).to(self.device)
+                prox_t = (packed.join([prox[i] for i in packed.indices]).to(self.device)
                           if prox is not None else logp.detach())
-                ref_t = torch.cat([ref[i] for i in packed.indices]).to(self.device) if ref is not None else None
+                ref_t = packed.join([ref[i] for i in packed.indices]).to(self.device) if ref is not None else None
                 loss, st = policy_loss(
                     kind, logp, f["behaviour_logprobs"].to(self.device), f["advantages"].to(self.device),
                     mask, total_loss_tokens=n_tokens, proximal_logprobs=prox_t,

@@ -46,6 +46,14 @@ class TrainBatch:
         return len(self.sequences)
 
     @property
+    def groups(self) -> list[str] | None:
+        """Each sequence's group (its trajectory's ``group_id``: one prompt), or None when the
+        batch was built without its trajectories."""
+        if len(self.trajectories) != len(self.sequences):
+            return None
+        return [t.group_id for t in self.trajectories]
+
+    @property
     def lengths(self) -> list[int]:
         return [int(s["input_ids"].numel()) for s in self.sequences]
 

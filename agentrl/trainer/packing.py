@@ -23,14 +23,29 @@ restarting position ids — so it costs Σ len² and builds no mask. With varlen
 (``flash_attention_2``/``3``) no mask is built either: transformers derives the sequence
 boundaries from the position ids.
 
+Shared prefixes. The samples of one GRPO group begin with the same prompt (in multi-turn
+episodes, with the same first turns), so a packed row may hold that prefix once for the whole
+group: ``[prefix][suffix 1][suffix 2]...``, each suffix's position ids continuing from the
+prefix's length, each suffix attending to the prefix and to itself. The results are those of
+laying every sequence out whole (the same logits, log-probabilities and gradients, up to float
+rounding), on fewer tokens: a group of 16 answers of 5 tokens to a 20-token prompt is 100 row
+tokens instead of 400. ``shared_prefix_units`` finds the prefixes (capped before any member's
+first loss token, so every loss token stays in exactly one suffix); a row's layout is written in
+its position ids alone (a sequence or prefix starts at position 0; a suffix starts at its
+prefix's length), which ``segment_sdpa_attention`` and ``attention_mask`` read. Varlen kernels
+cannot express it (they read every position-0 restart as a new sequence and nothing else), so
+the actor shares prefixes only with ``sdpa_segments``, ``sdpa`` and ``eager``.
+
 Log-probabilities are token-aligned: entry t of a sequence is log π(token_t | tokens_<t), and
-entry 0 of every sequence is 0 (no prediction exists for a first token).
+entry 0 of every sequence is 0 (no prediction exists for a first token). A packed row says which
+row position predicts each token (``PackedMicroBatch.sources``: the one before it, or, for a
+suffix's first token, its prefix's last).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -94,16 +109,86 @@ def plan_micro_batches(lengths: Sequence[int], world_size: int, token_budget: in
     return plan
 
 
+@dataclass(frozen=True)
+class Unit:
+    """What the planner places: one sequence (``prefix`` 0), or sequences laid out behind one
+    copy of their first ``prefix`` tokens. ``tokens`` is the row length it takes."""
+
+    members: tuple[int, ...]
+    prefix: int
+    tokens: int
+
+
+def shared_prefix_units(sequences: Sequence[Mapping[str, torch.Tensor]], indices: Sequence[int],
+                        groups: Sequence[Hashable] | None, budget: int) -> list[Unit]:
+    """``indices`` as planner units: the members of one group (``groups[i]``, e.g. a GRPO group
+    id) share their longest common prefix, cut before the first loss token of any of them (a
+    ``loss_mask`` field, when present) and before every member's last token; a group too big for
+    ``budget`` is split into several units. Without ``groups``, or where no prefix is shared,
+    every sequence is a unit of its own."""
+    lengths = {i: int(sequences[i]["input_ids"].numel()) for i in indices}
+    if groups is None:
+        return [Unit((i,), 0, lengths[i]) for i in indices]
+    by_group: dict[Hashable, list[int]] = {}
+    for i in indices:
+        by_group.setdefault(groups[i], []).append(i)
+    units: list[Unit] = []
+    for members in by_group.values():
+        prefix = _common_prefix(sequences, members, lengths) if len(members) > 1 else 0
+        if prefix == 0:
+            units.extend(Unit((i,), 0, lengths[i]) for i in members)
+            continue
+        chunk: list[int] = []
+        for i in members:  # in order; a chunk holds the prefix once and each member's rest
+            cost = prefix + sum(lengths[j] - prefix for j in chunk) + lengths[i] - prefix
+            if chunk and cost > budget:
+                units.append(_unit(chunk, prefix, lengths))
+                chunk = []
+            chunk.append(i)
+        units.append(_unit(chunk, prefix, lengths))
+    return units
+
+
+def _unit(members: list[int], prefix: int, lengths: Mapping[int, int]) -> Unit:
+    if len(members) == 1:
+        return Unit((members[0],), 0, lengths[members[0]])
+    return Unit(tuple(members), prefix, prefix + sum(lengths[i] - prefix for i in members))
+
+
+def _common_prefix(sequences: Sequence[Mapping[str, torch.Tensor]], members: list[int],
+                   lengths: Mapping[int, int]) -> int:
+    cap = min(lengths[i] for i in members) - 1  # every member keeps at least one token of its own
+    for i in members:
+        mask = sequences[i].get("loss_mask")
+        if mask is not None:
+            on = (mask.reshape(-1) > 0).nonzero()
+            if on.numel():
+                cap = min(cap, int(on[0, 0]))
+    if cap <= 0:
+        return 0
+    ids = torch.stack([sequences[i]["input_ids"].reshape(-1)[:cap] for i in members])
+    differs = (ids != ids[0]).any(0).nonzero()
+    return int(differs[0, 0]) if differs.numel() else cap
+
+
+def plan_units(units: Sequence[Unit], world_size: int, token_budget: int) -> list[list[list[Unit]]]:
+    """``plan_micro_batches`` over units: ``plan[rank][k]`` = the units of micro-batch k."""
+    plan = plan_micro_batches([u.tokens for u in units], world_size, token_budget)
+    return [[[units[j] for j in mb] for mb in rank] for rank in plan]
+
+
 # --------------------------------------------------------------------------- layouts
 
 
 @dataclass
 class PackedMicroBatch:
-    """One row holding several sequences back to back.
+    """One row holding several sequences back to back (groups of them behind a shared prefix).
 
     ``input_ids`` and ``position_ids``: [1, T]; ``fields``: token-aligned [T] tensors (loss
-    mask, log-probabilities, advantages ...); ``seq_lens``: length of each packed sequence;
-    ``indices``: which sequences of the batch they are, in order.
+    mask, log-probabilities, advantages ...; a shared prefix holds its first member's values);
+    ``sources``: [1, T] long, the row position whose logits predict each token (-1: none);
+    ``seq_lens``: length of each packed sequence; ``indices``: which sequences of the batch they
+    are, in order; ``pieces``: per sequence, the row spans that hold its tokens, in order.
     """
 
     input_ids: torch.Tensor
@@ -111,50 +196,144 @@ class PackedMicroBatch:
     seq_lens: list[int]
     indices: list[int]
     fields: dict[str, torch.Tensor]
+    sources: torch.Tensor
+    pieces: list[list[tuple[int, int]]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[1])
 
     def attention_mask(self, attn_implementation: str, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
-        """The block-diagonal causal mask for this row, or None for varlen kernels."""
+        """The row's causal mask (block-diagonal, suffixes also seeing their prefix), or None
+        for the varlen kernels and ``sdpa_segments``."""
         if attn_implementation in VARLEN_ATTENTION:
             return None
-        allowed = block_causal_mask(self.seq_lens, self.input_ids.device)
+        allowed = row_causal_mask(self.position_ids)
         if attn_implementation == "eager":
             out = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
             return out.masked_fill_(~allowed, torch.finfo(dtype).min)
         return allowed
 
     def split(self, values: torch.Tensor) -> list[torch.Tensor]:
-        """Cut a token-aligned [T] (or [1, T]) tensor back into per-sequence tensors."""
-        return list(values.reshape(-1).split(self.seq_lens))
+        """Cut a token-aligned [T] (or [1, T]) row back into per-sequence tensors."""
+        flat = values.reshape(-1)
+        out = []
+        for spans in self.pieces:
+            parts = [flat[a:b] for a, b in spans]
+            out.append(parts[0] if len(parts) == 1 else torch.cat(parts))
+        return out
+
+    def join(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The inverse of ``split``: per-sequence tensors (``indices`` order) laid out as the row
+        (a shared prefix takes its first member's values)."""
+        parts, at = [], 0
+        for spans, v in zip(self.pieces, values, strict=True):
+            offset = 0
+            for a, b in spans:
+                if a >= at:  # a span not yet written (a prefix is written by its first member)
+                    parts.append(v[offset:offset + b - a])
+                    at = b
+                offset += b - a
+        return torch.cat(parts)
 
 
-def block_causal_mask(seq_lens: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
-    """[1, 1, T, T] bool: True where query i may attend to key j (same sequence, j <= i)."""
-    seg = torch.repeat_interleave(
-        torch.arange(len(seq_lens), device=device), torch.tensor(list(seq_lens), device=device)
-    )
-    t = seg.numel()
+def _segments(position_ids: torch.Tensor) -> list[tuple[int, int, int]]:
+    """A packed row's runs of consecutive positions, as (row start, row end, first position)."""
+    pos = position_ids.reshape(-1)
+    t = int(pos.numel())
+    if t == 0:
+        return []
+    breaks = ((pos[1:] != pos[:-1] + 1).nonzero()[:, 0] + 1).tolist()
+    starts = [0, *breaks]
+    ends = [*breaks, t]
+    first = pos[starts].tolist()
+    return list(zip(starts, ends, first, strict=True))
+
+
+def row_layout(position_ids: torch.Tensor) -> list[tuple[int, int, list[int]]]:
+    """The row's clusters as (row start, prefix length, suffix lengths). A run of consecutive
+    positions starting at 0 opens a cluster: a whole sequence, or a shared prefix with its first
+    suffix written right after it (their positions run on). A run starting at P > 0 is a further
+    suffix: the open cluster's first P tokens are its prefix, and every suffix continues the same P."""
+    clusters: list[tuple[int, int, list[int]]] = []
+    for start, end, first in _segments(position_ids):
+        if first == 0:
+            clusters.append((start, end - start, []))
+            continue
+        if clusters:
+            row_start, n, suffixes = clusters[-1]
+            if not suffixes and 0 < first < n:  # the opening run was the prefix and the first suffix
+                clusters[-1] = (row_start, first, [n - first, end - start])
+                continue
+            if suffixes and first == n:
+                suffixes.append(end - start)
+                continue
+        raise ValueError(f"packed row: a run starting at position {first} at row index {start} "
+                         "continues no prefix of that length")
+    return clusters
+
+
+def row_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """[1, 1, T, T] bool: True where query i may attend to key j (j <= i, and j in i's sequence:
+    its own run, or the prefix its run continues)."""
+    pos = position_ids.reshape(-1)
+    device = pos.device
+    t = int(pos.numel())
+    run = torch.zeros(t, dtype=torch.long, device=device)
+    cluster = torch.zeros(t, dtype=torch.long, device=device)
+    prefix = torch.zeros(t, dtype=torch.bool, device=device)
+    r = 0
+    for c, (start, plen, suffixes) in enumerate(row_layout(pos)):
+        end = start + plen + sum(suffixes)
+        cluster[start:end] = c
+        prefix[start:start + plen] = bool(suffixes)
+        at = start
+        for n in [plen, *suffixes]:
+            run[at:at + n] = r
+            r, at = r + 1, at + n
     causal = torch.ones(t, t, dtype=torch.bool, device=device).tril_()
-    return (causal & (seg[:, None] == seg[None, :]))[None, None]
+    same = (run[:, None] == run[None, :]) | ((cluster[:, None] == cluster[None, :]) & prefix[None, :])
+    return (causal & same)[None, None]
 
 
-def pack(sequences: Sequence[Mapping[str, torch.Tensor]], indices: Sequence[int]) -> PackedMicroBatch:
-    """Pack ``sequences[i] for i in indices`` (each a dict of equal-length 1-D tensors with at
-    least ``input_ids``) into one row."""
-    if not indices:
+def pack(sequences: Sequence[Mapping[str, torch.Tensor]], items: Sequence[int | Unit]) -> PackedMicroBatch:
+    """Pack ``sequences`` into one row: each item a sequence index, or a ``Unit`` (its members
+    behind one copy of their shared prefix). Each sequence is a dict of equal-length 1-D tensors
+    with at least ``input_ids``."""
+    if not items:
         raise ValueError("pack needs at least one sequence")
-    chosen = [sequences[i] for i in indices]
-    lens = [int(s["input_ids"].numel()) for s in chosen]
+    units = [u if isinstance(u, Unit) else Unit((u,), 0, int(sequences[u]["input_ids"].numel())) for u in items]
+    indices = [i for u in units for i in u.members]
+    lens = [int(sequences[i]["input_ids"].numel()) for i in indices]
     if min(lens) < 1:
         raise ValueError("pack: every sequence needs at least one token")
-    keys = [k for k in chosen[0] if k != "input_ids"]
-    fields = {k: torch.cat([s[k].reshape(-1) for s in chosen]) for k in keys}
-    input_ids = torch.cat([s["input_ids"].reshape(-1) for s in chosen])[None]
-    position_ids = torch.cat([torch.arange(n) for n in lens])[None].to(input_ids.device)
-    return PackedMicroBatch(input_ids, position_ids, lens, list(indices), fields)
+    keys = list(sequences[indices[0]])
+    cuts: list[tuple[int, int, int]] = []  # (sequence, start, end) in row order
+    pieces: list[list[tuple[int, int]]] = []
+    sources: list[torch.Tensor] = []
+    at = 0
+    for u in units:
+        if u.prefix:
+            first = u.members[0]
+            cuts.append((first, 0, u.prefix))
+            sources.append(torch.arange(at - 1, at + u.prefix - 1))
+            sources[-1][0] = -1
+            shared, last = (at, at + u.prefix), at + u.prefix - 1
+            at += u.prefix
+        for i in u.members:
+            start = u.prefix
+            n = int(sequences[i]["input_ids"].numel()) - start
+            cuts.append((i, start, start + n))
+            src = torch.arange(at - 1, at + n - 1)
+            src[0] = last if u.prefix else -1
+            sources.append(src)
+            pieces.append([shared, (at, at + n)] if u.prefix else [(at, at + n)])
+            at += n
+    row = {k: torch.cat([sequences[i][k].reshape(-1)[a:b] for i, a, b in cuts]) for k in keys}
+    input_ids = row.pop("input_ids")[None]
+    position_ids = torch.cat([torch.arange(a, b) for _, a, b in cuts])[None].to(input_ids.device)
+    return PackedMicroBatch(input_ids, position_ids, lens, indices, row,
+                            torch.cat(sources)[None].to(input_ids.device), pieces)
 
 
 @dataclass
@@ -198,10 +377,12 @@ def pad(sequences: Sequence[Mapping[str, torch.Tensor]], indices: Sequence[int],
 def segment_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers attention function: causal SDPA run separately on each packed sequence.
 
-    query [B, Hq, T, D], key/value [B, Hkv, T, D] -> ([B, T, Hq, D], None). Sequence starts are
-    the positions where ``position_ids`` is 0. Batches of several unpadded rows go to
-    transformers' causal SDPA unchanged; a padding mask or a KV cache is refused (the trainer
-    uses neither; load the model with ``sdpa`` for those)."""
+    query [B, Hq, T, D], key/value [B, Hkv, T, D] -> ([B, T, Hq, D], None). The row's layout
+    is read from ``position_ids`` (``row_layout``): a whole sequence is one causal call; a
+    shared prefix is one, and its suffixes one more (each suffix seeing the prefix and itself,
+    through a mask). Batches of several unpadded rows go to transformers' causal SDPA
+    unchanged; a padding mask or a KV cache is refused (the trainer uses neither; load the model
+    with ``sdpa`` for those)."""
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
     if attention_mask is not None or query.shape[2] != key.shape[2]:
@@ -212,20 +393,88 @@ def segment_sdpa_attention(module, query, key, value, attention_mask, dropout=0.
     pos = kwargs.get("position_ids")
     if pos is None or query.shape[0] != 1:
         return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling, **kwargs)
-    t = query.shape[2]
-    starts = [*(pos.reshape(-1) == 0).nonzero()[:, 0].tolist(), t]
-    if starts[0] != 0:
-        starts.insert(0, 0)
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    lens = [b - a for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    plan = _attention_plan(pos, query.shape[2], query.device)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     # split (not slicing): its backward is one concatenation, not a zero-filled [T] grad per piece
-    out = [
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling, is_causal=True)
-        for q, k, v in zip(query.split(lens, 2), key.split(lens, 2), value.split(lens, 2), strict=True)
-    ]
+    out = []
+    for (q, k, v), cluster in zip(zip(query.split(plan.sizes, 2), key.split(plan.sizes, 2),
+                                      value.split(plan.sizes, 2), strict=True), plan.clusters, strict=True):
+        n = cluster.prefix
+        if not cluster.suffixes:
+            out.append(sdpa(q, k, v, dropout_p=dropout, scale=scaling, is_causal=True))
+            continue
+        out.append(sdpa(q[:, :, :n], k[:, :, :n], v[:, :, :n], dropout_p=dropout, scale=scaling, is_causal=True))
+        if cluster.mask is not None:  # short suffixes: one call over all of them, a mask keeps them apart
+            out.append(sdpa(q[:, :, n:], k, v, attn_mask=cluster.mask, dropout_p=dropout, scale=scaling))
+            continue
+        kp, vp = k[:, :, :n], v[:, :, :n]  # long suffixes: one call each, over the prefix and itself
+        sizes = [n, *cluster.suffixes]
+        for (qs, ks, vs), mask in zip(zip(q.split(sizes, 2)[1:], k.split(sizes, 2)[1:], v.split(sizes, 2)[1:],
+                                          strict=True), cluster.suffix_masks, strict=True):
+            out.append(sdpa(qs, torch.cat([kp, ks], 2), torch.cat([vp, vs], 2), attn_mask=mask,
+                            dropout_p=dropout, scale=scaling))
     return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+
+
+@dataclass
+class _Cluster:
+    """One cluster of a row for ``segment_sdpa_attention``: a whole sequence (no suffixes), or a
+    shared prefix of ``prefix`` tokens and its suffixes, attended either in one call with
+    ``mask`` ([S, prefix + S], S the suffixes' tokens) or one call each with ``suffix_masks``."""
+
+    prefix: int
+    suffixes: list[int]
+    mask: torch.Tensor | None = None
+    suffix_masks: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass
+class _AttentionPlan:
+    sizes: list[int]
+    clusters: list[_Cluster]
+
+
+_plan_cache: tuple[torch.Tensor, _AttentionPlan] | None = None
+ONE_CALL_SCORES = 1 << 18
+"""Below this many scores a cluster's suffixes share one attention call: fewer, larger calls
+beat many small ones there (benchmarks/trainer.py measures the demo's groups both ways)."""
+
+
+def _attention_plan(position_ids: torch.Tensor, t: int, device: torch.device) -> _AttentionPlan:
+    """The plan of a row, computed once per forward (every layer sees the same position ids).
+
+    A cluster's suffixes go in one masked call while its score matrix is small
+    (``ONE_CALL_SCORES``) or at most twice the scores of one call per suffix (S x (prefix + S)
+    against the sum of s x (prefix + s)); longer ones (multi-turn answers of hundreds of tokens)
+    go one call each, so the cost stays linear in the group."""
+    global _plan_cache
+    pos = position_ids.reshape(-1)
+    if _plan_cache is not None and _plan_cache[0].shape == pos.shape and torch.equal(_plan_cache[0], pos):
+        return _plan_cache[1]
+    layout = row_layout(pos) if pos.numel() == t else [(0, t, [])]
+    sizes, clusters = [], []
+    for _, n, suffixes in layout:
+        sizes.append(n + sum(suffixes))
+        if not suffixes:
+            clusters.append(_Cluster(n, []))
+            continue
+        s = sum(suffixes)
+        if s * (n + s) <= max(ONE_CALL_SCORES, 2 * sum(m * (n + m) for m in suffixes)):
+            run = torch.repeat_interleave(torch.arange(len(suffixes), device=device),
+                                          torch.tensor(suffixes, device=device))
+            own = (run[:, None] == run[None, :]) & torch.ones(s, s, dtype=torch.bool, device=device).tril_()
+            clusters.append(_Cluster(n, suffixes, torch.cat([torch.ones(s, n, dtype=torch.bool, device=device),
+                                                             own], dim=1)))
+        else:
+            masks = [torch.cat([torch.ones(m, n, dtype=torch.bool, device=device),
+                                torch.ones(m, m, dtype=torch.bool, device=device).tril_()], dim=1) for m in suffixes]
+            clusters.append(_Cluster(n, suffixes, None, masks))
+    plan = _AttentionPlan(sizes, clusters)
+    _plan_cache = (pos.clone(), plan)
+    return plan
 
 
 def register_segment_attention() -> str:
@@ -245,33 +494,28 @@ def register_segment_attention() -> str:
 
 
 def token_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, seq_starts: torch.Tensor | None = None,
+    logits: torch.Tensor, input_ids: torch.Tensor, sources: torch.Tensor | None = None,
     *, with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Token-aligned log π(token_t | tokens_<t) from logits [B, T, V] and ids [B, T].
 
-    Returns ([B, T] log-probabilities, [B, T] entropies or None), computed in float32; column 0
-    is 0, and so is every position flagged in ``seq_starts`` ([B, T] bool: first token of a
-    packed sequence). Entropies (of the distribution that predicted token t) are detached.
+    Returns ([B, T] log-probabilities, [B, T] entropies or None), computed in float32. Token t
+    is predicted by the logits at position t - 1 (column 0: no prediction, 0), or, with
+    ``sources`` ([B, T] long, a packed row's ``PackedMicroBatch.sources``), at position
+    ``sources[b, t]`` (-1: no prediction, 0). Entropies (of the distribution that predicted
+    token t) are detached.
     """
-    logp_all = logits[:, :-1].float().log_softmax(-1)
-    picked = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    out = torch.cat([picked.new_zeros(picked.shape[0], 1), picked], dim=1)
+    logp_all = logits.float().log_softmax(-1)
+    if sources is None:
+        sources = torch.arange(-1, input_ids.shape[1] - 1, device=input_ids.device).expand_as(input_ids)
+    none = sources < 0
+    src = sources.clamp(min=0)
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]
+    out = logp_all[rows, src, input_ids].masked_fill(none, 0.0)
     ent = None
     if with_entropy:
         with torch.no_grad():
             e = -(logp_all.exp() * logp_all).sum(-1)
-            ent = torch.cat([e.new_zeros(e.shape[0], 1), e], dim=1)
-    if seq_starts is not None:
-        out = out.masked_fill(seq_starts, 0.0)
-        if ent is not None:
-            ent = ent.masked_fill(seq_starts, 0.0)
+            ent = e.gather(1, src).masked_fill(none, 0.0)
     return out, ent
 
-
-def sequence_starts(seq_lens: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
-    """[1, T] bool, True on the first token of each packed sequence."""
-    starts = torch.zeros(sum(seq_lens), dtype=torch.bool, device=device)
-    offsets = torch.tensor([0, *list(seq_lens)[:-1]], device=device).cumsum(0)
-    starts[offsets] = True
-    return starts[None]

@@ -96,8 +96,11 @@ class TrainerConfig:
     attn_implementation: str = option(
         "auto", choices=("auto", "sdpa_segments", "sdpa", "eager", "flash_attention_2"),
         help="attention over packed rows. auto = flash_attention_2 (varlen) on GPUs with flash-attn and a "
-             "16-bit dtype, else sdpa_segments (one causal SDPA call per packed sequence); sdpa/eager "
-             "use an explicit [T, T] block-diagonal mask")
+             "16-bit dtype, else sdpa_segments (causal SDPA calls per packed sequence or shared prefix); "
+             "sdpa/eager use an explicit [T, T] mask")
+    share_prefix: bool = option(True, help="pack the sequences of one group (same episode prompt) behind one copy "
+                                "of their common prefix: the same gradients on fewer tokens. Not with "
+                                "flash_attention_2, whose varlen rows cannot say that a suffix sees a prefix")
     gradient_checkpointing: bool = option(False, help="recompute activations in backward (less memory)")
     seed: int = option(0, help="seed of the trainer's RNGs")
     loss: LossConfig = option(LossConfig, help="the policy objective")

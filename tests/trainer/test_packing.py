@@ -6,13 +6,16 @@ import pytest
 import torch
 
 from agentrl.trainer.packing import (
+    Unit,
     balance_across_ranks,
-    block_causal_mask,
     first_fit_decreasing,
     pack,
     pad,
     plan_micro_batches,
-    sequence_starts,
+    plan_units,
+    row_causal_mask,
+    row_layout,
+    shared_prefix_units,
     token_logprobs,
 )
 
@@ -50,10 +53,47 @@ def test_plan_gives_every_rank_the_same_number_of_micro_batches():
     assert [] in plan[0] or [] in plan[1]  # the lighter rank runs empty micro-batches
 
 
-def test_block_causal_mask_pinned():
-    m = block_causal_mask([2, 1])[0, 0].int().tolist()
+def test_row_causal_mask_pinned():
+    # two whole sequences of 2 and 1 tokens: block-diagonal causal
+    m = row_causal_mask(torch.tensor([[0, 1, 0]]))[0, 0].int().tolist()
     assert m == [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
-    assert sequence_starts([2, 1, 3]).int().tolist() == [[1, 0, 1, 1, 0, 0]]
+    # a prefix of 2 tokens, then two suffixes (positions 2, 3 and 2): each sees the prefix and itself
+    m = row_causal_mask(torch.tensor([[0, 1, 2, 3, 2]]))[0, 0].int().tolist()
+    assert m == [[1, 0, 0, 0, 0],
+                 [1, 1, 0, 0, 0],
+                 [1, 1, 1, 0, 0],
+                 [1, 1, 1, 1, 0],
+                 [1, 1, 0, 0, 1]]
+    assert row_layout(torch.tensor([0, 1, 2, 3, 2, 0, 1])) == [(0, 2, [2, 1]), (5, 2, [])]
+    assert row_layout(torch.tensor([0, 1, 2, 3, 2, 3, 4])) == [(0, 2, [2, 3])]
+    with pytest.raises(ValueError, match="continues no prefix"):
+        row_layout(torch.tensor([0, 1, 3, 4]))
+
+
+def test_pack_lays_a_group_behind_one_copy_of_its_prefix():
+    # three members of one group share [7, 8, 9]; the first loss token of member 2 is its 3rd,
+    # so the shared prefix stops before it (every loss token stays in one member's own suffix)
+    ids = [[7, 8, 9, 1, 2], [7, 8, 9, 3], [7, 8, 9, 4, 5, 6]]
+    masks = [[0, 0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 1, 1, 1, 1]]
+    seqs = [{"input_ids": torch.tensor(i), "loss_mask": torch.tensor(m, dtype=torch.float32)}
+            for i, m in zip(ids, masks, strict=True)]
+    seqs.append({"input_ids": torch.tensor([7, 8, 9, 9]), "loss_mask": torch.tensor([0.0, 0, 0, 1])})
+    units = shared_prefix_units(seqs, [0, 1, 2, 3], ["g", "g", "g", "h"], budget=100)
+    assert units == [Unit((0, 1, 2), 2, 2 + 3 + 2 + 4), Unit((3,), 0, 4)]
+    p = pack(seqs, units)
+    assert p.input_ids[0].tolist() == [7, 8, 9, 1, 2, 9, 3, 9, 4, 5, 6, 7, 8, 9, 9]
+    assert p.position_ids[0].tolist() == [0, 1, 2, 3, 4, 2, 3, 2, 3, 4, 5, 0, 1, 2, 3]
+    # who predicts each token: the one before it; a suffix's first token, the prefix's last
+    assert p.sources[0].tolist() == [-1, 0, 1, 2, 3, 1, 5, 1, 7, 8, 9, -1, 11, 12, 13]
+    assert [t.tolist() for t in p.split(p.input_ids)] == ids + [[7, 8, 9, 9]]
+    assert p.split(p.fields["loss_mask"])[2].tolist() == masks[2]
+    assert torch.equal(p.join(p.split(p.fields["loss_mask"])), p.fields["loss_mask"])
+    # a group too big for the budget is cut into several units, each with the prefix
+    units = shared_prefix_units(seqs, [0, 1, 2], ["g"] * 3, budget=8)
+    assert [u.members for u in units] == [(0, 1), (2,)]
+    assert sorted(i for rank in plan_units(units, 2, 8) for mb in rank for u in mb for i in u.members) == [0, 1, 2]
+    # no groups, or nothing in common: every sequence alone
+    assert all(u.prefix == 0 for u in shared_prefix_units(seqs, [0, 1, 2], None, 100))
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa", "sdpa_segments"])
@@ -83,7 +123,7 @@ def test_packed_and_padded_logprobs_agree(attn):
         assert [t[0].item() for t in p.split(p.fields["tag"])] == [4, 0, 2, 3, 1]
         logits = model(input_ids=p.input_ids, position_ids=p.position_ids,
                        attention_mask=p.attention_mask(attn)).logits
-        packed, ent = token_logprobs(logits, p.input_ids, sequence_starts(p.seq_lens), with_entropy=True)
+        packed, ent = token_logprobs(logits, p.input_ids, p.sources, with_entropy=True)
         q = pad(seqs, idx, pad_id=256)
         logits = padded_model(input_ids=q.input_ids, attention_mask=q.attention_mask).logits
         padded, _ = token_logprobs(logits, q.input_ids)
@@ -113,3 +153,61 @@ def test_segment_attention_refuses_a_padding_mask():
         model(input_ids=ids, attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]))
     with torch.no_grad():  # unpadded rows are fine
         assert torch.isfinite(model(input_ids=ids).logits).all()
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "sdpa_segments"])
+@pytest.mark.parametrize(("suffix_len", "one_call"), [(1, True), (40, True), (40, False)])
+def test_a_shared_prefix_gives_the_same_logprobs_and_gradients(attn, suffix_len, one_call, monkeypatch):
+    """A group packed behind one copy of its prompt computes what the whole sequences do,
+    gradients included (the prefix's gradient is the sum of what each member sends it) — with
+    the suffixes in one masked attention call, or in one call each (sdpa_segments)."""
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.model.tinymodel import tiny_config
+    from agentrl.trainer import packing
+    from agentrl.trainer.packing import register_segment_attention
+
+    monkeypatch.setattr(packing, "_plan_cache", None)
+    if not one_call:
+        monkeypatch.setattr(packing, "ONE_CALL_SCORES", 0)
+
+    register_segment_attention()
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    cfg = tiny_config(hidden_size=64, num_layers=2)
+    cfg._attn_implementation = attn
+    model = AutoModelForCausalLM.from_config(cfg).float()
+    gen = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 256, (11,), generator=gen)
+    seqs = []
+    for k in range(5):
+        answer = torch.randint(0, 256, (suffix_len + k,), generator=gen)
+        seqs.append({"input_ids": torch.cat([prompt, answer]),
+                     "loss_mask": torch.cat([torch.zeros(11), torch.ones(len(answer))]),
+                     "weight": torch.rand(11 + len(answer), generator=gen)})
+    seqs.append({"input_ids": torch.randint(0, 256, (9,), generator=gen), "loss_mask": torch.ones(9),
+                 "weight": torch.rand(9, generator=gen)})
+    groups = ["g"] * 5 + ["other"]
+
+    def loss_and_grads(items):
+        model.zero_grad()
+        p = pack(seqs, items)
+        mask = p.attention_mask(attn)
+        logits = model(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=mask).logits
+        logp, _ = token_logprobs(logits, p.input_ids, p.sources)
+        loss = (logp[0] * p.fields["loss_mask"] * p.fields["weight"]).sum()
+        loss.backward()
+        return p, logp[0].detach(), {n: w.grad.clone() for n, w in model.named_parameters()}
+
+    units = shared_prefix_units(seqs, range(6), groups, budget=10_000)
+    assert units[0].prefix == 11 and units[0].tokens == 11 + sum(len(s["input_ids"]) - 11 for s in seqs[:5])
+    shared, logp_s, grads_s = loss_and_grads(units)
+    whole, logp_w, grads_w = loss_and_grads(list(range(6)))
+    assert shared.num_tokens < whole.num_tokens
+    for a, b in zip(shared.split(logp_s), whole.split(logp_w), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-5)
+    for name, g in grads_w.items():
+        torch.testing.assert_close(grads_s[name], g, rtol=1e-4, atol=2e-5, msg=name)
+    if attn == "sdpa_segments":
+        cluster = packing._attention_plan(shared.position_ids, shared.num_tokens, torch.device("cpu")).clusters[0]
+        assert cluster.suffixes and (cluster.mask is not None) == one_call
