@@ -19,6 +19,10 @@ whatever each way computes. Last line: one JSON object, ``ratio`` = actor / bare
 ``ratio_unshared`` = actor_unshared / bare (above 1: faster than the bare loop). Usage::
 
     .venv/bin/python benchmarks/trainer.py [--threads 1] [--repeats 5] [--model examples/tiny-model]
+                                           [--device cuda]
+
+On a GPU (``--device cuda``) the actor computes in its automatic dtype (bfloat16 on GPUs that
+have it, float32 master weights) and the bare step under autocast to the same dtype.
 """
 
 from __future__ import annotations
@@ -58,15 +62,19 @@ def demo_trajectories(model: str, groups: int, group_size: int, seed: int) -> li
     return out
 
 
-def bare_step(model, opt, sequences, budget: int) -> None:
+def bare_step(model, opt, sequences, budget: int, dtype: torch.dtype) -> None:
     from agentrl.trainer.packing import first_fit_decreasing, pack, token_logprobs
 
+    device = next(model.parameters()).device
     n = sum(float(s["loss_mask"].sum()) for s in sequences)
     for mb in first_fit_decreasing([int(s["input_ids"].numel()) for s in sequences], budget):
         p = pack(sequences, mb)
-        logits = model(input_ids=p.input_ids, position_ids=p.position_ids, use_cache=False).logits
-        logp, _ = token_logprobs(logits, p.input_ids, p.sources)
-        loss = -(logp[0] * p.fields["advantages"] * p.fields["loss_mask"]).sum() / n
+        ids = p.input_ids.to(device)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            logits = model(input_ids=ids, position_ids=p.position_ids.to(device), use_cache=False).logits
+        logp, _ = token_logprobs(logits, ids, p.sources.to(device))
+        weight = (p.fields["advantages"] * p.fields["loss_mask"]).to(device)
+        loss = -(logp[0] * weight).sum() / n
         loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
@@ -82,6 +90,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=4096, help="tokens per packed micro-batch (the trainer's default)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from agentrl.process.services import free_port
@@ -105,8 +114,9 @@ def main() -> None:
     actors = {"actor": Actor(args.model, config(True)), "actor_unshared": Actor(args.model, config(False))}
     batch = prepare_batch(trajectories, version=0, config=config(True))
     register_segment_attention()
+    dtype = actors["actor"].compute_dtype
     bare = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32,
-                                                attn_implementation=SEGMENT_ATTENTION).train()
+                                                attn_implementation=SEGMENT_ATTENTION).to(args.device).train()
     opt = torch.optim.AdamW(bare.parameters(), lr=2e-5)
 
     def actor_step(actor: Actor):
@@ -116,7 +126,7 @@ def main() -> None:
         return step
 
     steps = {name: actor_step(a) for name, a in actors.items()}
-    steps["bare"] = lambda: bare_step(bare, opt, batch.sequences, args.budget)
+    steps["bare"] = lambda: bare_step(bare, opt, batch.sequences, args.budget, dtype)
     times: dict[str, list[float]] = {name: [] for name in steps}
     for fn in steps.values():  # warm-up
         fn()
@@ -124,6 +134,8 @@ def main() -> None:
         for name, fn in steps.items():
             t0 = time.perf_counter()
             fn()
+            if args.device == "cuda":
+                torch.cuda.synchronize()
             times[name].append(time.perf_counter() - t0)
     rate = {name: tokens / statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
@@ -131,6 +143,7 @@ def main() -> None:
               f"{rate[name]:.0f} tokens/s")
     print(json.dumps({
         "benchmark": "trainer", "sequences": len(trajectories), "tokens": tokens, "threads": args.threads,
+        "device": args.device, "dtype": str(dtype).removeprefix("torch."),
         "budget": args.budget, "repeats": args.repeats,
         **{f"{name}_s_per_step": round(statistics.median(t), 4) for name, t in times.items()},
         **{f"{name}_tokens_per_s": round(r, 1) for name, r in rate.items()},
