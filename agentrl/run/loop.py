@@ -99,8 +99,10 @@ class Trainer:
         trainer's log-probabilities and entropies; the advantage)."""
         from agentrl.trainer.batch import broadcast_trajectories, prepare_batch
 
+        t0 = time.perf_counter()
         trajectories = broadcast_trajectories(trajectories)
         batch = prepare_batch(trajectories, version=self.actor.version, config=self.cfg.trainer)
+        t1 = time.perf_counter()
         sample: dict[int, dict[str, Any]] = {}
         n = min(self.cfg.logging.trajectories_per_step, len(batch))
         if n:
@@ -112,11 +114,14 @@ class Trainer:
             for i, seq in enumerate(batch.sequences[:n]):
                 on = seq["loss_mask"] > 0  # the advantage is one number on the loss tokens
                 sample.setdefault(i, {})["advantage"] = float(seq["advantages"][on][0]) if bool(on.any()) else 0.0
+        t2 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             stats = self.actor.train_step(batch)
         for w in caught:
             log.warning("step %d: %s", self.actor.version, w.message)
+        stats.update({"perf/train_prepare_s": t1 - t0, "perf/train_sample_s": t2 - t1,
+                      "perf/train_update_s": time.perf_counter() - t2})
         return stats, batch.trajectories, sample
 
     def checkpoint(self, step: int) -> Path:
@@ -261,7 +266,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             wall = now - t_last
             gen_busy = executor.generation_busy_s()
             metrics = batch_metrics(trajectories, step - 1)
-            metrics.update({(k if k.startswith("batch/") else f"train/{k}"): v for k, v in stats.items()})
+            metrics.update({(k if k.startswith(("batch/", "perf/")) else f"train/{k}"): v for k, v in stats.items()})
             sampled = metrics.get("rollout/sampled_tokens", 0.0)
             metrics.update({
                 "perf/step_s": wall, "perf/train_s": t1 - t0, "perf/trainer_wait_s": batch.wait_s,
