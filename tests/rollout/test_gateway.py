@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -470,3 +471,31 @@ async def test_a_stream_is_delivered_only_once_its_last_event_went_out(gone):
     assert stream.delivered is (not gone)  # what the server did with the events then: uvicorn drops them
     assert gone or b"".join(m.get("body", b"") for m in sent).endswith(b"data: [DONE]\n\n")
 
+
+async def test_a_huge_message_neither_stalls_other_sessions_nor_waits_for_its_400(tiny_server, tiny_model_dir):
+    """Issue 30, item 1, as found: a session posting a ~4 MB message (under the 4 MiB body limit)
+    made another session's ``max_tokens=2`` call take 6.9 s instead of 0.07 s, and got its 400
+    (over its token budget) only after 7.2 s: the text was tokenized on the event loop, whole,
+    before the budget was checked. A gateway with its default limits, in a process of its own."""
+    cmd = [os.path.join(os.path.dirname(sys.executable), "agentrl"), "gateway", "--model", str(tiny_model_dir),
+           "--upstream", tiny_server.url, "--port", "0"]
+    with ServiceProcess(cmd, ready=READY) as proc:
+        async with httpx.AsyncClient(base_url=proc.url, timeout=120) as http:
+            big, small = [(await http.post("/v1/sessions", json={})).json() for _ in range(2)]
+            call = {"model": "m", "messages": [{"role": "user", "content": "What is 1+2?"}], "max_tokens": 2}
+            auth = {"Authorization": f"Bearer {small['api_key']}"}
+            assert (await http.post("/v1/chat/completions", headers=auth, json=call)).status_code == 200  # warm
+            huge = json.dumps({"model": "m", "messages": [{"role": "user", "content": "What is 1+2? " * 300_000}]})
+            assert 3_900_000 < len(huge) < 4 << 20
+            started = time.perf_counter()
+            sent = asyncio.create_task(http.post("/v1/chat/completions", content=huge, headers={
+                "Authorization": f"Bearer {big['api_key']}", "Content-Type": "application/json"}))
+            worst = 0.0
+            while not sent.done():
+                t0 = time.perf_counter()
+                assert (await http.post("/v1/chat/completions", headers=auth, json=call)).status_code == 200
+                worst = max(worst, time.perf_counter() - t0)
+            r = await sent
+            took = time.perf_counter() - started
+    assert r.status_code == 400 and "over its budget of 65536 tokens" in r.json()["error"]["message"], r.text
+    assert took < 3.0 and worst < 2.0, (took, worst)
