@@ -16,6 +16,11 @@ as context (loss mask 0), so no sampled token is trained twice. ``export("concat
 one trajectory per segment (tokens between calls have loss mask 0), ``export("individual")``
 one per call.
 
+Abandoned calls: ``abandon(call_id)`` undoes a call whose answer never reached its caller
+(the gateway's client hung up first): its completion and the prompt tokens it added leave its
+segment (a segment it started goes), so the caller's next call extends what the caller saw,
+in place and with the same tokens. A call that a later call already built on is kept.
+
 Rewards belong to calls: ``set_reward(call_id, r)``, ``set_last_reward(r)`` (the latest call),
 ``apply_reward_discount(γ)`` (R_i = r_i + γ·R_{i+1} backwards over the calls in the order they
 were made, from the raw rewards, so applying it twice changes nothing). A concat trajectory
@@ -55,6 +60,7 @@ class Segment:
     versions: list[int] = field(default_factory=list)
     text: str = ""
     calls: list[Call] = field(default_factory=list)
+    fork: tuple[Segment, int, int] | None = None  # a branch: the segment, tokens and characters it forked at
 
     def extend_context(self, ids: list[int], text: str) -> None:
         self.ids += ids
@@ -75,6 +81,8 @@ class Call:
     end: int  # one past its last token
     text_end: int  # len(segment.text) after it
     completion: Completion
+    base: int = 0  # tokens of `segment` before this call's prompt added any
+    base_text: int = 0
     reward: float | None = None
     discounted: float | None = None
 
@@ -115,6 +123,7 @@ class TokenConversation:
         self.max_tokens = max_tokens
         self.segments: list[Segment] = []
         self.calls: list[Call] = []
+        self.abandoned = 0  # calls undone by ``abandon``
         self._by_id: dict[str, Call] = {}
 
     # ------------------------------------------------------------------ building
@@ -165,17 +174,15 @@ class TokenConversation:
     def record(self, prompt: Prompt, completion: Completion) -> Call:
         """Append ``completion`` after ``prompt``: in place when its segment has not moved on
         since, else in a segment of its own (a new conversation, or a branch)."""
-        seg = prompt.segment
-        if seg is not None and len(seg.ids) == prompt.base and len(seg.text) == prompt.base_text:
+        seg, base, base_text = prompt.segment, prompt.base, prompt.base_text
+        if (seg is not None and len(seg.ids) == base and len(seg.text) == base_text
+                and any(s is seg for s in self.segments)):
             seg.extend_context(prompt.delta_ids, prompt.delta_text)
-        else:
-            old, seg = seg, Segment(len(self.segments))
+        else:  # a new conversation, or a branch: the shared prefix is context here, trained in its own segment
+            fork = None if seg is None else (seg, base, base_text)
+            seg, base, base_text = Segment(len(self.segments), fork=fork), 0, 0
             self.segments.append(seg)
-            if old is None:
-                seg.extend_context(prompt.delta_ids, prompt.delta_text)
-            else:  # a branch: the shared prefix is context here, trained in its own segment
-                seg.extend_context(old.ids[: prompt.base] + prompt.delta_ids,
-                                   old.text[: prompt.base_text] + prompt.delta_text)
+            seg.extend_context(prompt.ids, prompt.text)  # the prompt as sent, whatever its segment became since
         start = len(seg.ids)
         seg.ids += completion.tokens
         seg.mask += [1] * len(completion.tokens)
@@ -183,11 +190,59 @@ class TokenConversation:
         seg.versions += [int(v) for v in completion.versions]
         seg.text += self.renderer.decode(completion.tokens)
         call = Call(f"chatcmpl-{uuid.uuid4().hex}", len(self.calls), seg, start, len(seg.ids), len(seg.text),
-                    completion)
+                    completion, base, base_text)
         seg.calls.append(call)
         self.calls.append(call)
         self._by_id[call.id] = call
         return call
+
+    def abandon(self, call_id: str) -> bool:
+        """Undo the call ``call_id`` as if it had never been made (its answer reached nobody): its
+        completion and the prompt tokens it added leave its segment, a segment it started goes,
+        and its id is forgotten; a call that branched off where it is cut back to (it came while
+        the abandoned one was under way) rejoins the segment. False, and nothing changes, when a
+        later call extends its completion (that caller had its text, so it stays)."""
+        call = self.call(call_id)
+        seg = call.segment
+        if seg.calls[-1] is not call:
+            return False
+        if len(seg.calls) == 1:  # the call started the segment
+            self.segments.remove(seg)
+        else:
+            del seg.ids[call.base :], seg.mask[call.base :], seg.logprobs[call.base :], seg.versions[call.base :]
+            seg.text = seg.text[: call.base_text]
+            seg.calls.pop()
+            branch = next((s for s in self.segments if s.fork == (seg, call.base, call.base_text)), None)
+            if branch is not None:
+                self._rejoin(seg, branch)
+        for i, s in enumerate(self.segments):
+            s.index = i
+        self.calls.remove(call)
+        for i, c in enumerate(self.calls):
+            c.index = i
+        for name in [k for k, c in self._by_id.items() if c is call]:  # its id and any alias
+            del self._by_id[name]
+        self.abandoned += 1
+        self._clear_discount()
+        return True
+
+    def _rejoin(self, seg: Segment, branch: Segment) -> None:
+        """Append ``branch``, forked at ``seg``'s end, to ``seg``: its first tokens are ``seg``'s
+        (copied as context), so its calls keep their positions and its sampled tokens their mask."""
+        n, n_text = len(seg.ids), len(seg.text)
+        seg.ids += branch.ids[n:]
+        seg.mask += branch.mask[n:]
+        seg.logprobs += branch.logprobs[n:]
+        seg.versions += branch.versions[n:]
+        seg.text += branch.text[n_text:]
+        branch.calls[0].base, branch.calls[0].base_text = n, n_text
+        for c in branch.calls:
+            c.segment = seg
+        seg.calls += branch.calls
+        self.segments.remove(branch)
+        for s in self.segments:
+            if s.fork is not None and s.fork[0] is branch:
+                s.fork = (seg, *s.fork[1:])
 
     def _match(self, text: str) -> tuple[Segment | None, int, int]:
         best: tuple[Segment | None, int, int] = (None, 0, 0)
@@ -242,6 +297,8 @@ class TokenConversation:
         """Trajectories of every recorded call: one per segment (``concat``) or per call (``individual``)."""
         metrics = {"segments_per_episode": float(len(self.segments)), "calls": float(len(self.calls)),
                    "calls_truncated": float(sum(c.completion.finish_reason == "length" for c in self.calls))}
+        if self.abandoned:
+            metrics["calls_abandoned"] = float(self.abandoned)
         if style == "concat":
             return [Trajectory(list(s.ids), list(s.mask), list(s.logprobs), list(s.versions),
                                reward=s.calls[-1].return_, num_turns=len(s.calls), metrics=dict(metrics))

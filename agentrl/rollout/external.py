@@ -16,7 +16,10 @@ groups in arrival order. Its two hooks go on the gateway:
 
 Failures are data: a session that ended failed (the agent disconnected and the session idled
 out, every upstream died) counts as an episode of its group with failed trajectories, which
-the trainer counts and never trains on. What it is not: resumable — groups still open when a
+the trainer counts and never trains on. A call whose client hung up before the answer is not
+in the episode at all (the gateway takes it back: ``agentrl.rollout.gateway``), so it never
+enters a group's advantage; it is counted (``rollout/gateway_calls_abandoned``), and a session
+left with no call counts as a failed episode. What it is not: resumable — groups still open when a
 run stops are lost (the agents' calls cannot be replayed without the agents).
 """
 
@@ -71,6 +74,7 @@ class GatewayEpisodes:
         if group is None:
             group = self._groups[key] = Group(index=-1, row=dict(session.metadata))
         group.episodes += 1
+        self.executor.counters["gateway_calls_abandoned"] += session.chat.conversation.abandoned
         if not trajectories or any(t.status is not TrajectoryStatus.OK for t in trajectories):
             group.failed += 1
         group.trajectories.extend(trajectories)

@@ -19,7 +19,19 @@ Its settings are a ``GatewayConfig`` (``agentrl.rollout.gateway_config``). In a 
 
 A session whose last generation call failed for good (every upstream down) ends as failed
 data with status ``inference_error``; a retry that succeeds clears that, since a failed call
-records nothing. What it is not: authentication or HTTP (``gateway``).
+records nothing.
+
+Abandoned calls are not data. ``call(session, route, deliver)`` hands the answer to its client
+while the call still counts as in flight; when ``deliver`` says the client was gone before the
+answer went out (it hung up or timed out during generation, or cut a stream), the call is
+abandoned: ``TokenConversation.abandon`` takes its completion and the prompt tokens it added
+out of the session, as if it had never been made, and counts it (``stats["calls_abandoned"]``,
+the session's summary, ``metrics["calls_abandoned"]`` on its trajectories). So a completion no
+client received is never exported — not as an ``ok`` reward-0 sample beside the episode's real
+one (GRPO averages the trajectories of an episode), and not as a failed trajectory either — and
+the client's next call extends the conversation it actually saw, in place, with the same
+tokens. A session whose every call was abandoned ends with no trajectory (an executor counts
+such an episode as failed). What it is not: authentication or HTTP (``gateway_routes``).
 """
 
 from __future__ import annotations
@@ -72,9 +84,10 @@ class Session:
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def summary(self) -> dict[str, Any]:
-        return {"session_id": self.id, "status": self.status, "calls": len(self.chat.conversation.calls),
-                "tokens": self.chat.conversation.num_tokens, "metadata": self.metadata,
-                "trajectories": len(self.trajectories)}
+        conv = self.chat.conversation
+        return {"session_id": self.id, "status": self.status, "calls": len(conv.calls),
+                "calls_in_flight": self.inflight, "calls_abandoned": conv.abandoned, "tokens": conv.num_tokens,
+                "metadata": self.metadata, "trajectories": len(self.trajectories)}
 
 
 class Gateway:
@@ -110,7 +123,7 @@ class Gateway:
         self.admitting = True
         self.admission: Callable[[Mapping[str, Any]], bool] | None = None  # a training loop's bound
         self.stats = {"sessions_opened": 0, "sessions_ended": 0, "sessions_timed_out": 0, "sessions_failed": 0,
-                      "sessions_refused": 0, "completions": 0, "trajectories_written": 0}
+                      "sessions_refused": 0, "completions": 0, "calls_abandoned": 0, "trajectories_written": 0}
         self._by_id: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
         self._ended: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -162,26 +175,48 @@ class Gateway:
     def ended_summary(self, session_id: str) -> dict[str, Any] | None:
         return self._ended.get(session_id)
 
-    async def call(self, session: Session, route: Callable[[ChatClient], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-        """Run one generation call of ``session`` (``route(session.chat)``), keeping its bookkeeping."""
+    async def call(self, session: Session, route: Callable[[ChatClient], Awaitable[dict[str, Any]]],
+                   deliver: Callable[[dict[str, Any]], Awaitable[bool]] | None = None) -> dict[str, Any]:
+        """Run one generation call of ``session`` (``route(session.chat)``), keeping its bookkeeping.
+
+        ``deliver(answer)``: sends the answer to its client while the call is still in flight
+        (``end_session`` waits for it); False, or an exception, means the client never got it,
+        and the call is abandoned (see the module docstring)."""
         if session.ended:
             raise RolloutError(f"session {session.id} has ended")
         session.inflight += 1
         session._idle.clear()
         session.last_used = time.monotonic()
         try:
-            answer = await route(session.chat)
+            try:
+                answer = await route(session.chat)
+            except (ServerUnavailable, ServerError, TimeoutError) as e:  # not the request's fault: the episode's
+                session.failure = (TrajectoryStatus.INFERENCE_ERROR, f"{type(e).__name__}: {e}"[:2000])
+                raise
             session.failure = None
-            self.stats["completions"] += 1
+            delivered = False
+            try:
+                delivered = deliver is None or await deliver(answer)
+            finally:
+                if delivered:
+                    self.stats["completions"] += 1
+                else:
+                    self.abandon(session, answer["id"])
             return answer
-        except (ServerUnavailable, ServerError, TimeoutError) as e:  # not the request's fault: the episode's
-            session.failure = (TrajectoryStatus.INFERENCE_ERROR, f"{type(e).__name__}: {e}"[:2000])
-            raise
         finally:
             session.inflight -= 1
             session.last_used = time.monotonic()
             if session.inflight == 0:
                 session._idle.set()
+
+    def abandon(self, session: Session, call_id: str) -> None:
+        """Take back a call of ``session`` whose answer reached no client (the module docstring)."""
+        if session.chat.conversation.abandon(call_id):
+            self.stats["calls_abandoned"] += 1
+            log.info("session %s: call %s abandoned by its client; taken out of the episode", session.id, call_id)
+        else:
+            log.warning("session %s: call %s was abandoned by its client, but a later call extends its text, so "
+                        "it stays in the episode", session.id, call_id)
 
     async def end_session(self, session_id: str, *, discount: float | None = None, style: ExportStyle = "concat",
                           status: TrajectoryStatus | None = None, error: str = "") -> list[Trajectory]:

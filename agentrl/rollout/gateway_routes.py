@@ -20,6 +20,14 @@ per history rewrite. Ended sessions' trajectories go to ``OUT/trajectories.jsonl
 gateway's ``on_episode`` hook. ``stream=true`` is answered once the completion is done
 (generation goes through ``RemoteEngine``, which hides weight-update interruptions).
 
+A client that hangs up before its answer goes out abandons the call: it is taken out of the
+session (``Gateway.call``'s ``deliver``; the module docstring of ``agentrl.rollout.gateway``),
+never exported as training data, and the session goes on from what the client saw. Seen:
+a connection closed by the time the answer is ready (a client timeout, a killed agent — the
+usual case, streamed or not) and a stream cut before its last event. Not seen: a client that
+goes in the instant its answer is being written (the bytes are in its socket, as for one that
+read them).
+
 In a training run: ``Gateway(engine, tokenizer, config, on_episode=hook)`` receives each ended
 episode's trajectories in-process; ``gateway.admit(False)`` makes ``POST /v1/sessions`` answer
 429 with ``Retry-After`` until ``admit(True)`` (the staleness bound's backpressure).
@@ -45,7 +53,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from agentrl import http_edge
 from agentrl.errors import Refused, RequestRejected, RolloutError, ServerError, ServerUnavailable
@@ -115,20 +124,30 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         return await http_edge.read_json(request, max_body_bytes, "max_body_bytes", allow_empty=allow_empty)
 
     async def generate(request: Request, session: Session,
-                       route: Callable[[ChatClient, dict[str, Any]], Awaitable[dict[str, Any]]]):
-        body = await body_of(request)
-        answer = await gateway.call(session, lambda chat: route(chat, body))
-        if body.get("stream") is True and answer.get("object") == "chat.completion":
-            include = bool((body.get("stream_options") or {}).get("include_usage"))
-            chunks = answer_chunks(answer, include_usage=include)
+                       route: Callable[[ChatClient, dict[str, Any]], Awaitable[dict[str, Any]]], send: Any) -> None:
+        """One generation call of ``session``, answered on ``send``: the answer, or the error's."""
 
-            async def events():  # an async iterator: Starlette would move a sync one to a thread
-                for c in chunks:
-                    yield sse(c)
-                yield sse("[DONE]")
+        async def deliver(answer: dict[str, Any]) -> bool:
+            if await request.is_disconnected():
+                return False  # abandoned while it was generated
+            try:
+                if body.get("stream") is True and answer.get("object") == "chat.completion":
+                    include = bool((body.get("stream_options") or {}).get("include_usage"))
+                    stream = AnswerStream(answer_chunks(answer, include_usage=include))
+                    await stream(request.scope, request.receive, send)
+                    return stream.delivered
+                await JSONResponse(answer)(request.scope, request.receive, send)
+                return True
+            except (OSError, ClientDisconnect):  # the connection broke while the answer was written
+                return False
 
-            return StreamingResponse(events(), media_type="text/event-stream")
-        return JSONResponse(answer)
+        try:
+            body = await body_of(request)
+            await gateway.call(session, lambda chat: route(chat, body), deliver)
+        except ClientDisconnect:
+            return  # gone before its request was read: nothing was asked
+        except Exception as e:  # noqa: BLE001 (raised before any answer went out: the error is the answer)
+            await error_response(e, retry_after_s)(request.scope, request.receive, send)
 
     # ------------------------------------------------------------------ errors
 
@@ -269,12 +288,14 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     def by_key(route):
         async def endpoint(request: Request):
-            return await generate(request, session_for_key(request), route)
+            session = session_for_key(request)
+            return Deferred(lambda send: generate(request, session, route, send))
         return endpoint
 
     def by_path(route):
         async def endpoint(request: Request, session_id: str):
-            return await generate(request, session_for_path(request, session_id), route)
+            session = session_for_path(request, session_id)
+            return Deferred(lambda send: generate(request, session, route, send))
         return endpoint
 
     hot = {"/v1/chat/completions": ChatClient.complete, "/v1/responses": ChatClient.respond}
@@ -297,16 +318,50 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
                 return await self.app(scope, receive, send)
             request = Request(scope, receive)
             try:
-                response = await generate(request, session_for_key(request), route)
-            except Exception as e:  # noqa: BLE001 (every failure becomes its HTTP answer, as in the routes)
-                response = error_response(e, retry_after_s)
-            await response(scope, receive, send)
+                session = session_for_key(request)
+            except Refused as e:  # the same answer as the routes'
+                return await error_response(e, retry_after_s)(scope, receive, send)
+            await generate(request, session, route, send)
 
     app.add_middleware(HotPath)
     if api_key is not None:  # outermost: no route, the docs included, answers an unknown key
         app.add_middleware(http_edge.ApiKey, key=lambda key: is_admin(key) or gateway.by_key(key) is not None)
     install_errors(app)
     return app
+
+
+class AnswerStream(StreamingResponse):
+    """A chat completion as server-sent events; ``delivered`` once its last event went out to a
+    client still connected (one that hangs up mid-stream stops it: Starlette listens for the
+    disconnect; the server drops what is sent after, so the end checks again)."""
+
+    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+        self.delivered = False
+        self._request: Request | None = None
+        super().__init__(self._events(chunks), media_type="text/event-stream")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self._request = Request(scope, receive)
+        await super().__call__(scope, receive, send)
+
+    async def _events(self, chunks: list[dict[str, Any]]):  # async: Starlette would move a sync one to a thread
+        for c in chunks:
+            yield sse(c)
+        yield sse("[DONE]")
+        # here once [DONE] was handed to the server, with no wait since: a client gone now was gone then
+        self.delivered = self._request is not None and not await self._request.is_disconnected()
+
+
+class Deferred(Response):
+    """What a generation route returns to FastAPI: the call itself, made when the response is
+    sent, so that the answer goes out while the call is in flight (``Gateway.call``)."""
+
+    def __init__(self, respond: Callable[[Any], Awaitable[None]]) -> None:
+        super().__init__()
+        self.respond = respond
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.respond(send)
 
 
 def error_response(e: Exception, retry_after_s: int) -> JSONResponse:

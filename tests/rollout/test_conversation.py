@@ -11,7 +11,7 @@ import pytest
 from agentrl.api import NOT_SAMPLED, ChatAPI, Completion, SamplingParams
 from agentrl.errors import RequestRejected, RolloutError
 from agentrl.rollout.chat_client import ChatClient
-from agentrl.rollout.conversation import TokenConversation
+from agentrl.rollout.conversation import TokenConversation, sampled_spans
 from agentrl.rollout.renderer import ChatRenderer
 
 
@@ -76,6 +76,48 @@ def test_edited_history_starts_a_segment_and_a_branch_trains_each_token_once(ren
     individual = conv.export("individual")
     assert [t.num_sampled for t in individual] == [2, 2, 2, 2]
     assert individual[1].input_ids == c2.segment.ids[: c2.end]
+
+
+def test_an_abandoned_call_is_taken_back_and_the_next_call_extends_what_its_caller_saw(renderer):
+    """Issue 30, item 2: a call whose answer reached nobody stayed in the episode (a segment of its
+    own beside the real one, an ok reward-0 trajectory). ``abandon`` takes it back exactly."""
+    conv = TokenConversation(renderer)
+    m1 = [{"role": "user", "content": "Hi"}]
+    lost = conv.record(conv.prompt(renderer.render(m1)), done(renderer.encode("X") + [257]))
+    assert conv.abandon(lost.id) and conv.segments == [] and conv.export("concat") == []  # its segment goes
+    p1 = conv.prompt(renderer.render(m1))
+    c1 = conv.record(p1, done(renderer.encode("A") + [257]))
+    m2 = [*m1, {"role": "assistant", "content": "A"}, {"role": "user", "content": "more"}]
+    gone = conv.record(conv.prompt(renderer.render(m2)), done(renderer.encode("lost") + [257]))
+    conv.alias(gone.id, "resp_gone")
+    assert conv.abandon(gone.id)  # in place after c1: the segment is cut back to c1's end
+    assert conv.segments[0].ids == p1.ids + renderer.encode("A") + [257] and conv.calls == [c1]
+    for name in (gone.id, "resp_gone"):
+        with pytest.raises(RolloutError, match="no completion"):
+            conv.call(name)
+    # the retry extends what its caller saw, in place, with the tokens the abandoned call had
+    p2 = conv.prompt(renderer.render(m2))
+    c2 = conv.record(p2, done(renderer.encode("B") + [257]))
+    assert c2.segment is c1.segment and c2.index == 1
+    # two calls on one state at once: the first recorded in place, the second a branch; the first
+    # is abandoned (its stream was cut), and the second rejoins the segment where it forked
+    m3 = [*m2, {"role": "assistant", "content": "B"}, {"role": "user", "content": "again"}]
+    first, second = conv.prompt(renderer.render(m3)), conv.prompt(renderer.render(m3))
+    cut = conv.record(first, done(renderer.encode("cut") + [257]))
+    c3 = conv.record(second, done(renderer.encode("C") + [257]))
+    assert len(conv.segments) == 2 and conv.abandon(cut.id) and len(conv.segments) == 1
+    conv.set_last_reward(1.0)
+    [t] = conv.export("concat")
+    sampled = [renderer.encode(x) + [257] for x in "ABC"]
+    assert t.input_ids == second.ids + sampled[2] and t.reward == 1.0 and t.num_turns == 3
+    assert [t.input_ids[s:e] for s, e in sampled_spans(t.loss_mask)] == sampled  # each trained once, as sampled
+    assert t.metrics["calls_abandoned"] == 3.0 and [c.segment for c in (c1, c2, c3)] == [c1.segment] * 3
+    assert conv.abandon(c3.id) and conv.export("concat")[0].input_ids == p2.ids + sampled[1]  # c3's own start
+    # a call a later call extends is kept: that caller had its text
+    kept = conv.record(conv.prompt(renderer.render(m3)), done(renderer.encode("D") + [257]))
+    m4 = [*m3, {"role": "assistant", "content": "D"}, {"role": "user", "content": "so?"}]
+    conv.record(conv.prompt(renderer.render(m4)), done(renderer.encode("E") + [257]))
+    assert not conv.abandon(kept.id) and len(conv.calls) == 4
 
 
 def test_rewards_name_calls_and_discount_runs_backwards_over_calls(renderer):

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -26,11 +27,11 @@ from agentrl.process.services import ServerProcess, ServiceProcess, background_s
 from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.gateway import Gateway
 from agentrl.rollout.gateway_config import GatewayConfig
-from agentrl.rollout.gateway_routes import build_app
+from agentrl.rollout.gateway_routes import AnswerStream, build_app
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.toolcalls import parse_tool_calls
 
-from ..serving import until_generating
+from ..serving import abandon_call, until_generating
 
 ADMIN = "admin-key-for-tests"
 READY = "agentrl gateway: ready on "
@@ -404,3 +405,97 @@ def test_one_gateway_config_for_the_command_the_class_and_the_run(tiny_model_dir
     run = load_config(RunConfig, None, ["model=m", "gateway.host=0.0.0.0", "gateway.max_sessions=8"])
     assert isinstance(run.gateway, GatewayConfig)
     assert (run.gateway.host, run.gateway.port, run.gateway.max_sessions) == ("0.0.0.0", 0, 8)
+
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_an_abandoned_call_is_not_training_data(stream, gateway, tiny_server, renderer):
+    """Issue 30, item 2, as found: an abandoned call, then a normal one, reward 1, end gave
+    ``{'num_trajectories': 2, 'rewards': [0.0, 1.0]}``, both ``ok`` with one episode id — a
+    completion no client received, counted by GRPO as half the episode. Now an abandoned call
+    is taken out of its session: the episode is the calls its client got, one trajectory of
+    exactly the conversation the client saw, whether the abandoned call was the session's
+    first (its segment goes) or followed a received one (the segment is cut back)."""
+    session = open_session(gateway.url)
+    key = session["api_key"]
+    client = openai.OpenAI(base_url=session["base_url"], api_key=key, max_retries=0, timeout=120)
+    before = httpx.get(f"{gateway.url}/v1/gateway/stats", headers=admin()).json()
+    long = {"model": "tiny", "max_tokens": 400, "ignore_eos": True, "temperature": 0.7, "stream": stream}
+
+    def generating() -> None:
+        asyncio.run(until_generating(tiny_server.url))
+
+    first = [{"role": "user", "content": "What is 1+2?"}]
+    abandon_call(gateway.url, session, {**long, "messages": first}, generating)  # the session's first call
+    a1 = client.chat.completions.create(model="tiny", messages=first, max_tokens=12, temperature=0)
+    second = [*first, {"role": "assistant", "content": a1.choices[0].message.content},
+              {"role": "user", "content": "And 3+4?"}]
+    abandon_call(gateway.url, session, {**long, "messages": second}, generating)  # after a received call
+    a2 = client.chat.completions.create(model="tiny", messages=second, max_tokens=12, temperature=0)
+    r = httpx.post(f"{gateway.url}/v1/sessions/{session['session_id']}/reward",
+                   headers={"Authorization": f"Bearer {key}"}, json={"reward": 1.0})
+    assert r.status_code == 200 and r.json()["completion_id"] == a2.id, r.text
+
+    ended = end_session(gateway.url, session)
+    assert (ended["num_trajectories"], ended["rewards"]) == (1, [1.0]), ended
+    [t] = ended["trajectories"]
+    assert t["status"] == "ok" and t["num_turns"] == 2 and t["metrics"]["calls_abandoned"] == 2.0
+    seen = [*second, {"role": "assistant", "content": a2.choices[0].message.content}]
+    assert renderer.decode(t["input_ids"]) == renderer.render(seen, add_generation_prompt=False)
+    spans = sampled_spans(t["loss_mask"])
+    assert [e - s for s, e in spans] == [a1.usage.completion_tokens, a2.usage.completion_tokens]
+    lines = [json.loads(x) for x in (gateway.out / "trajectories.jsonl").read_text().splitlines()]
+    assert [x["reward"] for x in lines if x["session_id"] == session["session_id"]] == [1.0]
+    after = httpx.get(f"{gateway.url}/v1/gateway/stats", headers=admin()).json()
+    assert after.get("calls_abandoned", 0) - before.get("calls_abandoned", 0) == 2, after
+    assert after["completions"] - before["completions"] == 2  # the answers delivered
+
+
+@pytest.mark.parametrize("gone", [False, True], ids=["read", "hung-up"])
+async def test_a_stream_is_delivered_only_once_its_last_event_went_out(gone):
+    """The other half of an abandoned streamed call: a stream whose client hung up says it was
+    not delivered, though the server took its events (uvicorn drops what comes after a
+    disconnect, silently), so the gateway takes the call back."""
+    chunks = [{"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "x"}}]}]
+    stream, sent = AnswerStream(chunks * 3), []
+
+    async def receive():
+        if not gone:
+            await asyncio.Event().wait()  # a client that stays: no disconnect comes
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    await stream({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, send)
+    assert stream.delivered is (not gone)  # what the server did with the events then: uvicorn drops them
+    assert gone or b"".join(m.get("body", b"") for m in sent).endswith(b"data: [DONE]\n\n")
+
+
+async def test_a_huge_message_neither_stalls_other_sessions_nor_waits_for_its_400(tiny_server, tiny_model_dir):
+    """Issue 30, item 1, as found: a session posting a ~4 MB message (under the 4 MiB body limit)
+    made another session's ``max_tokens=2`` call take 6.9 s instead of 0.07 s, and got its 400
+    (over its token budget) only after 7.2 s: the text was tokenized on the event loop, whole,
+    before the budget was checked. A gateway with its default limits, in a process of its own."""
+    cmd = [os.path.join(os.path.dirname(sys.executable), "agentrl"), "gateway", "--model", str(tiny_model_dir),
+           "--upstream", tiny_server.url, "--port", "0"]
+    with ServiceProcess(cmd, ready=READY) as proc:
+        async with httpx.AsyncClient(base_url=proc.url, timeout=120) as http:
+            big, small = [(await http.post("/v1/sessions", json={})).json() for _ in range(2)]
+            call = {"model": "m", "messages": [{"role": "user", "content": "What is 1+2?"}], "max_tokens": 2}
+            auth = {"Authorization": f"Bearer {small['api_key']}"}
+            assert (await http.post("/v1/chat/completions", headers=auth, json=call)).status_code == 200  # warm
+            huge = json.dumps({"model": "m", "messages": [{"role": "user", "content": "What is 1+2? " * 300_000}]})
+            assert 3_900_000 < len(huge) < 4 << 20
+            started = time.perf_counter()
+            sent = asyncio.create_task(http.post("/v1/chat/completions", content=huge, headers={
+                "Authorization": f"Bearer {big['api_key']}", "Content-Type": "application/json"}))
+            worst = 0.0
+            while not sent.done():
+                t0 = time.perf_counter()
+                assert (await http.post("/v1/chat/completions", headers=auth, json=call)).status_code == 200
+                worst = max(worst, time.perf_counter() - t0)
+            r = await sent
+            took = time.perf_counter() - started
+    assert r.status_code == 400 and "over its budget of 65536 tokens" in r.json()["error"]["message"], r.text
+    assert took < 3.0 and worst < 2.0, (took, worst)

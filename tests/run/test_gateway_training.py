@@ -1,10 +1,11 @@
 """Training through the OpenAI API: `agentrl train` with `rollout.source: gateway`, agents of
 their own (the unmodified openai SDK, separate processes) playing, rewarding and ending
 sessions; 429 while the staleness bound says wait; an agent that disconnects mid-episode is
-counted as failed data, never trained on."""
+counted as failed data, never trained on; a call whose client hung up is not in the episode."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import httpx
 from openai import OpenAI
+
+from ..serving import abandon_call
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTRL = Path(sys.executable).parent / "agentrl"
@@ -28,6 +31,15 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> dict:
     return json.loads(path.read_text())
 
 
+def until_in_flight(http: httpx.Client, url: str, session: dict, timeout: float = 60) -> None:
+    """Until the gateway is generating a call of ``session``."""
+    deadline = time.monotonic() + timeout
+    auth = {"Authorization": f"Bearer {session['api_key']}"}
+    while not http.get(f"{url}/v1/sessions/{session['session_id']}", headers=auth).json()["calls_in_flight"]:
+        assert time.monotonic() < deadline, "the gateway never started the call"
+        time.sleep(0.01)
+
+
 def test_agents_train_the_model_through_the_gateway(tmp_path):
     run_dir = tmp_path / "run"
     train = subprocess.Popen(
@@ -38,11 +50,16 @@ def test_agents_train_the_model_through_the_gateway(tmp_path):
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = wait_for(run_dir / "gateway.json", train)["url"]
 
-    # A group with one agent that disconnects mid-episode: it never ends its session.
+    # A group with one agent that disconnects mid-episode: it never ends its session; and one that
+    # hangs up on its first call, then plays (issue 30: that call was a second, reward-0 trajectory).
     with httpx.Client(timeout=120) as http:
         for i in range(4):
             s = http.post(f"{url}/v1/sessions", json={"metadata": {"group": "rude"}}).json()
             client = OpenAI(base_url=s["base_url"], api_key=s["api_key"], max_retries=0)
+            if i == 1:
+                abandon_call(url, s, {"model": "policy", "max_tokens": 400, "ignore_eos": True,
+                                      "messages": [{"role": "user", "content": "What is 1+2+3?"}]},
+                             functools.partial(until_in_flight, http, url, s))
             client.chat.completions.create(model="policy", max_tokens=8,
                                            messages=[{"role": "user", "content": "What is 1+2+3?"}])
             if i == 0:
@@ -67,6 +84,7 @@ def test_agents_train_the_model_through_the_gateway(tmp_path):
     steps = [r for r in rows if "rollout/trajectories" in r]
     assert len(steps) == 3 and all(r["batch/staleness_max"] <= 1 for r in steps)
     assert sum(r.get("rollout/failed_timeout", 0) for r in steps) == 1  # the disconnected agent
+    assert steps[-1]["rollout/gateway_calls_abandoned"] == 1  # the call hung up on: counted, not trained
     # Everything else is trained on, or dropped by the trainer's staleness guard and counted: a group
     # admitted at version v whose agent is slow (on a loaded machine: 2 of 4 full runs kept 20 of 23)
     # is overtaken by groups admitted at v+1 and reaches the trainer at v+2, past η = 1.
