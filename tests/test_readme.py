@@ -53,6 +53,7 @@ def test_readme_environment_written_outside_the_repo_passes_agentrl_envs_check(t
     missing = subprocess.run([agentrl, "envs", "check", "nowhere:echo/Echo-v0"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and "module 'nowhere' not found" in missing.stderr
+    assert "run from the directory that holds it, or add that directory to PYTHONPATH" in missing.stderr  # what to do
     assert "Traceback" not in missing.stderr
 
 

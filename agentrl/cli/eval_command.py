@@ -7,7 +7,9 @@ Uses the run config's model, inference servers (started like ``agentrl train`` d
 problem go to ``DIR/eval.jsonl`` as they finish (with the tokens of ``--samples`` episodes
 each, for ``agentrl view DIR``): the same command again resumes where it stopped.
 ``--curate`` writes the dataset without the problems solved in all K samples. The last line
-printed is the report as one JSON object.
+printed is the report as one JSON object, also written to ``DIR/eval_summary.json`` when the
+evaluation finishes. If ``rollout.max_failed_fraction`` (0.9) of the episodes failed, it exits
+with code 1, giving the first error on stderr.
 """
 
 from __future__ import annotations
@@ -94,11 +96,33 @@ def run(args) -> int:
         lock.release()
     result = {"model": cfg.model, "dataset": cfg.eval.dataset, "k": k, **report.summary(),
               "out": str(out / "eval.jsonl")}
+    if report.first_error is not None:
+        result["first_error"] = report.first_error
     if args.curate:
         result["curated"] = curate(rows, report, args.curate)
         result["curated_path"] = args.curate
+    (out / SUMMARY).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result), flush=True)
-    return 0
+    return 1 if mostly_failed(report, out, cfg.rollout.max_failed_fraction) else 0
+
+
+SUMMARY = "eval_summary.json"
+"""``DIR/eval_summary.json``: the report of a finished evaluation (the last line printed); absent
+while one runs (``agentrl view`` tells a finished evaluation by it)."""
+
+
+def mostly_failed(report, out, threshold: float) -> bool:
+    """Whether nearly every episode failed; if so, say so on stderr with the first error — such
+    scores measure the failures, not the model, and a script should know."""
+    import sys
+
+    played = report.problems * report.k
+    if not played or report.failed_episodes < threshold * played:
+        return False
+    print(f"agentrl eval: {report.failed_episodes} of {played} episodes failed; the scores measure the failures, "
+          f"not the model. The first error: {report.first_error or '?'}. All of them: {out}/eval.jsonl, "
+          f"`agentrl view {out}`", file=sys.stderr, flush=True)
+    return True
 
 
 SETTINGS = "eval_settings.json"
@@ -123,3 +147,4 @@ def same_settings(out, settings: dict) -> None:
                               f"evaluate into another --out, or delete {results} to start afresh")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=1) + "\n")
+    (out / SUMMARY).unlink(missing_ok=True)  # written again when this evaluation finishes

@@ -12,7 +12,8 @@ Ctrl-C or the failure of any one, saying which failed and why (docs/scaling.md: 
 nodes, Ray, SGLang's router, Docker Compose). Everything the run writes is
 under its run_dir: config.yaml, metrics.jsonl, tensorboard/, trajectories/, checkpoints/,
 curves.png, summary.json, logs/, and run.lock while a run writes it (a second run into the
-same run_dir is refused, naming the first). A run stopped before its first checkpoint restarts
+same run_dir is refused, naming the first; so is a run_dir holding a run with a checkpoint, unless
+--resume, and one holding a gateway's recordings). A run stopped before its first checkpoint restarts
 from step 0 in place, rerun or resumed (``start_in``). The last line printed is the run's summary as one JSON
 object (eval_before, eval_after, steps, minutes, run_dir, ...). Overrides on --resume allow
 staged training (e.g. ``rollout.sampling.max_new_tokens=1024`` for the second stage).
@@ -75,6 +76,7 @@ def run(args) -> int:
         cfg = load_config(RunConfig, config_path, overrides)
         run_dir = Path(cfg.run_dir)
     check_run_config(cfg)
+    refuse_recordings(run_dir, "agentrl train")
     lead = cfg.node_rank == 0  # the other nodes' ranks read node 0's run_dir (it is shared): node 0 owns it
     make_dir(run_dir)
     with RunLock(run_dir, "agentrl train") if lead else contextlib.nullcontext() as lock:
@@ -120,6 +122,21 @@ def mostly_failed(summary: dict, run_dir, threshold: float) -> bool:
           f"The first error: {summary.get('first_error', '?')}. All of them: {run_dir}/rollout/episodes.jsonl, "
           f"`agentrl view {run_dir}`", file=sys.stderr, flush=True)
     return True
+
+
+def refuse_recordings(run_dir, command: str) -> None:
+    """Refuse a run_dir that holds a gateway's recordings (``agentrl gateway --out DIR`` writes
+    ``DIR/trajectories.jsonl``): it is not a run, and a run's files would mix with them."""
+    from pathlib import Path
+
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.gateway import RECORDINGS
+
+    recordings = Path(run_dir) / RECORDINGS
+    if recordings.is_file():
+        raise ConfigError(f"config key 'run_dir': {str(run_dir)!r} holds a gateway's recordings ({recordings}, "
+                          f"written by `agentrl gateway --out`), not a run; give {command} another run_dir=... "
+                          f"(to fine-tune on those episodes: `agentrl sft CONFIG data={recordings}`)")
 
 
 STOPPED = "stopped"

@@ -53,6 +53,7 @@ class EvalReport:
     k: int
     successes: dict[int, int] = field(default_factory=dict)  # row index -> successes out of k
     failed_episodes: int = 0
+    first_error: str | None = None  # "status: error" of the first failed episode met
 
     @property
     def problems(self) -> int:
@@ -79,7 +80,9 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
                    concurrency: int = 256, out: str | Path | None = None,
                    on_problem: Any = None, samples: int = 0, decode: Any = None) -> EvalReport:
     """Play ``k`` episodes of each row; see the module docstring. ``on_problem(index, c)`` is
-    called as each problem finishes (progress). With ``out``, the trajectories of the first
+    called as each problem finishes (progress). With ``out``, each problem's line has
+    ``index``, ``k``, ``successes``, ``failed``, ``row`` and, when an episode failed, ``error``
+    (the first failed one's ``"status: error"``); the trajectories of the first
     ``samples`` episodes of each problem go into its line (``samples``: ``Trajectory.to_dict()``
     plus ``sample``, the episode's number, and ``tokens``, each token's text by ``decode(ids)``
     when given), for ``agentrl view``."""
@@ -96,6 +99,7 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
             if rec.get("k") == k:
                 report.successes[int(rec["index"])] = int(rec["successes"])
                 report.failed_episodes += int(rec.get("failed", 0))
+                report.first_error = report.first_error or rec.get("error")
     sem = asyncio.Semaphore(max(1, concurrency))
     sink = path.open("a", buffering=1) if path is not None else None
 
@@ -106,11 +110,16 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
     async def problem(index: int, row: Mapping[str, Any]) -> None:
         results = await asyncio.gather(*(episode(row) for _ in range(k)))
         c = sum(episode_success(r) for r in results)
+        failures = [t for r in results for t in r or [] if t.status is not TrajectoryStatus.OK]
         failed = sum(1 for r in results if r and any(t.status is not TrajectoryStatus.OK for t in r))
+        error = f"{failures[0].status.value}: {(failures[0].error or '')[:500]}" if failures else None
         report.successes[index] = c
         report.failed_episodes += failed
+        report.first_error = report.first_error or error
         if sink is not None:
             record = {"index": index, "k": k, "successes": c, "failed": failed, "row": dict(row)}
+            if error is not None:
+                record["error"] = error
             if samples:
                 record["samples"] = [sample_row(t, j, decode) for j, r in enumerate(results[:samples]) for t in r or []]
             sink.write(json.dumps(record) + "\n")

@@ -61,6 +61,10 @@ from agentrl.rollout.renderer import ChatRenderer
 
 log = logging.getLogger(__name__)
 
+RECORDINGS = "trajectories.jsonl"
+"""``OUT/trajectories.jsonl``: the ended sessions' trajectories, one JSON object a line
+(``Trajectory.to_dict()`` plus ``session_id`` and ``metadata``)."""
+
 EpisodeHook = Callable[[list[Trajectory], "Session"], Awaitable[None] | None]
 Stepper = Callable[[str], Awaitable[dict[str, Any]]]
 
@@ -268,7 +272,7 @@ class Gateway:
 
     def _append(self, lines: str) -> None:
         assert self.out is not None
-        with self._write_lock, (self.out / "trajectories.jsonl").open("a", encoding="utf-8") as f:
+        with self._write_lock, (self.out / RECORDINGS).open("a", encoding="utf-8") as f:
             f.write(lines)
 
     # ------------------------------------------------------------------ idle sessions

@@ -282,7 +282,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             })
             gen_busy_last, t_last = gen_busy, now
             runlog.log(step, metrics)
-            runlog.sample(step, kept, decode, sample)
+            runlog.sample(step, kept, decode, sample,
+                          failed=[t for t in trajectories if t.status is not TrajectoryStatus.OK])
             console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")

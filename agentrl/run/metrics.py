@@ -5,7 +5,7 @@ object a line, ``step`` first), the same scalars as TensorBoard event files in
 ``RUN_DIR/tensorboard`` (and Weights & Biases when a project is configured), a bounded sample
 of each step's trajectories in ``RUN_DIR/trajectories/step_NNNNNN.jsonl`` (tokens, their text,
 loss mask, behaviour and trainer log-probabilities, the trainer's entropies, versions, reward
-and its parts, advantage), and
+and its parts, advantage; then the step's failed episodes, with their status and error), and
 ``RUN_DIR/curves.png`` redrawn from ``metrics.jsonl`` (``plot_curves``). ``batch_metrics``
 turns one step's trajectories into the rollout-side scalars (reward, success, lengths,
 staleness histogram). What it is not: the progress line (``agentrl.run.loop``) or the
@@ -118,22 +118,26 @@ class RunLog:
             self._wandb.log(dict(metrics), step=step)
 
     def sample(self, step: int, trajectories: Sequence[Trajectory], decode: Any,
-               extra: Mapping[int, Mapping[str, Any]] | None = None) -> Path | None:
+               extra: Mapping[int, Mapping[str, Any]] | None = None,
+               failed: Sequence[Trajectory] = ()) -> Path | None:
         """Keep the first ``trajectories_per_step`` of a step for inspection; ``decode(ids) -> str``
         gives each token's text; ``extra[i]`` adds fields to ``trajectories[i]``'s row: the
         trainer's ``trainer_logprobs`` and ``entropy`` (token-aligned, 0.0 on the first token,
-        which nothing predicts) and its ``advantage``. The file appears whole (written aside,
-        then renamed), so a viewer never reads half a step."""
+        which nothing predicts) and its ``advantage``. ``failed``: the step's failed episodes (not
+        trained on), of which as many again follow, each with its ``status`` and ``error`` — a
+        run whose episodes fail shows why where one looks. The file appears whole (written
+        aside, then renamed), so a viewer never reads half a step."""
         if self.trajectories_per_step == 0:
             return None
         self.samples_dir.mkdir(exist_ok=True)
         path = self.samples_dir / f"step_{step:06d}.jsonl"
         tmp = path.with_suffix(".jsonl.tmp")
+        kept = list(trajectories[: self.trajectories_per_step])
         with tmp.open("w") as f:
-            for i, t in enumerate(trajectories[: self.trajectories_per_step]):
+            for i, t in enumerate([*kept, *failed[: self.trajectories_per_step]]):
                 row = t.to_dict()
                 row["tokens"] = [decode([tok]) for tok in t.input_ids]
-                for key, value in (extra or {}).get(i, {}).items():
+                for key, value in ((extra or {}).get(i, {}) if i < len(kept) else {}).items():
                     row[key] = [float(x) for x in value] if isinstance(value, list) else value
                 f.write(json.dumps(row) + "\n")
         os.replace(tmp, path)

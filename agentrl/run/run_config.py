@@ -83,8 +83,9 @@ class RolloutConfig:
     filter_equal_rewards: bool = option(False, help="drop groups whose rewards are all equal and admit "
                                                     "another prompt (DAPO's dynamic sampling); counted")
     episode_timeout_s: float | None = option(None, gt=0, help="an episode running longer is a TIMEOUT failure")
-    max_failed_fraction: float = option(0.9, gt=0, le=1, help="agentrl train exits with code 1 when this share of "
-                                                              "the episodes or more failed (saying the first error)")
+    max_failed_fraction: float = option(0.9, gt=0, le=1, help="agentrl train (and agentrl eval) exits with code 1 "
+                                                              "when this share of the episodes or more failed (saying "
+                                                              "the first error)")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
                                      metadata={"help": "sampling during rollouts"})
 

@@ -9,7 +9,9 @@ file that shrank (a resumed run rewrites it) is read again from the start. Each 
 row gets the fields the page filters on: ``index`` (its line in the step's file), ``env``,
 ``staleness`` (versions between the policy that sampled its oldest token and the trainer's
 version at that step), ``sampled_tokens`` and ``segment``/``segments`` (its place among the
-rows of the step that share its ``episode_id``).
+rows of the step that share its ``episode_id``); a step's failed episodes come after its
+trained rows, with their ``status`` and ``error``. A finished evaluation has its report in
+``eval_summary.json``.
 
 What it is not: a writer (``agentrl.run.metrics`` writes these files) or the HTTP routes
 (``agentrl.view.viewer``). Main hook: ``RunData(path)`` then ``metrics()``, ``steps()``,
@@ -27,6 +29,8 @@ from typing import Any
 from agentrl.errors import ConfigError
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
+TRAINING_FILES = ("metrics.jsonl", "trajectories", "summary.json")
+"""What ``agentrl train`` writes; a directory with none of them holds only an evaluation."""
 NOT_SAMPLED = -1
 
 
@@ -102,6 +106,8 @@ class RunData:
         text = path.read_text() if path.is_file() else ""
         return {"name": self.name, "path": str(self.path), "config": cfg, "config_text": text, "summary": self.summary(),
                 "env": self.env_id(cfg), "steps": self.steps(), "has_eval": self.eval_path() is not None,
+                "has_training": any((self.path / name).exists() for name in TRAINING_FILES),
+                "eval_summary": self.eval_summary(),
                 "trajectories_per_step": (cfg.get("logging") or {}).get("trajectories_per_step")}
 
     # ------------------------------------------------------------------ metrics
@@ -170,6 +176,16 @@ class RunData:
             if path.is_file():
                 return path
         return None
+
+    def eval_summary(self) -> dict[str, Any]:
+        """The report of a finished ``agentrl eval`` (``eval_summary.json`` beside ``eval.jsonl``;
+        absent while it runs), or {}."""
+        path = self.eval_path()
+        try:
+            out = parse_line((path.parent / "eval_summary.json").read_text()) if path is not None else {}
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return out if isinstance(out, dict) else {}
 
     def evaluation(self) -> list[dict[str, Any]]:
         """The problems of ``agentrl eval`` (index, k, successes, failed, row, samples when

@@ -1,7 +1,8 @@
 """The run directory of `agentrl train`: one run writes it at a time (a second one was found running
 into the same directory, interleaving metrics and summaries); a run stopped before its first
 checkpoint can be restarted (it was a dead end: a rerun pointed to --resume, --resume found no
-checkpoint); a path that is a file, or that cannot be made, is one line, not a traceback."""
+checkpoint); a path that is a file, or that cannot be made, is one line, not a traceback; a
+run_dir that holds another run, or a gateway's recordings, is refused in one line."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agentrl.errors import ConfigError
@@ -88,6 +90,46 @@ def test_path_errors_of_train_and_eval_are_one_line(tmp_path):
         assert out.returncode == 2 and "Traceback" not in out.stderr, (cmd, args, out.stderr[-2000:])
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert "is a file, not a directory" in out.stderr or "cannot make the directory" in out.stderr
+
+
+def test_a_run_dir_holding_another_run_is_refused_naming_resume(trained_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run[0], run_dir)  # a finished run with checkpoints
+    before = sorted(p.name for p in run_dir.iterdir())
+    out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=1", *SMALL, timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    assert f"run_dir {str(run_dir)!r} already holds a run; continue it with `agentrl train --resume {run_dir}`" \
+        in out.stderr, out.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_a_run_dir_holding_a_gateways_recordings_is_refused_in_one_line(tiny_server, tmp_path):
+    """Issue 31: ``run_dir=runs/gw`` — the README gateway's own ``--out`` — was accepted, and the
+    run's files mixed with the recorded episodes. The recordings here are a real gateway's."""
+    from agentrl.process.services import ServiceProcess
+
+    gw_out = tmp_path / "gw"
+    cmd = [str(AGENTRL), "gateway", "--model", str(ROOT / "examples" / "tiny-model"), "--upstream", tiny_server.url,
+           "--port", "0", "--api-key", "ADMIN", "--out", str(gw_out)]
+    with ServiceProcess(cmd, ready="agentrl gateway: ready on ") as gateway, httpx.Client(timeout=60) as http:
+        session = http.post(f"{gateway.url}/v1/sessions", headers={"Authorization": "Bearer ADMIN"}, json={}).json()
+        key = {"Authorization": f"Bearer {session['api_key']}"}
+        r = http.post(f"{session['base_url']}/chat/completions", headers=key, json={
+            "model": "policy", "messages": [{"role": "user", "content": "What is 2+3?"}], "max_tokens": 8})
+        assert r.status_code == 200, r.text
+        http.post(f"{gateway.url}/v1/sessions/{session['session_id']}/reward", headers=key, json={"reward": 1.0})
+        assert http.post(f"{gateway.url}/v1/sessions/{session['session_id']}/end", headers=key, json={}).status_code == 200
+    recorded = (gw_out / "trajectories.jsonl").read_text()
+    assert recorded.count("\n") == 1
+    for command, config in (("train", "examples/arith_grpo.yaml"), ("sft", "examples/sft_tools.yaml")):
+        out = subprocess.run([str(AGENTRL), command, config, f"run_dir={gw_out}"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-2000:] + out.stderr
+        assert f"config key 'run_dir': {str(gw_out)!r} holds a gateway's recordings" in out.stderr, out.stderr
+        assert f"give agentrl {command} another run_dir=" in out.stderr
+        assert f"agentrl sft CONFIG data={gw_out / 'trajectories.jsonl'}" in out.stderr
+    assert sorted(p.name for p in gw_out.iterdir()) == ["trajectories.jsonl"]  # nothing of a run was written
+    assert (gw_out / "trajectories.jsonl").read_text() == recorded
 
 
 def test_group_size_1_is_refused_naming_the_key(tmp_path):

@@ -10,6 +10,7 @@ trajectory file. The export must open from file:// with the network off and ask 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 AGENTRL = Path(sys.executable).parent / "agentrl"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def read_step(run_dir: Path, step: int) -> list[dict]:
@@ -355,3 +357,77 @@ def test_the_output_of_agentrl_eval(eval_run, serve_view, page):
     first = sorted(problems, key=lambda p: p["index"])[0]["samples"][0]
     dom = page.evaluate(TOKENS_JS)
     assert [d["mask"] for d in dom] == first["loss_mask"] and [d["version"] for d in dom] == first["versions"]
+
+
+BROKEN = ["rollout.dataset=flaky_arith:rows", "eval.dataset=flaky_arith:rows", "rollout.workflow_args.env_id=test/BrokenArith-v0"]
+"""tests/run/flaky_arith.py: an Arith-v0 whose every step raises (every episode fails)."""
+
+
+def broken_env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "run"), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_a_run_whose_episodes_fail_shows_the_error_where_one_looks(serve_view, page, tmp_path):
+    """Issue 31: every episode of a run failed, and the viewer said "0 of 0 trajectories" with the
+    error nowhere. Now the banner counts the failures and gives the first error, and the step
+    lists the failed episodes with their error."""
+    run_dir = tmp_path / "failing"
+    done = subprocess.run([str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={run_dir}", *BROKEN, "steps=1",
+                           "eval.dataset=null", "rollout.batch_size=2", "rollout.group_size=4", "max_minutes=null",
+                           "checkpoint.every_steps=0", "logging.tensorboard=false", "logging.trajectories_per_step=4"],
+                          cwd=ROOT, env=broken_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = read_step(run_dir, 1)
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"env_error"}  # failed ones, since none was trained on
+    page.goto(serve_view(run_dir))
+    page.wait_for_selector("#notes .failures")
+    note = page.inner_text("#notes")
+    assert "8 of 8 episodes failed (env_error 8)." in note, note
+    assert "First error: env_error: RuntimeError: the broken env broke on purpose" in note, note
+    page.click("#notes a:has-text('See them at step 1')")
+    page.wait_for_selector("tr[data-index]")
+    assert page.locator("tr[data-index]").count() == 4
+    assert all("the broken env broke on purpose" in t for t in page.locator("tr[data-index] td.error").all_inner_texts())
+    assert page.locator("tr[data-index] .badge.bad", has_text="env_error").count() == 4
+    assert "4 of 4 trajectories (4 failed, not trained on)" in page.inner_text(".toolbar")
+
+
+@pytest.fixture(scope="module")
+def failing_eval(tiny_server, tmp_path_factory):
+    """``agentrl eval --out DIR`` of an env whose every step raises: (DIR, completed process)."""
+    out = tmp_path_factory.mktemp("failing-eval") / "eval-only"
+    done = subprocess.run([str(AGENTRL), "eval", "examples/arith_grpo.yaml", *BROKEN, "eval.limit=4", "--k", "2",
+                           "--out", str(out), f"inference.servers=[{tiny_server.url}]", "eval.sampling.temperature=1.0"],
+                          cwd=ROOT, env=broken_env(), capture_output=True, text=True, timeout=300)
+    return out, done
+
+
+def test_agentrl_eval_whose_episodes_all_fail_exits_1_saying_why(failing_eval):
+    """Issue 31: `agentrl eval` exited 0 with scores of 0 when every episode failed."""
+    out, done = failing_eval
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "agentrl eval: 8 of 8 episodes failed; the scores measure the failures" in done.stderr, done.stderr[-2000:]
+    assert "The first error: env_error: RuntimeError: the broken env broke on purpose" in done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["failed_episodes"] == 8 and report["first_error"].startswith("env_error: RuntimeError: the broken")
+    assert json.loads((out / "eval_summary.json").read_text()) == report
+    problems = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert all(p["failed"] == 2 and "the broken env broke on purpose" in p["error"] for p in problems)
+
+
+def test_an_evaluation_folder_opens_on_its_evaluation_and_its_failures(failing_eval, serve_view, page):
+    """Issue 31: the viewer on an `agentrl eval --out DIR` folder landed on an empty Curves tab
+    marked "watching" after the evaluation had finished. It opens on the Evaluation tab, says
+    "finished", and shows the failed episodes' errors."""
+    out, _ = failing_eval
+    page.goto(serve_view(out))
+    page.wait_for_selector("body[data-ready='eval'] tr[data-problem]")
+    assert page.locator("nav#tabs a.on").inner_text() == "Evaluation"
+    assert page.inner_text("#status").startswith("finished")
+    assert "evaluation: 8 of 8 episodes failed. First error: env_error: RuntimeError: the broken env" in \
+        page.inner_text("#notes")
+    assert page.locator("tr[data-problem]").count() == 4
+    assert all("the broken env broke on purpose" in t for t in page.locator("tr[data-problem] td.error").all_inner_texts())
+    page.goto(page.url.split("#")[0] + "#curves")
+    page.wait_for_selector("body[data-ready='curves']")
+    assert "holds an evaluation (`agentrl eval`), not a training run" in page.inner_text("#view")

@@ -328,8 +328,12 @@ function renderCurves(main) {
     panels.push(chartPanel("any metric", [state.extraKey], {select}));
   }
   if (!panels.length) {
-    main.append(el("div", {class: "card empty"}, "No metrics yet: metrics.jsonl is empty or absent. ",
-      source.live ? "This page polls it and shows the first step as soon as it is written." : ""));
+    const run = state.runs[0];
+    main.append(run.has_eval && !run.has_training ?
+      el("div", {class: "card empty"}, "This folder holds an evaluation (`agentrl eval`), not a training run: it has no curves. ",
+        el("a", {href: "#eval/0"}, "See the evaluation.")) :
+      el("div", {class: "card empty"}, "No metrics yet: metrics.jsonl is empty or absent. ",
+        source.live ? "This page polls it and shows the first step as soon as it is written." : ""));
     return;
   }
   grid.append(...panels);
@@ -422,8 +426,11 @@ function trajectoryRows(rows, hrefOf, f) {
       el("td", {class: "num"}, `${t.sampled_tokens} / ${(t.input_ids || []).length}`),
       el("td", {class: "num"}, t.staleness ?? "–"),
       el("td", {class: "preview prompt"}, highlighted(promptText(t).slice(-70), f.q, 70)),
-      el("td", {class: "preview", title: completionText(t)}, highlighted(completionText(t), f.q)))));
+      failedRow(t) ? el("td", {class: "preview error", title: t.error}, highlighted(t.error, f.q)) :
+        el("td", {class: "preview", title: completionText(t)}, highlighted(completionText(t), f.q)))));
 }
+
+function failedRow(t) { return t.status !== "ok" && Boolean(t.error); }  // a failed episode: its error, not its text
 
 function toolbarSelect(label, key, values, filters, rerender) {
   return el("label", {}, label, el("select", {onchange: e => { filters[key] = e.target.value; rerender(); }},
@@ -477,7 +484,8 @@ async function renderSteps(main, r, step) {
 
   function draw() {
     const kept = rows.filter(t => passes(t, f));
-    count.textContent = `${kept.length} of ${rows.length} trajectories`;
+    const failed = rows.filter(t => t.status !== "ok").length;
+    count.textContent = `${kept.length} of ${rows.length} trajectories` + (failed ? ` (${failed} failed, not trained on)` : "");
     const groups = new Map();
     for (const t of kept) { const g = String(t.group_id ?? ""); if (!groups.has(g)) groups.set(g, []); groups.get(g).push(t); }
     list.replaceChildren();
@@ -745,12 +753,14 @@ async function renderEval(main, r) {
     const kept = same.filter(x => (!f.solved || (f.solved === "all" ? x.successes === k : f.solved === "none" ? x.successes === 0 : x.successes > 0 && x.successes < k))
       && (!q || rowText(x.row).toLowerCase().includes(q) || (x.samples || []).some(s => fullText(s).toLowerCase().includes(q))));
     count.textContent = `${kept.length} of ${same.length} problems`;
+    const errors = same.some(x => x.error);
     list.replaceChildren(el("table", {class: "rows"},
-      el("tr", {}, ["problem", "row", "successes", "pass@1", "failed", "samples"].map(h => el("th", {}, h))),
+      el("tr", {}, ["problem", "row", "successes", "pass@1", "failed", errors ? "error" : null, "samples"].map(h => h && el("th", {}, h))),
       kept.slice(0, 1000).map(x => el("tr", {"data-problem": x.index},
         el("td", {class: "num"}, x.index), el("td", {class: "preview"}, highlighted(rowText(x.row), f.q, 140)),
         el("td", {class: "num"}, `${x.successes} / ${x.k}`, signedBar(x.successes / x.k, 1)),
         el("td", {class: "num"}, fmt(x.successes / x.k, 3)), el("td", {class: "num"}, x.failed || 0),
+        errors ? el("td", {class: "preview error", title: x.error || ""}, x.error ? highlighted(x.error, "", 160) : "") : null,
         el("td", {}, (x.samples || []).length ? (x.samples || []).map(s => [el("a", {href: `#e/${r}/${x.index}/${s.index}`,
           class: "badge" + (sampleSolved(s) ? "" : " bad"), title: `reward ${fmt(s.reward, 3)}`},
           `sample ${s.sample ?? s.index}${s.segments > 1 ? "." + s.segment : ""} ${sampleSolved(s) ? "✓" : "✗"}`), " "])
@@ -787,8 +797,13 @@ function renderRun(main) {
 
 // ------------------------------------------------------------------ routing, header, polling
 
+function defaultView() {  // a folder that holds only an evaluation opens on it, not on empty curves
+  const run = state.runs[0];
+  return run && run.has_eval && !run.has_training ? "eval" : "curves";
+}
+
 function route() {
-  const parts = (location.hash || "#curves").slice(1).split("/");
+  const parts = (location.hash || `#${defaultView()}`).slice(1).split("/");
   const num = i => (parts[i] === undefined || parts[i] === "" ? null : Number(parts[i]));
   return {view: parts[0] || "curves", a: num(1), b: num(2), c: num(3)};
 }
@@ -828,19 +843,50 @@ function renderHeader() {
     state.runs.length > 1 ? svg("svg", {width: 26, height: 8}, svg("line", {x1: 0, x2: 26, y1: 4, y2: 4, "stroke-width": 2, "stroke-dasharray": DASHES[r % DASHES.length] || null})) : null,
     run.name)));
   const status = document.getElementById("status");
-  const done = state.runs.every(run => run.summary && run.summary.minutes !== undefined);
+  const evalOnly = state.runs.every(run => run.has_eval && !run.has_training);
+  // a training run is finished when its summary has its minutes; an evaluation when its report is written
+  const done = state.runs.every(run => (run.summary && run.summary.minutes !== undefined) ||
+    (!run.has_training && Object.keys(run.eval_summary || {}).length > 0));
   const training = state.metrics.some(rows => rows.length) || state.runs.some(run => run.steps.length);
   if (!source.live) status.replaceChildren(`offline copy · exported ${EMBEDDED.exported || ""}`);
-  else status.replaceChildren(el("span", {class: done ? "" : "live"}, done ? "finished" : training ? "● live" : "watching"),
+  else status.replaceChildren(el("span", {class: done ? "" : "live"},
+    done ? "finished" : evalOnly ? "● evaluating" : training ? "● live" : "watching"),
     state.updated ? ` · updated ${state.updated.toLocaleTimeString()}` : "");
   const notes = document.getElementById("notes");
-  notes.replaceChildren(...((EMBEDDED && EMBEDDED.notes) || []).map(n => el("div", {}, n)));
+  notes.replaceChildren(...((EMBEDDED && EMBEDDED.notes) || []).map(n => el("div", {}, n)), ...failureNotes());
+}
+
+function failureNotes() {  // failed episodes, said where one looks first: how many, of which kinds, the first error
+  const out = [];
+  state.runs.forEach((run, r) => {
+    const name = state.runs.length > 1 ? `${run.name}: ` : "";
+    let failed = 0, total = 0, step = null;
+    const kinds = {};
+    for (const row of state.metrics[r] || []) {
+      if (row["rollout/trajectories"] === undefined) continue;
+      failed += row["rollout/failed"] || 0;
+      total += row["rollout/trajectories"];
+      for (const [k, v] of Object.entries(row)) if (k.startsWith("rollout/failed_")) kinds[k.slice(15)] = (kinds[k.slice(15)] || 0) + v;
+      if (row["rollout/failed"] && (run.steps || []).includes(row.step)) step = row.step;
+    }
+    const first = run.summary && run.summary.first_error;
+    if (failed) out.push(el("div", {class: "failures"},
+      `${name}${failed} of ${total} episodes failed (${Object.entries(kinds).map(([k, v]) => `${k} ${v}`).join(", ")}).`,
+      first ? [" First error: ", el("span", {class: "mono"}, first)] : null,
+      step !== null ? [" ", el("a", {href: `#steps/${r}/${step}`, onclick: () => { state.follow = false; }}, `See them at step ${step}.`)] : null));
+    const report = run.eval_summary || {};
+    if (report.failed_episodes) out.push(el("div", {class: "failures"},
+      `${name}evaluation: ${report.failed_episodes} of ${report.problems * report.k} episodes failed.`,
+      report.first_error ? [" First error: ", el("span", {class: "mono"}, report.first_error)] : null,
+      " ", el("a", {href: `#eval/${r}`}, "See them.")));
+  });
+  return out;
 }
 
 const POLL_MS = 2000;
 
 async function poll() {
-  let changed = false, newSteps = false;
+  let changed = false, newSteps = false, evalChanged = false;
   const runs = await source.runs();
   for (let r = 0; r < runs.length; r++) {
     const have = state.metrics[r] || [];
@@ -854,11 +900,15 @@ async function poll() {
       changed = true;
       newSteps = newSteps || !before || before.steps.length !== runs[r].steps.length;
     }
-    if (before && before.has_eval !== runs[r].has_eval) state.evals.delete(r);
+    if (before && (before.has_eval !== runs[r].has_eval ||
+                   JSON.stringify(before.eval_summary) !== JSON.stringify(runs[r].eval_summary))) {
+      state.evals.delete(r);  // an evaluation that finished (or started): read its rows again
+      changed = evalChanged = true;
+    }
   }
   state.runs = runs;
   if (changed) state.updated = new Date();
-  return {changed, newSteps};
+  return {changed, newSteps, evalChanged};
 }
 
 async function main() {
@@ -877,11 +927,11 @@ async function main() {
   for (;;) {  // one poll at a time: the next is asked POLL_MS after the last answer, however slow the link
     await new Promise(resolve => setTimeout(resolve, POLL_MS));
     try {
-      const {changed, newSteps} = await poll();
+      const {changed, newSteps, evalChanged} = await poll();
       renderHeader();
       const {view, b} = route();
       const followed = view === "steps" && state.follow && (b === null || newSteps);
-      if ((changed && view === "curves") || (newSteps && followed)) {
+      if ((changed && view === "curves") || (evalChanged && view === "eval") || (newSteps && followed)) {
         if (followed && view === "steps") {
           const steps = state.runs[route().a ?? 0].steps;
           if (b !== null && steps.length) { location.hash = `#steps/${route().a ?? 0}/${steps[steps.length - 1]}`; continue; }
