@@ -101,23 +101,26 @@ def stage_trainer(device: str, out_dir: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def stage_train(device: str, out_dir: Path, steps: int) -> dict:
-    run_dir = out_dir / "train"
+def stage_train(device: str, out_dir: Path, steps: int, name: str = "train", extra: tuple[str, ...] = (),
+                timeout_s: float = 480.0) -> dict:
+    run_dir = out_dir / name
     shutil.rmtree(run_dir, ignore_errors=True)  # this script's own output of an earlier check
     cmd = [sys.executable, "-m", "agentrl.cli", "train", str(ROOT / "examples" / "arith_grpo.yaml"),
            f"device={device}", f"run_dir={run_dir}", f"steps={steps}", f"trainer.total_steps={steps}",
            "threads=4", "inference.threads=4", "eval.limit=500", "eval.every_steps=0",
-           f"checkpoint.every_steps={steps}", "max_minutes=6"]
+           f"checkpoint.every_steps={steps}", "max_minutes=6", *extra]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=480, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
     wall = time.perf_counter() - t0
-    (out_dir / "train.log").write_text(proc.stdout + proc.stderr)
+    (out_dir / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"agentrl train exited {proc.returncode}: {(proc.stdout + proc.stderr)[-2500:]}")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])  # the run's last line
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     step_s = [m["perf/step_s"] for m in metrics if "perf/step_s" in m]
-    train_s = [m["perf/train_s"] for m in metrics if "perf/train_s" in m]
+    parts = {k: statistics.median(v) for k in ("train_s", "train_prepare_s", "train_sample_s", "train_update_s",
+                                                 "weight_stage_s", "weight_pause_s", "trainer_wait_s")
+             if (v := [m[f"perf/{k}"] for m in metrics if f"perf/{k}" in m])}
     gaps = []
     for path in sorted((run_dir / "trajectories").glob("step_*.jsonl")):
         step = int(path.stem.split("_")[1])
@@ -129,7 +132,7 @@ def stage_train(device: str, out_dir: Path, steps: int) -> dict:
     return {"eval_before": summary.get("eval_before"), "eval_after": summary.get("eval_after"),
             "steps": summary.get("steps"), "wall_s": round(wall, 1),
             "step_s_median": round(statistics.median(step_s), 3) if step_s else None,
-            "train_s_median": round(statistics.median(train_s), 3) if train_s else None,
+            **{f"{k}_median": round(v, 3) for k, v in parts.items()},
             "onpolicy_logprob_gap_mean": round(sum(gaps) / len(gaps), 6) if gaps else None,
             "onpolicy_tokens": len(gaps),
             "failed": sum(m.get("rollout/failed", 0) for m in metrics)}
@@ -140,14 +143,20 @@ def main() -> int:
     ap.add_argument("--out", default="runs/gpu_check")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    ap.add_argument("--stages", default="env,serve,trainer,train")
+    ap.add_argument("--stages", default="env,serve,trainer,train",
+                    help="of env, serve, trainer, train, train_unshared (trainer.share_prefix=false), "
+                         "train_distributed (weights over torch.distributed: NCCL on a GPU)")
     args = ap.parse_args()
     out_dir = Path(args.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     stages = {"env": lambda: stage_env(args.device), "serve": lambda: stage_serve(args.device, out_dir),
               "trainer": lambda: stage_trainer(args.device, out_dir),
-              "train": lambda: stage_train(args.device, out_dir, args.steps)}
+              "train": lambda: stage_train(args.device, out_dir, args.steps),
+              "train_unshared": lambda: stage_train(args.device, out_dir, args.steps, "train_unshared",
+                                                    ("trainer.share_prefix=false",)),
+              "train_distributed": lambda: stage_train(args.device, out_dir, min(args.steps, 5), "train_distributed",
+                                                       ("trainer.weight_sync.transport=distributed",), 150.0)}
     for name in args.stages.split(","):
         t0 = time.perf_counter()
         try:
