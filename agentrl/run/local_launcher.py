@@ -46,6 +46,7 @@ from agentrl.process.services import (
     pump_output,
     stop_process,
 )
+from agentrl.run.run_config import server_has_own_gpu
 
 
 class ManagedServer:
@@ -62,11 +63,15 @@ class ManagedServer:
         inf = self.cfg.inference
         log_path = self.log_dir / f"server-{self.index}.log"
         if inf.engine == "agentrl":
+            # a GPU of its own after the trainer ranks' when there is one; else it shares the first
+            gpu = self.gpu_env() if self.cfg.device == "cuda" and server_has_own_gpu(
+                self.cfg, self.index, cuda_device_count()) else None
             self.process = ServerProcess(
                 self.cfg.model, "--host", self.host, "--port", str(self.port), "--weight-version", "0",
                 "--max-running-requests", str(inf.max_running_requests), "--device", self.cfg.device,
                 "--seed", str(self.cfg.seed + self.index), *inf.extra_args,
-                threads=inf.threads, startup_timeout=inf.startup_timeout_s, log_path=log_path)
+                threads=inf.threads, startup_timeout=inf.startup_timeout_s, log_path=log_path,
+                extra_env=None if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu["CUDA_VISIBLE_DEVICES"]})
         elif inf.engine == "vllm":
             cmd, env = vllm_command(self.cfg, self.host, self.port, self.index)
             with open(log_path, "a") as log:
@@ -109,6 +114,12 @@ class ManagedServer:
     def tail(self) -> str:
         path = self.log_dir / f"server-{self.index}.log"
         return "".join(path.read_text(errors="replace").splitlines(True)[-20:]) if path.exists() else ""
+
+
+def cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def vllm_python(cfg: Any) -> str | None:

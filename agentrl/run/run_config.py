@@ -285,6 +285,16 @@ def check_run_config(cfg: RunConfig) -> None:
         if need > have:
             raise ConfigError(f"config keys 'device'/'world_size'/'inference': the run needs {need} GPUs, "
                               f"this machine has {have}")
+        sync = cfg.trainer.weight_sync
+        nccl = sync.backend == "nccl" or (sync.backend == "auto" and cfg.device == "cuda")
+        if (sync.transport == "distributed" and nccl and cfg.inference.engine == "agentrl"
+                and not cfg.inference.servers and not server_has_own_gpu(cfg, cfg.inference.num_servers - 1, have)):
+            raise ConfigError(
+                "config key 'trainer.weight_sync.transport': distributed weights go over NCCL, which cannot join "
+                f"two processes on one GPU, and this machine's {have} GPU(s) leave the inference servers none of "
+                f"their own (they share the trainer's: world_size {cfg.world_size // cfg.nnodes} + num_servers "
+                f"{cfg.inference.num_servers} > {have}); use transport: disk here, or a machine with a GPU per "
+                "server beside the trainer's")
     if cfg.inference.engine == "sglang" and not cfg.inference.servers:
         import importlib.util
 
@@ -336,6 +346,12 @@ def check_vllm(cfg: RunConfig) -> None:
         raise ConfigError("config key 'inference.engine': vllm is not installed here; run `make vllm` (vLLM in "
                           ".venv-vllm), set inference.vllm_python to a Python that has it, or list running vLLM "
                           "servers in inference.servers")
+
+
+def server_has_own_gpu(cfg: RunConfig, index: int, gpus: int) -> bool:
+    """Whether inference server ``index`` started on this node gets a GPU of its own: the ones
+    after the trainer ranks' (``world_size / nnodes``), while there are enough of them."""
+    return cfg.device == "cuda" and cfg.world_size // cfg.nnodes + index < gpus
 
 
 def check_placement(cfg: RunConfig) -> None:
