@@ -53,7 +53,7 @@ def run(args) -> int:
     from agentrl.process.services import exit_on_signals
     from agentrl.run.local_launcher import launch
     from agentrl.run.loop import latest_checkpoint
-    from agentrl.run.run_config import RunConfig, check_run_config
+    from agentrl.run.run_config import RunConfig, apply_placement, check_run_config
     from agentrl.run.run_lock import RunLock, make_dir
     from agentrl.run.run_lock import describe as describe_holder
 
@@ -77,6 +77,7 @@ def run(args) -> int:
         run_dir = Path(cfg.run_dir)
     check_run_config(cfg)
     refuse_recordings(run_dir, "agentrl train")
+    print(f"agentrl train: {apply_placement(cfg)}", flush=True)
     lead = cfg.node_rank == 0  # the other nodes' ranks read node 0's run_dir (it is shared): node 0 owns it
     make_dir(run_dir)
     with RunLock(run_dir, "agentrl train") if lead else contextlib.nullcontext() as lock:

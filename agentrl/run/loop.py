@@ -7,7 +7,8 @@ inference servers through ``RemoteEngine``) and the trainer's side of each step,
 generation never waits for training:
 
     eval (before) → executor.start()
-    loop: batch = await next_batch()  (B finished groups; generation goes on meanwhile)
+    loop: batch = await next_batch()  (B finished groups; generation goes on meanwhile —
+          or, with placement colocated, is paused here: in-flight requests resume after the publish)
           → broadcast to every rank → prepare_batch → Actor.train_step (in a thread)
           → WeightPublisher: stage (every rank) → pause → send → continue (rank 0;
             trainer.weight_sync: a checkpoint on disk, or a broadcast over torch.distributed)
@@ -225,6 +226,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         return await tr.publisher.apublish(actor.model, actor.version)
 
     start_step = actor.version
+    colocated = cfg.placement == "colocated"
     started = time.perf_counter()
     if state is not None:
         executor.restore(state, actor.version)
@@ -254,6 +256,9 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             trained.extend(batch.groups)
             trainer_idle += batch.wait_s
             trajectories = batch.trajectories
+            if colocated:  # the trainer takes the cores (or GPU): generation stops until the publish resumes it
+                await executor.pause_admission()
+                await engine.pause()
             if tr.world_size > 1:
                 await asyncio.to_thread(tr.command, {"op": "train"})
             t0 = time.perf_counter()

@@ -26,6 +26,9 @@ from agentrl.trainer.trainer_config import TrainerConfig
 ROUTERS = ("client", "sglang")
 ENGINES = ("agentrl", "sglang", "vllm")
 LAUNCHERS = ("local", "ray")
+PLACEMENTS = ("auto", "colocated", "decoupled")
+FEW_CORES = 4
+"""``placement: auto`` on a CPU with at most this many cores runs colocated."""
 
 
 @dataclass
@@ -161,6 +164,14 @@ class RunConfig:
                                                             "actors on a running Ray cluster (pip install "
                                                             "'agentrl[ray]')")
     device: str = option("cpu", choices=("cpu", "cuda"), help="where the trainer ranks run")
+    placement: str = option(
+        "auto", choices=PLACEMENTS,
+        help="colocated: generation and training take turns on the same cores (or GPU), each with all of them "
+             "(threads and inference.threads become the cores per rank and per server; generation pauses for "
+             "each train step, in-flight requests resume after it); decoupled: both at once, each on its own "
+             f"threads or devices. auto: colocated on a CPU with at most {FEW_CORES} cores or when the servers "
+             "would share the trainer's GPU, decoupled otherwise (and with launcher ray, several nodes, "
+             "rollout.source gateway or inference.servers); the run's first line says which and why")
     threads: int = option(1, ge=1, help="torch threads of each trainer rank")
     inference: InferenceConfig = option(InferenceConfig, help="inference servers")
     rollout: RolloutConfig = option(RolloutConfig, help="rollouts")
@@ -346,6 +357,54 @@ def check_vllm(cfg: RunConfig) -> None:
         raise ConfigError("config key 'inference.engine': vllm is not installed here; run `make vllm` (vLLM in "
                           ".venv-vllm), set inference.vllm_python to a Python that has it, or list running vLLM "
                           "servers in inference.servers")
+
+
+def usable_cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def choose_placement(cfg: RunConfig) -> tuple[str, str]:
+    """(``colocated`` or ``decoupled``, why) for this run on this machine."""
+    if cfg.placement != "auto":
+        return cfg.placement, "placement set"
+    elsewhere = ("launcher ray" if cfg.launcher == "ray" else f"{cfg.nnodes} nodes" if cfg.nnodes > 1
+                 else "rollout.source gateway (agents call at any time)" if cfg.rollout.source == "gateway"
+                 else "inference.servers run elsewhere" if cfg.inference.servers else "")
+    if elsewhere:
+        return "decoupled", elsewhere
+    if cfg.device == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if server_has_own_gpu(cfg, 0, gpus):
+            return "decoupled", f"the servers have GPUs of their own ({gpus} GPUs)"
+        return "colocated", f"the servers share the trainer's GPU ({gpus} GPU{'s' if gpus != 1 else ''})"
+    cores = usable_cores()
+    if cores <= FEW_CORES:
+        return "colocated", f"{cores} CPU cores (at most {FEW_CORES}): each phase gets all of them"
+    return "decoupled", f"{cores} CPU cores"
+
+
+def apply_placement(cfg: RunConfig) -> str:
+    """Resolve ``cfg.placement`` (and, colocated on a CPU, give each phase every core: ``threads``
+    per trainer rank and ``inference.threads`` per started server); returns the run's first line."""
+    placement, why = choose_placement(cfg)
+    cfg.placement = placement
+    if placement == "decoupled":
+        return f"placement decoupled ({why}): generation and training run at the same time"
+    if cfg.launcher == "ray" or cfg.nnodes > 1:
+        raise ConfigError("config key 'placement': colocated runs on one machine with the local launcher; use "
+                          "placement: decoupled with launcher ray or several nodes")
+    line = f"placement colocated ({why}): generation and training take turns"
+    if cfg.device == "cpu":
+        cores = usable_cores()
+        cfg.threads = max(1, cores // cfg.world_size)
+        if not cfg.inference.servers:
+            cfg.inference.threads = max(1, cores // cfg.inference.num_servers)
+        line += f", each with all {cores} cores (threads={cfg.threads}, inference.threads={cfg.inference.threads})"
+    return line
 
 
 def server_has_own_gpu(cfg: RunConfig, index: int, gpus: int) -> bool:

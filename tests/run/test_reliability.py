@@ -1,5 +1,6 @@
 """`agentrl train` when parts fail: a killed inference server is restarted and the run goes on; a
-SIGKILLed trainer rank stops the run cleanly and `--resume` loses nothing; a SIGTERM to the run
+SIGKILLed trainer rank stops the run cleanly and `--resume` loses nothing (both in either
+placement, colocated and decoupled); a SIGTERM to the run
 stops everything it started, and so does a SIGKILL; a server that exits at once is said to have
 exited; an env that raises on 30% of episodes is counted, not fatal."""
 
@@ -58,9 +59,14 @@ def pids_with(*words: str, without: str = "\0") -> list[int]:
     return out
 
 
-def test_a_killed_inference_server_is_restarted_and_the_run_goes_on(tmp_path):
+PLACEMENTS = ["placement=colocated", "placement=decoupled"]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_a_killed_inference_server_is_restarted_and_the_run_goes_on(tmp_path, placement):
     run_dir = tmp_path / "run"
-    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=5", "checkpoint.every_steps=0", *SMALL)
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=5", "checkpoint.every_steps=0", placement,
+              *SMALL)
     t.wait_for("step    2")
     port = json.loads((run_dir / "servers.json").read_text())["servers"][0].rsplit(":", 1)[1]
     victims = pids_with("agentrl", "serve", "--port", port)
@@ -73,9 +79,11 @@ def test_a_killed_inference_server_is_restarted_and_the_run_goes_on(tmp_path):
     assert summary["steps"] == 5 and summary["server_restarts"] == 1
 
 
-def test_a_killed_trainer_rank_stops_the_run_and_resume_loses_nothing(tmp_path):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_a_killed_trainer_rank_stops_the_run_and_resume_loses_nothing(tmp_path, placement):
     run_dir = tmp_path / "run"
-    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=6", "checkpoint.every_steps=2", *SMALL)
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=6", "checkpoint.every_steps=2", placement,
+              *SMALL)
     t.wait_for("step    3")
     rank = pids_with("agentrl.run.loop", str(run_dir), without="torch.distributed.run")
     assert len(rank) == 1

@@ -93,6 +93,29 @@ def test_resume_continues_from_the_checkpoint(run, tmp_path):
     assert "resumed from step_000002" in out.stdout
 
 
+@pytest.mark.parametrize("eta", [0, 1])
+def test_colocated_runs_train_and_resume(tmp_path, eta):
+    """placement colocated: generation pauses for each train step (in-flight requests resume after
+    the publish), with η = 0 (synchronous) and η = 1 (the next batch's episodes admitted during a
+    step, their tokens at most one version old); a checkpoint, then --resume to the end."""
+    run_dir = tmp_path / "run"
+    small = ["eval.limit=20", "rollout.batch_size=4", "rollout.group_size=4", "max_minutes=null",
+             "logging.trajectories_per_step=0", "checkpoint.every_steps=2"]
+    out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "placement=colocated",
+                f"trainer.max_staleness={eta}", "steps=2", *small)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.startswith("agentrl train: placement colocated (placement set): generation and training "
+                                 "take turns, each with all"), out.stdout[:300]
+    out = train("--resume", str(run_dir), "steps=4")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "placement colocated" in out.stdout.splitlines()[0] and "resumed from step_000002" in out.stdout
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert max(r["batch/staleness_max"] for r in steps) <= eta
+    assert all(r["rollout/failed"] == 0 for r in steps)
+
+
 def test_a_short_run_with_weights_sent_by_broadcast(tmp_path):
     """trainer.weight_sync.transport=distributed: every publish is a broadcast from rank 0 to the
     server over a gloo group of their own (no checkpoint written for it); two steps finish."""
