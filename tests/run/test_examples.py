@@ -115,3 +115,28 @@ def test_every_example_config_is_run_by_a_test():
     for config in EXAMPLE_CONFIGS:
         assert any(config.name in line and re.search(r'"(train|sft)"|\b(train|sft)\(', line) for line in lines), \
             f"no test runs examples/{config.name}"
+
+
+def header(config: Path) -> str:
+    """The comment lines a config opens with, as one line of text."""
+    lines = config.read_text().splitlines()
+    n = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return " ".join(" ".join(line.lstrip("#").split()) for line in lines[:n])
+
+
+def test_every_example_config_opens_saying_what_it_is_and_how_to_run_it():
+    assert len(EXAMPLE_CONFIGS) >= 5, EXAMPLE_CONFIGS
+    for config in EXAMPLE_CONFIGS:
+        text = header(config)
+        assert len(text.split()) >= 10, f"examples/{config.name} opens with no header saying what it is"
+        assert re.search(rf"agentrl (train|sft) examples/{re.escape(config.name)}", text), \
+            f"examples/{config.name}'s header does not say how to run it"
+
+
+def test_code_agent_config_says_plainly_that_the_tiny_model_writes_no_code():
+    """Issue 31: run as documented on the tiny model, no container ever started and nothing said
+    why — that model never writes a code block, and its 1,024-token context needs shorter answers."""
+    text = header(ROOT / "examples" / "code_agent_docker.yaml")
+    assert "On the tiny demo model" in text and "that model never writes a code block" in text, text
+    assert "no program reaches a container and every reward is 0" in text, text
+    assert "rollout.sampling.max_new_tokens=48" in text and "eval.sampling.max_new_tokens=48" in text, text
