@@ -81,7 +81,7 @@ def run(args) -> int:
             workflow = build_workflow(cfg, cfg.eval.sampling, cfg.eval.workflow_args)
             try:
                 report = await evaluate(workflow, engine, rows, k=k, concurrency=cfg.rollout.max_concurrent,
-                                        out=out / "eval.jsonl", samples=args.samples, decode=token_decoder(cfg.model))
+                                        out=out / RESULTS, samples=args.samples, decode=token_decoder(cfg.model))
             finally:
                 if hasattr(workflow, "aclose"):
                     await workflow.aclose()
@@ -95,7 +95,7 @@ def run(args) -> int:
         run.stop()
         lock.release()
     result = {"model": cfg.model, "dataset": cfg.eval.dataset, "k": k, **report.summary(),
-              "out": str(out / "eval.jsonl")}
+              "out": str(out / RESULTS)}
     if report.first_error is not None:
         result["first_error"] = report.first_error
     if args.curate:
@@ -105,6 +105,9 @@ def run(args) -> int:
     print(json.dumps(result), flush=True)
     return 1 if mostly_failed(report, out, cfg.rollout.max_failed_fraction) else 0
 
+
+RESULTS = "eval.jsonl"
+"""``DIR/eval.jsonl``: the results per problem, written as they finish (what a rerun resumes)."""
 
 SUMMARY = "eval_summary.json"
 """``DIR/eval_summary.json``: the report of a finished evaluation (the last line printed); absent
@@ -136,7 +139,7 @@ def same_settings(out, settings: dict) -> None:
 
     from agentrl.errors import ConfigError
 
-    path, results = out / SETTINGS, out / "eval.jsonl"
+    path, results = out / SETTINGS, out / RESULTS
     settings = json.loads(json.dumps(settings, default=str))
     if results.is_file() and results.stat().st_size and path.is_file():
         before = json.loads(path.read_text())

@@ -35,7 +35,7 @@ def run(args) -> int:
     import json
     from pathlib import Path
 
-    from agentrl.cli.train_command import refuse_recordings, split_items
+    from agentrl.cli.train_command import refuse_other_outputs, split_items
     from agentrl.config import describe, load_config, save_config
     from agentrl.errors import ConfigError
     from agentrl.process.services import exit_on_signals
@@ -60,7 +60,7 @@ def run(args) -> int:
             raise ConfigError("give a config file: agentrl sft CONFIG [key=value ...] (or --resume RUN_DIR)")
         cfg = load_config(SftConfig, config_path, overrides)
         run_dir = Path(cfg.run_dir)
-        refuse_recordings(run_dir, "agentrl sft")
+        refuse_other_outputs(run_dir, "agentrl sft")
         if (run_dir / "metrics.jsonl").exists():
             raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run (metrics.jsonl); continue it with "
                               f"`agentrl sft --resume {run_dir}`, or pick another with run_dir=...")

@@ -13,7 +13,7 @@ nodes, Ray, SGLang's router, Docker Compose). Everything the run writes is
 under its run_dir: config.yaml, metrics.jsonl, tensorboard/, trajectories/, checkpoints/,
 curves.png, summary.json, logs/, and run.lock while a run writes it (a second run into the
 same run_dir is refused, naming the first; so is a run_dir holding a run with a checkpoint, unless
---resume, and one holding a gateway's recordings). A run stopped before its first checkpoint restarts
+--resume, and one holding a gateway's recordings or the results of ``agentrl eval --out``). A run stopped before its first checkpoint restarts
 from step 0 in place, rerun or resumed (``start_in``). The last line printed is the run's summary as one JSON
 object (eval_before, eval_after, steps, minutes, run_dir, ...). Overrides on --resume allow
 staged training (e.g. ``rollout.sampling.max_new_tokens=1024`` for the second stage).
@@ -76,7 +76,7 @@ def run(args) -> int:
         cfg = load_config(RunConfig, config_path, overrides)
         run_dir = Path(cfg.run_dir)
     check_run_config(cfg)
-    refuse_recordings(run_dir, "agentrl train")
+    refuse_other_outputs(run_dir, "agentrl train")
     print(f"agentrl train: {apply_placement(cfg)}", flush=True)
     lead = cfg.node_rank == 0  # the other nodes' ranks read node 0's run_dir (it is shared): node 0 owns it
     make_dir(run_dir)
@@ -125,11 +125,13 @@ def mostly_failed(summary: dict, run_dir, threshold: float) -> bool:
     return True
 
 
-def refuse_recordings(run_dir, command: str) -> None:
-    """Refuse a run_dir that holds a gateway's recordings (``agentrl gateway --out DIR`` writes
-    ``DIR/trajectories.jsonl``): it is not a run, and a run's files would mix with them."""
+def refuse_other_outputs(run_dir, command: str) -> None:
+    """Refuse a run_dir that holds another command's outputs, not a run: a gateway's recordings
+    (``agentrl gateway --out DIR`` writes ``DIR/trajectories.jsonl``) or an evaluation's results
+    (``agentrl eval --out DIR``: ``DIR/eval.jsonl`` and the rest). A run's files would mix with them."""
     from pathlib import Path
 
+    from agentrl.cli.eval_command import RESULTS, SETTINGS, SUMMARY
     from agentrl.errors import ConfigError
     from agentrl.rollout.gateway import RECORDINGS
 
@@ -138,6 +140,11 @@ def refuse_recordings(run_dir, command: str) -> None:
         raise ConfigError(f"config key 'run_dir': {str(run_dir)!r} holds a gateway's recordings ({recordings}, "
                           f"written by `agentrl gateway --out`), not a run; give {command} another run_dir=... "
                           f"(to fine-tune on those episodes: `agentrl sft CONFIG data={recordings}`)")
+    results = [name for name in (RESULTS, SETTINGS, SUMMARY) if (Path(run_dir) / name).is_file()]
+    if results:
+        raise ConfigError(f"config key 'run_dir': {str(run_dir)!r} holds the results of `agentrl eval --out` "
+                          f"({', '.join(results)}), not a run; give {command} another run_dir=... "
+                          f"(to look at them: `agentrl view {run_dir}`)")
 
 
 STOPPED = "stopped"

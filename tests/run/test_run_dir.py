@@ -2,7 +2,7 @@
 into the same directory, interleaving metrics and summaries); a run stopped before its first
 checkpoint can be restarted (it was a dead end: a rerun pointed to --resume, --resume found no
 checkpoint); a path that is a file, or that cannot be made, is one line, not a traceback; a
-run_dir that holds another run, or a gateway's recordings, is refused in one line."""
+run_dir that holds another run, a gateway's recordings or an evaluation's results is refused in one line."""
 
 from __future__ import annotations
 
@@ -130,6 +130,26 @@ def test_a_run_dir_holding_a_gateways_recordings_is_refused_in_one_line(tiny_ser
         assert f"agentrl sft CONFIG data={gw_out / 'trajectories.jsonl'}" in out.stderr
     assert sorted(p.name for p in gw_out.iterdir()) == ["trajectories.jsonl"]  # nothing of a run was written
     assert (gw_out / "trajectories.jsonl").read_text() == recorded
+
+
+def test_a_run_dir_holding_an_evaluations_results_is_refused_in_one_line(tmp_path):
+    """Issue 31 review: `agentrl train ... run_dir=DIR` over the results of `agentrl eval --out DIR`
+    was accepted and wrote a run's files among them. The results here are a real evaluation's."""
+    out_dir = tmp_path / "ev"
+    out = subprocess.run([str(AGENTRL), "eval", "examples/arith_grpo.yaml", "eval.limit=2", "--out", str(out_dir)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    before = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
+    assert {"eval.jsonl", "eval_settings.json", "eval_summary.json"} <= {str(p) for p in before}
+    for command, config in (("train", "examples/arith_grpo.yaml"), ("sft", "examples/sft_tools.yaml")):
+        out = subprocess.run([str(AGENTRL), command, config, f"run_dir={out_dir}"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-2000:] + out.stderr
+        assert (f"config key 'run_dir': {str(out_dir)!r} holds the results of `agentrl eval --out` "
+                "(eval.jsonl, eval_settings.json, eval_summary.json), not a run") in out.stderr, out.stderr
+        assert f"give agentrl {command} another run_dir=" in out.stderr and f"`agentrl view {out_dir}`" in out.stderr
+    after = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
+    assert after == before  # nothing of a run was written
 
 
 def test_group_size_1_is_refused_naming_the_key(tmp_path):

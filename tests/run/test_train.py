@@ -149,6 +149,14 @@ def test_bad_configs_fail_before_anything_starts(tmp_path):
                 timeout=120)  # the tiny model's whole context
     assert out.returncode == 2 and "config key 'eval.sampling.max_new_tokens'" in out.stderr
     assert "context of 1024 tokens" in out.stderr
-    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+    # issue 31 as found: examples/code_agent_docker.yaml's rollout budget of 1024 tokens (the whole
+    # context) failed every episode with INFERENCE_ERROR, and the run exited 0
+    out = train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'e'}", "rollout.sampling.max_new_tokens=1024",
+                timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-2000:] + out.stderr
+    assert "config key 'rollout.sampling.max_new_tokens': 1024 tokens leave no room for a prompt" in out.stderr
+    assert "context of 1024 tokens" in out.stderr
+    for name in "acde":
+        assert not (tmp_path / name).exists(), name
     out = train("--resume", str(tmp_path / "nothing"), timeout=120)
     assert out.returncode == 2 and "no complete checkpoint" in out.stderr
