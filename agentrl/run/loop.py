@@ -45,6 +45,9 @@ log = logging.getLogger("agentrl.train")
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 TRUNCATION_WARNING = 0.2
+PLOT_EVERY_S = 30.0
+"""curves.png is redrawn at most this often during a run (matplotlib takes a core for a second or
+two, which a short step on few cores feels), and once at the end."""
 """A step whose completions stopped at the token budget this often or more is warned about (once)."""
 
 
@@ -245,6 +248,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     trainer_idle = 0.0
     gen_busy_last = executor.generation_busy_s()
     warned_truncation = False
+    plotted = time.perf_counter()
     step = start_step
     trained: list = []  # groups trained on since the last checkpoint: the log forgets them there
     try:
@@ -308,7 +312,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 await run_eval(step, "at")
             if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
                 await save(tr, executor, episode_log, step, summary, trained)
-            if step % 10 == 0:  # ~0.8 s of matplotlib: off the loop, which serves the rollouts and the gateway
+            if now - plotted >= PLOT_EVERY_S:  # off the loop, which serves the rollouts and the gateway
+                plotted = now
                 await asyncio.to_thread(plot_curves, run_dir)
         await executor.stop()
         summary["eval_after"] = await run_eval(step, "after")
