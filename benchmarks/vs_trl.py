@@ -27,7 +27,9 @@ tokens): agentrl's final weights (``RUN_DIR/weights/vNNNNNN``), the base model (
 and each TRL run's ``save_pretrained`` output. The run's own ``eval_before``/``eval_after`` (the
 same evaluator, inside ``agentrl train``) are reported beside them. Last line: one JSON object with
 ``agentrl_steps_per_min``, ``trl_steps_per_min`` (run 3), ``ratio_steps_per_min`` (agentrl / TRL;
-above 1: agentrl is faster) and the held-out pass@1 before and after for both, in equal minutes.
+above 1: agentrl is faster) and the held-out pass@1 before and after for both, in equal minutes;
+the median step times (``*_step_s_median``) beside them say how much a busy machine moved the totals
+(measure with nothing else running: TRL's 2-thread process slows down most when its cores are shared).
 
     make trl && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] [--trl-threads 2]
 """
@@ -113,7 +115,7 @@ def run_agentrl(tmp: Path, args: argparse.Namespace) -> dict:
     assert len(step_s) == steps, (len(step_s), steps)
     weights = run_dir / "weights" / f"v{steps:06d}"
     train_s = sum(step_s)
-    return {"steps": steps, "train_s": train_s, "summary_minutes": summary["minutes"],
+    return {"steps": steps, "train_s": train_s, "step_s": step_s, "summary_minutes": summary["minutes"],
             "eval_before_in_run": summary["eval_before"], "eval_after_in_run": summary["eval_after"],
             "weights": str(weights) if weights.is_dir() else None}
 
@@ -143,6 +145,10 @@ def orchestrate(args: argparse.Namespace) -> None:
         sys.exit("benchmarks/vs_trl.py: .venv is missing; run `make install`")
     load_before = load_average()
     say(f"load average before: {load_before} ({os.cpu_count()} cores)")
+    if float(load_before.split()[0]) >= 0.5 * (os.cpu_count() or 1):
+        say("warning: the machine is busy before we start; the figures will be noisy. TRL's one process with "
+            "2 OpenMP threads suffers most when its cores are shared (a step goes from ~0.8 s to 5-10 s), "
+            "so compare the *_step_s_median figures too, or run it with nothing else running")
     tmp = Path(tempfile.mkdtemp(prefix="vs_trl-", dir=args.tmp))  # kept when a run fails (its logs)
     ours = run_agentrl(tmp, args)
     say(f"agentrl: {ours['steps']} steps in {ours['train_s'] / 60:.2f} training minutes "
@@ -186,6 +192,9 @@ def orchestrate(args: argparse.Namespace) -> None:
         "agentrl_in_run_eval_before": ours["eval_before_in_run"],
         "agentrl_in_run_eval_after": ours["eval_after_in_run"],
         "agentrl_run_minutes": r3(ours["summary_minutes"]),
+        "agentrl_step_s_median": r3(statistics.median(ours["step_s"])),
+        "trl_step_s_median": r3(statistics.median(eq["step_s"])),
+        f"trl_{args.steps}_steps_step_s_median": r3(statistics.median(ref["step_s"])),
         f"trl_{args.steps}_steps_per_min": r3(per_min["trl_ref"]),
         f"trl_{args.steps}_steps_minutes": r3(ref["train_s"] / 60),
         f"trl_{args.steps}_steps_eval_after": ref_after,
