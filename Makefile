@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,21 @@ $(VLLM_VENV)/.installed:
 
 vllm: $(VLLM_VENV)/.installed
 
+# TRL (its GRPOTrainer is the baseline of benchmarks/vs_trl.py) in an environment of its own, so
+# that it never enters ours: the same CPU torch first, then TRL and its dependencies, then our
+# package without extras (the benchmark's TRL side scores with envs/arith.py). Not part of `make test`.
+TRL_VENV := .venv-trl
+TRL_SPEC ?= trl==1.16.0
+
+$(TRL_VENV)/.installed:
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install -q --upgrade pip
+	@if [ -n "$(TORCH_SPEC)" ]; then $(TRL_VENV)/bin/pip install -q "$(TORCH_SPEC)"; fi
+	$(TRL_VENV)/bin/pip install -q $(foreach p,$(TRL_SPEC),"$(p)") -e .
+	touch $@
+
+trl: $(TRL_VENV)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers.
 test: install vllm sandbox-image sandbox-tools browser compose sglang-frontend
@@ -119,4 +134,4 @@ demo: model
 	$(BIN)/agentrl train examples/arith_grpo.yaml run_dir=runs/demo
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) build *.egg-info

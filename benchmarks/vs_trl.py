@@ -1,0 +1,329 @@
+"""TRL's ``GRPOTrainer`` against ``agentrl train examples/arith_grpo.yaml`` (the demo), on the same
+recipe, the same cores and the same held-out evaluator.
+
+The recipe is the demo's: the committed tiny model, the prompts of ``envs.arith:training_rows(seed)``
+(TRL gets them as conversational prompts, ``[{"role": "user", "content": question}]``, rendered by
+the model's chat template like agentrl's env workflow does), the reward of ``agentrl/Arith-v0``
+(TRL's reward function resets and steps ``envs.arith.ArithEnv`` on each completion), 16 prompts x
+16 samples per optimizer step, T = 1, 12 new tokens, AdamW lr 2e-5 with betas (0.9, 0.99) and a
+cosine to 2e-6, no KL, float32. agentrl runs as the demo does (one server + one trainer rank, one
+thread each), without its evaluations every 10 steps (``eval.every_steps=0``) so that its steps
+are timed alone; TRL runs in one process with 2 torch threads, in ``.venv-trl`` (``make trl``).
+
+Three runs, one after another (never two at once):
+
+1. agentrl, ``--steps`` steps (80). Its training time: the sum of ``perf/step_s`` in
+   ``metrics.jsonl`` (from the first step's start to the last one's end; not the model load, the
+   servers' start or the evaluations before and after).
+2. TRL, ``--steps`` steps with the cosine over 80 steps, as the demo's recipe — for reference.
+3. TRL in equal minutes: stopped (at the step boundary nearest) when its training time reaches
+   agentrl's. Its cosine runs over the steps it is expected to make in that time (from run 2's
+   median step time), so that its learning rate decays to 2e-6 within the budget as the demo's does.
+
+TRL's training time runs from ``on_train_begin`` to the last ``on_step_end`` (not the model load
+or the save). Every checkpoint is evaluated by the same evaluator, ``agentrl eval`` with the demo's
+``eval`` section (``envs.arith:eval_rows``, ``--eval-limit`` problems (1,000), greedy, 12 new
+tokens): agentrl's final weights (``RUN_DIR/weights/vNNNNNN``), the base model (``*_eval_before``)
+and each TRL run's ``save_pretrained`` output. The run's own ``eval_before``/``eval_after`` (the
+same evaluator, inside ``agentrl train``) are reported beside them. Last line: one JSON object with
+``agentrl_steps_per_min``, ``trl_steps_per_min`` (run 3), ``ratio_steps_per_min`` (agentrl / TRL;
+above 1: agentrl is faster) and the held-out pass@1 before and after for both, in equal minutes;
+the median step times (``*_step_s_median``) beside them say how much a busy machine moved the totals
+(measure with nothing else running: TRL's 2-thread process slows down most when its cores are shared).
+
+    make trl && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] [--trl-threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "examples" / "arith_grpo.yaml"
+AGENTRL = ROOT / ".venv" / "bin" / "agentrl"
+TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
+SCHEDULE_STEPS = 80  # the demo's trainer.total_steps: its cosine reaches lr * 0.1 there
+
+# The demo's recipe, for TRL (examples/arith_grpo.yaml holds agentrl's side of it).
+RECIPE = {"prompts_per_step": 16, "group_size": 16, "temperature": 1.0, "max_new_tokens": 12, "lr": 2e-5,
+          "min_lr_ratio": 0.1, "betas": (0.9, 0.99), "seed": 0}
+
+
+def say(msg: str) -> None:
+    print(f"[vs_trl {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def run_logged(cmd: list[str], log: Path, show: re.Pattern[str] | None,
+               env: dict[str, str] | None = None) -> str:
+    """Run ``cmd`` with stdout and stderr into ``log``; lines matching ``show`` are echoed.
+    Returns the last line that is a JSON object (what every command here ends with)."""
+    last = ""
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            f.flush()
+            line = line.rstrip("\n")
+            if line.startswith("{"):
+                last = line
+            if show is not None and show.search(line):
+                print(f"    {line}", flush=True)
+        rc = proc.wait()
+    if rc != 0 or not last:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
+        sys.exit(f"vs_trl: {' '.join(cmd)} failed (exit {rc}); the end of {log}:\n{tail}")
+    return last
+
+
+def held_out(model: Path | str, out: Path, limit: int) -> float:
+    """pass@1 of ``model`` by ``agentrl eval`` with the demo's eval section (greedy, 12 new tokens)."""
+    cmd = [str(AGENTRL), "eval", str(CONFIG), f"model={model}", f"run_dir={out}", f"eval.limit={limit}",
+           "--out", str(out / "eval")]
+    report = json.loads(run_logged(cmd, out.with_suffix(".log"), None))
+    return float(report["pass@1"])
+
+
+def run_agentrl(tmp: Path, args: argparse.Namespace) -> dict:
+    run_dir = tmp / "agentrl"
+    say(f"agentrl train {CONFIG.relative_to(ROOT)} steps={args.steps} eval.every_steps=0 "
+        f"eval.limit={args.eval_limit} (log {tmp / 'agentrl.log'})")
+    summary = json.loads(run_logged(
+        [str(AGENTRL), "train", str(CONFIG), f"run_dir={run_dir}", f"steps={args.steps}",
+         "eval.every_steps=0", f"eval.limit={args.eval_limit}"],
+        tmp / "agentrl.log", re.compile(r"^(eval |stopping|step +\d*0 )")))
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    step_s = [r["perf/step_s"] for r in records if "perf/step_s" in r]
+    steps = int(summary["steps"])
+    assert len(step_s) == steps, (len(step_s), steps)
+    weights = run_dir / "weights" / f"v{steps:06d}"
+    train_s = sum(step_s)
+    return {"steps": steps, "train_s": train_s, "step_s": step_s, "summary_minutes": summary["minutes"],
+            "eval_before_in_run": summary["eval_before"], "eval_after_in_run": summary["eval_after"],
+            "weights": str(weights) if weights.is_dir() else None}
+
+
+def run_trl(tmp: Path, name: str, args: argparse.Namespace, horizon: int, stop_steps: int | None,
+            stop_s: float | None) -> dict:
+    out = tmp / name
+    cmd = [str(TRL_PYTHON), str(Path(__file__).resolve()), "--trl-worker", "--out", str(out),
+           "--horizon", str(horizon), "--trl-threads", str(args.trl_threads)]
+    if stop_steps is not None:
+        cmd += ["--stop-steps", str(stop_steps)]
+    if stop_s is not None:
+        cmd += ["--stop-s", f"{stop_s:.3f}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.trl_threads), MKL_NUM_THREADS=str(args.trl_threads),
+               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    say(f"TRL GRPOTrainer ({name}): cosine over {horizon} steps, stop at "
+        + (f"{stop_steps} steps" if stop_steps is not None else f"{stop_s / 60:.2f} training minutes")
+        + f" (log {tmp / (name + '.log')})")
+    return json.loads(run_logged(cmd, tmp / f"{name}.log", re.compile(r"^trl "), env=env))
+
+
+def orchestrate(args: argparse.Namespace) -> None:
+    if not TRL_PYTHON.exists():
+        sys.exit("benchmarks/vs_trl.py: TRL's environment is missing; run `make trl`")
+    if not AGENTRL.exists():
+        sys.exit("benchmarks/vs_trl.py: .venv is missing; run `make install`")
+    load_before = load_average()
+    say(f"load average before: {load_before} ({os.cpu_count()} cores)")
+    if float(load_before.split()[0]) >= 0.5 * (os.cpu_count() or 1):
+        say("warning: the machine is busy before we start; the figures will be noisy. TRL's one process with "
+            "2 OpenMP threads suffers most when its cores are shared (a step goes from ~0.8 s to 5-10 s), "
+            "so compare the *_step_s_median figures too, or run it with nothing else running")
+    tmp = Path(tempfile.mkdtemp(prefix="vs_trl-", dir=args.tmp))  # kept when a run fails (its logs)
+    ours = run_agentrl(tmp, args)
+    say(f"agentrl: {ours['steps']} steps in {ours['train_s'] / 60:.2f} training minutes "
+        f"({ours['train_s'] / ours['steps']:.2f} s a step); held-out {ours['eval_before_in_run']:.3f} -> "
+        f"{ours['eval_after_in_run']:.3f} (in the run)")
+
+    ref = run_trl(tmp, "trl_steps", args, SCHEDULE_STEPS, args.steps, None)
+    say(f"TRL ({args.steps} steps): {ref['steps']} steps in {ref['train_s'] / 60:.2f} training minutes "
+        f"({ref['train_s'] / ref['steps']:.2f} s a step)")
+    # its cosine's length: the steps TRL makes in agentrl's minutes at the reference run's median step time
+    expected = max(1, round(ours["train_s"] / statistics.median(ref["step_s"])))
+    eq = run_trl(tmp, "trl_minutes", args, expected, None, ours["train_s"])
+    say(f"TRL (equal minutes): {eq['steps']} steps in {eq['train_s'] / 60:.2f} training minutes "
+        f"({eq['train_s'] / eq['steps']:.2f} s a step; {expected} expected)")
+
+    say(f"evaluating with agentrl eval ({args.eval_limit} held-out problems, greedy) ...")
+    base = held_out(ROOT / "examples" / "tiny-model", tmp / "eval_base", args.eval_limit)
+    ours_after = (held_out(ours["weights"], tmp / "eval_agentrl", args.eval_limit) if ours["weights"]
+                  else ours["eval_after_in_run"])
+    ref_after = held_out(ref["out"], tmp / "eval_trl_steps", args.eval_limit)
+    eq_after = held_out(eq["out"], tmp / "eval_trl_minutes", args.eval_limit)
+    say(f"held-out pass@1: base {base:.3f}; agentrl {ours_after:.3f}; TRL equal minutes {eq_after:.3f}; "
+        f"TRL {ref['steps']} steps {ref_after:.3f}")
+
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    per_min = {k: r["steps"] / (r["train_s"] / 60)
+               for k, r in (("agentrl", ours), ("trl", eq), ("trl_ref", ref))}
+    load_after = load_average()
+    say(f"load average after: {load_after}")
+    r3 = lambda x: round(x, 3)  # noqa: E731
+    print(json.dumps({
+        "benchmark": "vs_trl",
+        "agentrl_steps_per_min": r3(per_min["agentrl"]), "trl_steps_per_min": r3(per_min["trl"]),
+        "ratio_steps_per_min": r3(per_min["agentrl"] / per_min["trl"]),
+        "agentrl_eval_before": base, "agentrl_eval_after": ours_after,
+        "trl_eval_before": base, "trl_eval_after": eq_after,
+        "agentrl_gain": r3(ours_after - base), "trl_gain": r3(eq_after - base),
+        "minutes": r3(ours["train_s"] / 60), "trl_minutes": r3(eq["train_s"] / 60),
+        "agentrl_steps": ours["steps"], "trl_steps": eq["steps"], "trl_schedule_steps": expected,
+        "agentrl_in_run_eval_before": ours["eval_before_in_run"],
+        "agentrl_in_run_eval_after": ours["eval_after_in_run"],
+        "agentrl_run_minutes": r3(ours["summary_minutes"]),
+        "agentrl_step_s_median": r3(statistics.median(ours["step_s"])),
+        "trl_step_s_median": r3(statistics.median(eq["step_s"])),
+        f"trl_{args.steps}_steps_step_s_median": r3(statistics.median(ref["step_s"])),
+        f"trl_{args.steps}_steps_per_min": r3(per_min["trl_ref"]),
+        f"trl_{args.steps}_steps_minutes": r3(ref["train_s"] / 60),
+        f"trl_{args.steps}_steps_eval_after": ref_after,
+        "eval_problems": args.eval_limit, "trl_threads": args.trl_threads, "trl_version": eq["trl_version"],
+        "load_average_before": load_before, "load_average_after": load_after,
+    }))
+
+
+# --------------------------------------------------------------------------- the TRL side (.venv-trl)
+
+
+def trl_worker(args: argparse.Namespace) -> None:
+    """One GRPOTrainer run on the demo's recipe; the last line printed is a JSON object."""
+    import asyncio
+
+    import torch
+
+    torch.set_num_threads(args.trl_threads)
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from envs.arith import ArithEnv, training_rows
+
+    model_dir = str(ROOT / "examples" / "tiny-model")
+    out = Path(args.out)
+    rows = training_rows(RECIPE["seed"])
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
+                                  "question": r["question"], "answer": r["answer"]} for r in rows])
+    env = ArithEnv()  # what agentrl/Arith-v0 makes, with the demo's (default) arguments
+
+    async def score(completions: list, questions: list[str], answers: list) -> list[float]:
+        rewards = []
+        for completion, question, answer in zip(completions, questions, answers, strict=True):
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
+            await env.areset(options={"task": {"question": question, "answer": answer}})
+            rewards.append((await env.astep(text))[1])
+        return rewards
+
+    def arith_reward(prompts, completions, question, answer, **_: object) -> list[float]:
+        return asyncio.run(score(completions, question, answer))
+
+    class Clock(TrainerCallback):
+        """Training time (first step's start to the last one's end) and the stop rules."""
+
+        def __init__(self) -> None:
+            self.t0 = self.last = 0.0
+            self.steps = 0
+            self.step_s: list[float] = []
+            self.reward = math.nan
+
+        def on_train_begin(self, targs, state, control, **_):  # noqa: ANN001
+            self.t0 = self.last = time.perf_counter()
+            print(f"trl training: {torch.get_num_threads()} torch threads, "
+                  f"cosine over {state.max_steps} steps", flush=True)
+
+        def on_step_end(self, targs, state, control, **_):  # noqa: ANN001
+            now = time.perf_counter()
+            self.step_s.append(now - self.last)
+            self.last = now
+            self.steps = state.global_step
+            elapsed = self.last - self.t0
+            if args.stop_steps is not None and self.steps >= args.stop_steps:
+                control.should_training_stop = True
+            # equal minutes: stop at the step boundary nearest the budget
+            if args.stop_s is not None and elapsed + 0.5 * elapsed / self.steps >= args.stop_s:
+                control.should_training_stop = True
+
+        def on_log(self, targs, state, control, logs=None, **_):  # noqa: ANN001
+            logs = logs or {}
+            self.reward = logs.get("reward", self.reward)
+            if "reward" in logs:
+                lr = f"  lr {logs['learning_rate']:.2e}" if "learning_rate" in logs else ""
+                print(f"trl step {state.global_step:>4}  reward {logs['reward']:.3f}{lr}"
+                      f"  [{(time.perf_counter() - self.t0) / 60:.2f} min]", flush=True)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = GRPOConfig(
+        output_dir=str(out / "trainer"),
+        # one optimizer step per generation batch of 16 prompts x 16 samples, trained once (μ = 1)
+        per_device_train_batch_size=RECIPE["prompts_per_step"] * RECIPE["group_size"],
+        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
+        num_generations=RECIPE["group_size"],
+        max_completion_length=RECIPE["max_new_tokens"], temperature=RECIPE["temperature"], top_p=1.0, top_k=0,
+        learning_rate=RECIPE["lr"], lr_scheduler_type="cosine_with_min_lr",
+        lr_scheduler_kwargs={"min_lr_rate": RECIPE["min_lr_ratio"]}, warmup_steps=0,
+        adam_beta1=RECIPE["betas"][0], adam_beta2=RECIPE["betas"][1], weight_decay=0.0, max_grad_norm=1.0,
+        beta=0.0, max_steps=args.horizon,
+        bf16=False, fp16=False, use_cpu=True, activation_checkpointing=False,
+        save_strategy="no", report_to="none", logging_steps=10, disable_tqdm=True, seed=RECIPE["seed"],
+        dataloader_num_workers=0,
+    )
+    clock = Clock()
+    trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[clock])
+    trainer.remove_callback(PrinterCallback)
+    torch.set_num_threads(args.trl_threads)
+    trainer.train()
+    train_s = clock.last - clock.t0
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    print(f"trl done: {clock.steps} steps in {train_s / 60:.2f} training minutes", flush=True)
+    print(json.dumps({"steps": clock.steps, "train_s": train_s, "horizon": args.horizon, "out": str(out),
+                      "last_reward": clock.reward, "trl_version": trl.__version__,
+                      "torch_threads": torch.get_num_threads(),
+                      "step_s": [round(x, 3) for x in clock.step_s]}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=80, help="agentrl's steps, and TRL's in its reference run")
+    ap.add_argument("--eval-limit", type=int, default=1000, help="held-out problems (envs.arith:eval_rows)")
+    ap.add_argument("--trl-threads", type=int, default=2, help="torch threads of the TRL process")
+    ap.add_argument("--tmp", default=None, help="parent of the temporary directory (default: the system's)")
+    ap.add_argument("--keep", action="store_true", help="keep the runs' directory (logs, checkpoints)")
+    ap.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--horizon", type=int, default=SCHEDULE_STEPS, help=argparse.SUPPRESS)
+    ap.add_argument("--stop-steps", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--stop-s", type=float, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.trl_worker:
+        trl_worker(args)
+    else:
+        orchestrate(args)
+
+
+if __name__ == "__main__":
+    main()
