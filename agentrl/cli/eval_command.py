@@ -39,7 +39,7 @@ def run(args) -> int:
     from agentrl.config import load_config
     from agentrl.errors import ConfigError
     from agentrl.process.services import exit_on_signals, run_async
-    from agentrl.rollout.evaluate import curate, evaluate
+    from agentrl.rollout.evaluate import RESULTS, SUMMARY, curate, evaluate
     from agentrl.rollout.renderer import token_decoder
     from agentrl.run.local_launcher import Run
     from agentrl.run.run_config import RunConfig, build_workflow, check_run_config, dataset_rows
@@ -106,13 +106,6 @@ def run(args) -> int:
     return 1 if mostly_failed(report, out, cfg.rollout.max_failed_fraction) else 0
 
 
-RESULTS = "eval.jsonl"
-"""``DIR/eval.jsonl``: the results per problem, written as they finish (what a rerun resumes)."""
-
-SUMMARY = "eval_summary.json"
-"""``DIR/eval_summary.json``: the report of a finished evaluation (the last line printed); absent
-while one runs (``agentrl view`` tells a finished evaluation by it)."""
-
 
 def mostly_failed(report, out, threshold: float) -> bool:
     """Whether nearly every episode failed; if so, say so on stderr with the first error — such
@@ -128,16 +121,13 @@ def mostly_failed(report, out, threshold: float) -> bool:
     return True
 
 
-SETTINGS = "eval_settings.json"
-"""``DIR/eval_settings.json``: what the results in ``DIR/eval.jsonl`` were measured with."""
-
-
 def same_settings(out, settings: dict) -> None:
     """Resume ``out``'s results only if they were measured with these settings: refuse, naming
     what differs, when they were not (mixing them would report a score of no model at all)."""
     import json
 
     from agentrl.errors import ConfigError
+    from agentrl.rollout.evaluate import RESULTS, SETTINGS, SUMMARY
 
     path, results = out / SETTINGS, out / RESULTS
     settings = json.loads(json.dumps(settings, default=str))

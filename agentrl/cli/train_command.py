@@ -131,8 +131,8 @@ def refuse_other_outputs(run_dir, command: str) -> None:
     (``agentrl eval --out DIR``: ``DIR/eval.jsonl`` and the rest). A run's files would mix with them."""
     from pathlib import Path
 
-    from agentrl.cli.eval_command import RESULTS, SETTINGS, SUMMARY
     from agentrl.errors import ConfigError
+    from agentrl.rollout.evaluate import RESULTS, SETTINGS, SUMMARY
     from agentrl.rollout.gateway import RECORDINGS
 
     recordings = Path(run_dir) / RECORDINGS

@@ -26,6 +26,17 @@ from typing import Any
 from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus, Workflow
 from agentrl.rollout.episode import guarded
 
+# The files `agentrl eval --out DIR` leaves in DIR.
+RESULTS = "eval.jsonl"
+"""``DIR/eval.jsonl``: the results per problem, written as they finish (what a rerun resumes)."""
+
+SUMMARY = "eval_summary.json"
+"""``DIR/eval_summary.json``: the report of a finished evaluation (the last line printed); absent
+while one runs (``agentrl view`` tells a finished evaluation by it)."""
+
+SETTINGS = "eval_settings.json"
+"""``DIR/eval_settings.json``: what the results in ``DIR/eval.jsonl`` were measured with."""
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased estimate of P(at least one of k samples succeeds) from c successes in n samples."""

@@ -46,7 +46,6 @@ from agentrl.process.services import (
     pump_output,
     stop_process,
 )
-from agentrl.run.run_config import server_has_own_gpu
 
 
 class ManagedServer:
@@ -114,6 +113,12 @@ class ManagedServer:
     def tail(self) -> str:
         path = self.log_dir / f"server-{self.index}.log"
         return "".join(path.read_text(errors="replace").splitlines(True)[-20:]) if path.exists() else ""
+
+
+def server_has_own_gpu(cfg: Any, index: int, gpus: int) -> bool:
+    """Whether inference server ``index`` started on this node gets a GPU of its own: the ones
+    after the trainer ranks' (``world_size / nnodes``), while there are enough of them."""
+    return cfg.device == "cuda" and cfg.world_size // cfg.nnodes + index < gpus
 
 
 def cuda_device_count() -> int:

@@ -296,6 +296,8 @@ def check_run_config(cfg: RunConfig) -> None:
         if need > have:
             raise ConfigError(f"config keys 'device'/'world_size'/'inference': the run needs {need} GPUs, "
                               f"this machine has {have}")
+        from agentrl.run.local_launcher import server_has_own_gpu
+
         sync = cfg.trainer.weight_sync
         nccl = sync.backend == "nccl" or (sync.backend == "auto" and cfg.device == "cuda")
         if (sync.transport == "distributed" and nccl and cfg.inference.engine == "agentrl"
@@ -377,6 +379,8 @@ def choose_placement(cfg: RunConfig) -> tuple[str, str]:
     if cfg.device == "cuda":
         import torch
 
+        from agentrl.run.local_launcher import server_has_own_gpu
+
         gpus = torch.cuda.device_count()
         if server_has_own_gpu(cfg, 0, gpus):
             return "decoupled", f"the servers have GPUs of their own ({gpus} GPUs)"
@@ -405,12 +409,6 @@ def apply_placement(cfg: RunConfig) -> str:
             cfg.inference.threads = max(1, cores // cfg.inference.num_servers)
         line += f", each with all {cores} cores (threads={cfg.threads}, inference.threads={cfg.inference.threads})"
     return line
-
-
-def server_has_own_gpu(cfg: RunConfig, index: int, gpus: int) -> bool:
-    """Whether inference server ``index`` started on this node gets a GPU of its own: the ones
-    after the trainer ranks' (``world_size / nnodes``), while there are enough of them."""
-    return cfg.device == "cuda" and cfg.world_size // cfg.nnodes + index < gpus
 
 
 def check_placement(cfg: RunConfig) -> None:

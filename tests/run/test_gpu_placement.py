@@ -15,7 +15,8 @@ import torch
 
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
-from agentrl.run.run_config import RunConfig, check_run_config, server_has_own_gpu
+from agentrl.run.local_launcher import server_has_own_gpu
+from agentrl.run.run_config import RunConfig, check_run_config
 
 
 def config(*overrides: str) -> RunConfig:
