@@ -72,3 +72,18 @@ async def test_readme_workflow_example_plays_an_episode(tiny_server, tiny_model_
         [bad] = await workflow.arun_episode(engine, {"question": "What is 1+1?"})  # no answer: failed data
     assert t.status is TrajectoryStatus.OK and t.reward in (0.0, 1.0) and 0 < t.num_sampled <= 16
     assert bad.status is TrajectoryStatus.ENV_ERROR and "answer" in bad.error
+
+
+def test_the_readme_answers_what_a_newcomer_had_to_find_in_the_code():
+    """Issue 31's documentation findings, each answered where a newcomer reads: training on
+    agents' episodes (rollout.source gateway, a YAML for ExternalAgentWorkflow), the model name an
+    agent sends, how pass@1 decides success, and what the tiny model can and cannot do."""
+    text = README.read_text()
+    sections = re.split(r"\n## ", text)
+    agents = next(s for s in sections if s.startswith("Train on agents' episodes"))
+    assert "rollout.source" in agents and "gateway" in agents and "ExternalAgentWorkflow" in text
+    assert "The model name an agent sends is free" in text
+    assert "How evaluation decides success" in text and "pass@1" in text
+    tiny = README.parent / "docs" / "tiny_model.md"
+    assert "[docs/tiny_model.md](docs/tiny_model.md)" in text and tiny.is_file()
+    assert "## What the model can do" in tiny.read_text() and "does not" in tiny.read_text()
