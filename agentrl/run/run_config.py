@@ -27,8 +27,6 @@ ROUTERS = ("client", "sglang")
 ENGINES = ("agentrl", "sglang", "vllm")
 LAUNCHERS = ("local", "ray")
 PLACEMENTS = ("auto", "colocated", "decoupled")
-FEW_CORES = 4
-"""``placement: auto`` on a CPU with at most this many cores runs colocated."""
 
 
 @dataclass
@@ -169,9 +167,9 @@ class RunConfig:
         help="colocated: generation and training take turns on the same cores (or GPU), each with all of them "
              "(threads and inference.threads become the cores per rank and per server; generation pauses for "
              "each train step, in-flight requests resume after it); decoupled: both at once, each on its own "
-             f"threads or devices. auto: colocated on a CPU with at most {FEW_CORES} cores or when the servers "
-             "would share the trainer's GPU, decoupled otherwise (and with launcher ray, several nodes, "
-             "rollout.source gateway or inference.servers); the run's first line says which and why")
+             "threads or devices. auto: colocated when the started servers would share the trainer's GPU, "
+             "decoupled otherwise (on a CPU it measured faster: benchmarks/vs_trl.py, the demo); the run's first "
+             "line says which and why")
     threads: int = option(1, ge=1, help="torch threads of each trainer rank")
     inference: InferenceConfig = option(InferenceConfig, help="inference servers")
     rollout: RolloutConfig = option(RolloutConfig, help="rollouts")
@@ -385,10 +383,7 @@ def choose_placement(cfg: RunConfig) -> tuple[str, str]:
         if server_has_own_gpu(cfg, 0, gpus):
             return "decoupled", f"the servers have GPUs of their own ({gpus} GPUs)"
         return "colocated", f"the servers share the trainer's GPU ({gpus} GPU{'s' if gpus != 1 else ''})"
-    cores = usable_cores()
-    if cores <= FEW_CORES:
-        return "colocated", f"{cores} CPU cores (at most {FEW_CORES}): each phase gets all of them"
-    return "decoupled", f"{cores} CPU cores"
+    return "decoupled", "a CPU: generation and training each keep their own threads"
 
 
 def apply_placement(cfg: RunConfig) -> str:

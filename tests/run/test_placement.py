@@ -1,6 +1,6 @@
-"""``placement: auto`` picks colocated where generation and training would share one device
-(a CPU with few cores, one GPU for both) and decoupled elsewhere, and says why; colocated gives
-each phase every core. The machine's cores and GPUs are faked: unit tests of the rule."""
+"""``placement: auto`` picks colocated where the servers would share the trainer's GPU and
+decoupled elsewhere (on a CPU too: measured faster there), and says why; colocated gives each
+phase every core. The machine's cores and GPUs are faked: unit tests of the rule."""
 
 from __future__ import annotations
 
@@ -17,17 +17,14 @@ def config(*overrides: str) -> RunConfig:
     return load_config(RunConfig, "examples/arith_grpo.yaml", list(overrides))
 
 
-@pytest.mark.parametrize(("cores", "overrides", "placement", "why"), [
-    (2, [], "colocated", "2 CPU cores (at most 4)"),
-    (4, [], "colocated", "4 CPU cores"),
-    (16, [], "decoupled", "16 CPU cores"),
-    (2, ["rollout.source=gateway"], "decoupled", "rollout.source gateway"),
-    (2, ["inference.servers=[http://127.0.0.1:1]"], "decoupled", "inference.servers run elsewhere"),
-    (2, ["launcher=ray"], "decoupled", "launcher ray"),
-    (16, ["placement=colocated"], "colocated", "placement set"),
+@pytest.mark.parametrize(("overrides", "placement", "why"), [
+    ([], "decoupled", "a CPU"),
+    (["rollout.source=gateway"], "decoupled", "rollout.source gateway"),
+    (["inference.servers=[http://127.0.0.1:1]"], "decoupled", "inference.servers run elsewhere"),
+    (["launcher=ray"], "decoupled", "launcher ray"),
+    (["placement=colocated"], "colocated", "placement set"),
 ])
-def test_auto_picks_by_the_machine_and_says_why(monkeypatch, cores, overrides, placement, why):
-    monkeypatch.setattr(run_config, "usable_cores", lambda: cores)
+def test_auto_picks_by_the_machine_and_says_why(overrides, placement, why):
     got, reason = choose_placement(config(*overrides))
     assert got == placement and why in reason
 
@@ -45,8 +42,7 @@ def test_colocated_gives_each_phase_every_core(monkeypatch):
     assert (cfg.placement, cfg.threads, cfg.inference.threads) == ("colocated", 4, 4)
     assert "take turns, each with all 8 cores (threads=4, inference.threads=4)" in line
     cfg = config("placement=auto")
-    monkeypatch.setattr(run_config, "usable_cores", lambda: 32)
-    assert apply_placement(cfg).startswith("placement decoupled (32 CPU cores)")
+    assert apply_placement(cfg).startswith("placement decoupled (a CPU")
     assert (cfg.placement, cfg.threads, cfg.inference.threads) == ("decoupled", 1, 1)  # the YAML's, untouched
     with pytest.raises(ConfigError, match="'placement': colocated runs on one machine"):
         apply_placement(config("placement=colocated", "launcher=ray"))
