@@ -1,8 +1,16 @@
-"""``placement: auto`` picks colocated where the servers would share the trainer's GPU and
-decoupled elsewhere (on a CPU too: measured faster there), and says why; colocated gives each
-phase every core. The machine's cores and GPUs are faked: unit tests of the rule."""
+"""The config keys that place a run's processes: each impossible placement is one ConfigError that
+names its key, before anything starts; the torchrun line carries torchrun's own flags.
 
+``placement: auto`` picks colocated where the servers would share the trainer's GPU and
+decoupled elsewhere (on a CPU too: measured faster there), and says why; colocated gives each
+phase every core. A started server gets a GPU of its own after the trainer's when there is one,
+and weights over NCCL to a server on the trainer's GPU are refused (on one H200 NCCL answered
+"Duplicate GPU detected" after the servers had started). The machine's cores and GPUs are
+faked in those tests: unit tests of the rules.
+"""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,11 +18,51 @@ import torch
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
 from agentrl.run import run_config
-from agentrl.run.run_config import RunConfig, apply_placement, choose_placement
+from agentrl.run.local_launcher import server_has_own_gpu, torchrun_command
+from agentrl.run.run_config import RunConfig, apply_placement, check_run_config, choose_placement
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(*overrides: str) -> RunConfig:
-    return load_config(RunConfig, "examples/arith_grpo.yaml", list(overrides))
+    return load_config(RunConfig, ROOT / "examples" / "arith_grpo.yaml", [f"model={ROOT / 'examples/tiny-model'}",
+                                                                           *overrides])
+
+
+@pytest.mark.parametrize(("overrides", "key", "words"), [
+    (["world_size=3", "nnodes=2", "master_port=29500"], "'world_size'", "split evenly"),
+    (["nnodes=2", "world_size=2", "node_rank=2", "master_port=29500"], "'node_rank'", "not below nnodes=2"),
+    (["nnodes=2", "world_size=2"], "'master_port'", "fixed rendezvous port"),
+    (["launcher=ray", "nnodes=2", "world_size=2", "master_port=29500"], "'nnodes'", "Ray places the ranks"),
+    (["sandbox.services=[http://127.0.0.1:8100]"], "'sandbox.services'", "takes no sandbox"),
+    (["sandbox.backend=docker"], "'sandbox.backend'", "takes no sandbox"),
+    (["rollout.workflow_args.env_id=agentrl/Code-v0", "sandbox.services=[127.0.0.1:8100]"], "'sandbox.services'",
+     "is not a URL"),
+    (["launcher=rey"], "'launcher'", "did you mean 'ray'"),
+    (["inference.router=sglng"], "'inference.router'", "did you mean 'sglang'"),
+])
+def test_impossible_placements_name_their_key(overrides, key, words):
+    with pytest.raises(ConfigError) as e:
+        check_run_config(config(*overrides))
+    assert key in str(e.value) and words in str(e.value)
+
+
+def test_a_code_env_takes_sandbox_services_as_one_fleet_spec():
+    cfg = config("rollout.workflow_args.env_id=agentrl/Code-v0",
+                 "sandbox.services=[http://10.0.0.1:8100,http://10.0.0.2:8100]")
+    check_run_config(cfg)
+    assert cfg.sandbox.spec() == "http://10.0.0.1:8100,http://10.0.0.2:8100"
+
+
+def test_the_torchrun_line_of_each_node(tmp_path):
+    cfg = config("world_size=16", "nnodes=2", "node_rank=1", "master_addr=10.0.0.7", "master_port=29500")
+    cmd = torchrun_command(cfg, tmp_path)
+    flags = dict(zip(cmd[3:-3:2], cmd[4:-3:2], strict=True))
+    assert cmd[1:3] == ["-m", "torch.distributed.run"] and cmd[-3:] == ["-m", "agentrl.run.loop", str(tmp_path)]
+    assert flags == {"--nnodes": "2", "--node-rank": "1", "--nproc-per-node": "8", "--master-addr": "10.0.0.7",
+                     "--master-port": "29500"}
+    one = torchrun_command(config(), tmp_path)  # one node: a free port on loopback
+    assert one[one.index("--master-addr") + 1] == "127.0.0.1" and int(one[one.index("--master-port") + 1]) > 0
 
 
 @pytest.mark.parametrize(("overrides", "placement", "why"), [
@@ -46,3 +94,22 @@ def test_colocated_gives_each_phase_every_core(monkeypatch):
     assert (cfg.placement, cfg.threads, cfg.inference.threads) == ("decoupled", 1, 1)  # the YAML's, untouched
     with pytest.raises(ConfigError, match="'placement': colocated runs on one machine"):
         apply_placement(config("placement=colocated", "launcher=ray"))
+
+
+def test_a_server_gets_its_own_gpu_after_the_trainer_ranks_when_there_is_one():
+    cfg = config("device=cuda", "world_size=2", "inference.num_servers=2")
+    assert [server_has_own_gpu(cfg, i, 4) for i in range(2)] == [True, True]  # GPUs 2 and 3
+    assert [server_has_own_gpu(cfg, i, 3) for i in range(2)] == [True, False]
+    assert not server_has_own_gpu(config("device=cuda", "world_size=1"), 0, 1)
+    assert not server_has_own_gpu(config("device=cpu"), 0, 8)
+
+
+def test_nccl_weights_to_a_server_on_the_trainers_gpu_are_refused_by_name(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"'trainer.weight_sync.transport'.*NCCL.*one GPU.*transport: disk"):
+        check_run_config(config("device=cuda", "trainer.weight_sync.transport=distributed"))
+    check_run_config(config("device=cuda"))  # through the disk: fine on one shared GPU
+    check_run_config(config("device=cuda", "trainer.weight_sync.transport=distributed",
+                            "trainer.weight_sync.backend=gloo"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # the server has GPU 1
+    check_run_config(config("device=cuda", "trainer.weight_sync.transport=distributed"))
