@@ -63,14 +63,13 @@ class ManagedServer:
         log_path = self.log_dir / f"server-{self.index}.log"
         if inf.engine == "agentrl":
             # a GPU of its own after the trainer ranks' when there is one; else it shares the first
-            gpu = self.gpu_env() if self.cfg.device == "cuda" and server_has_own_gpu(
-                self.cfg, self.index, cuda_device_count()) else None
+            own = self.cfg.device == "cuda" and server_has_own_gpu(self.cfg, self.index, cuda_device_count())
             self.process = ServerProcess(
                 self.cfg.model, "--host", self.host, "--port", str(self.port), "--weight-version", "0",
                 "--max-running-requests", str(inf.max_running_requests), "--device", self.cfg.device,
                 "--seed", str(self.cfg.seed + self.index), *inf.extra_args,
                 threads=inf.threads, startup_timeout=inf.startup_timeout_s, log_path=log_path,
-                extra_env=None if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu["CUDA_VISIBLE_DEVICES"]})
+                extra_env={"CUDA_VISIBLE_DEVICES": str(server_gpu(self.cfg, self.index))} if own else None)
         elif inf.engine == "vllm":
             cmd, env = vllm_command(self.cfg, self.host, self.port, self.index)
             with open(log_path, "a") as log:
@@ -98,7 +97,7 @@ class ManagedServer:
     def gpu_env_of(cfg: Any, index: int) -> dict[str, str] | None:
         if cfg.device != "cuda":
             return None
-        return {**os.environ, "CUDA_VISIBLE_DEVICES": str(cfg.world_size // cfg.nnodes + index)}
+        return {**os.environ, "CUDA_VISIBLE_DEVICES": str(server_gpu(cfg, index))}
 
     def poll(self) -> int | None:
         proc = self.process.proc if isinstance(self.process, ServiceProcess) else self.process
@@ -115,10 +114,15 @@ class ManagedServer:
         return "".join(path.read_text(errors="replace").splitlines(True)[-20:]) if path.exists() else ""
 
 
+def server_gpu(cfg: Any, index: int) -> int:
+    """The GPU of inference server ``index`` started on this node: the ones after the trainer
+    ranks' (``world_size / nnodes``)."""
+    return cfg.world_size // cfg.nnodes + index
+
+
 def server_has_own_gpu(cfg: Any, index: int, gpus: int) -> bool:
-    """Whether inference server ``index`` started on this node gets a GPU of its own: the ones
-    after the trainer ranks' (``world_size / nnodes``), while there are enough of them."""
-    return cfg.device == "cuda" and cfg.world_size // cfg.nnodes + index < gpus
+    """Whether that GPU exists on a machine of ``gpus`` (else the server shares the trainer's)."""
+    return cfg.device == "cuda" and server_gpu(cfg, index) < gpus
 
 
 def cuda_device_count() -> int:

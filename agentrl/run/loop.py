@@ -45,10 +45,10 @@ log = logging.getLogger("agentrl.train")
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 TRUNCATION_WARNING = 0.2
+"""A step whose completions stopped at the token budget this often or more is warned about (once)."""
 PLOT_EVERY_S = 30.0
 """curves.png is redrawn at most this often during a run (matplotlib takes a core for a second or
 two, which a short step on few cores feels), and once at the end."""
-"""A step whose completions stopped at the token budget this often or more is warned about (once)."""
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -75,7 +75,7 @@ class Trainer:
         self.actor = Actor(cfg.model, cfg.trainer)
         sync = cfg.trainer.weight_sync
         if sync.transport == "distributed":
-            backend = sync.backend if sync.backend != "auto" else ("nccl" if cfg.device == "cuda" else "gloo")
+            backend = sync.backend_for(cfg.device)
             # torchrun (and the Ray launcher) export rank 0's address as MASTER_ADDR
             address = sync.master_address or os.environ.get("MASTER_ADDR") or cfg.master_addr
             self.transport = DistributedTransport(master_address=address,

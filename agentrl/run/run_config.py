@@ -297,7 +297,7 @@ def check_run_config(cfg: RunConfig) -> None:
         from agentrl.run.local_launcher import server_has_own_gpu
 
         sync = cfg.trainer.weight_sync
-        nccl = sync.backend == "nccl" or (sync.backend == "auto" and cfg.device == "cuda")
+        nccl = sync.backend_for(cfg.device) == "nccl"
         if (sync.transport == "distributed" and nccl and cfg.inference.engine == "agentrl"
                 and not cfg.inference.servers and not server_has_own_gpu(cfg, cfg.inference.num_servers - 1, have)):
             raise ConfigError(
@@ -393,9 +393,6 @@ def apply_placement(cfg: RunConfig) -> str:
     cfg.placement = placement
     if placement == "decoupled":
         return f"placement decoupled ({why}): generation and training run at the same time"
-    if cfg.launcher == "ray" or cfg.nnodes > 1:
-        raise ConfigError("config key 'placement': colocated runs on one machine with the local launcher; use "
-                          "placement: decoupled with launcher ray or several nodes")
     line = f"placement colocated ({why}): generation and training take turns"
     if cfg.device == "cpu":
         cores = usable_cores()
@@ -424,6 +421,9 @@ def check_placement(cfg: RunConfig) -> None:
                               "and run `agentrl train` once, on a node of the cluster")
         if importlib.util.find_spec("ray") is None:
             raise ConfigError("config key 'launcher': ray is not installed (pip install 'agentrl[ray]')")
+    if cfg.placement == "colocated" and (cfg.launcher == "ray" or cfg.nnodes > 1):
+        raise ConfigError("config key 'placement': colocated runs on one machine with the local launcher; use "
+                          "placement: decoupled with launcher ray or several nodes")
     if cfg.inference.router == "sglang" and importlib.util.find_spec("sglang_router") is None:
         raise ConfigError("config key 'inference.router': sglang-router is not installed "
                           "(pip install 'agentrl[router]')")

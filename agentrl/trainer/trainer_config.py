@@ -72,6 +72,10 @@ class WeightSyncConfig:
                                       "serve, SGLang servers get every bucket inside the pause whatever this says; "
                                       "false: inside the pause everywhere, as SGLang's own protocol")
 
+    def backend_for(self, device: str) -> str:
+        """The group's backend for trainer ranks on ``device`` (``backend: auto`` resolved)."""
+        return self.backend if self.backend != "auto" else ("nccl" if device == "cuda" else "gloo")
+
 
 @dataclass
 class TrainerConfig:
