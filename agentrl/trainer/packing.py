@@ -1,45 +1,19 @@
 """Sequence packing: many variable-length sequences into few dense rows, balanced over ranks.
 
-What it is: the planning (which sequences go to which rank and micro-batch) and the tensor
-layout of one packed micro-batch — all sequences concatenated into a single row, position ids
-restarting at 0 for each sequence, and a block-diagonal causal attention mask so no token sees
-another sequence. A padded layout is kept beside it as the baseline the tests and
-``benchmarks/packing.py`` compare against. What it is not: the forward pass (``agentrl.trainer.actor``).
+What it is: the planning (which sequences go to which rank and micro-batch: longest first to
+the least-loaded rank, then first-fit decreasing into ``token_budget``-token micro-batches, the
+same number on every rank since an FSDP forward is a collective) and the layout of one packed
+row — sequences back to back with restarting position ids, or a group's sequences behind one
+copy of their shared prefix (``shared_prefix_units``), the layout written in the position ids
+alone. Its attention: ``sdpa_segments`` (registered with transformers; SDPA calls per sequence or
+prefix cluster, no [T, T] mask), an explicit mask for ``sdpa``/``eager``, and none for varlen
+kernels, which cannot express a shared prefix. ``token_logprobs`` reads which row position
+predicts each token (``PackedMicroBatch.sources``). A padded layout is kept as the baseline of
+the tests and ``benchmarks/packing.py``. What it is not: the forward pass or the loss
+(``agentrl.trainer.actor``). docs/DESIGN.md §4 "Packing" has the rules.
 
-Main hooks: ``plan_micro_batches(lengths, world_size, token_budget)`` and ``pack(...)``.
-
-Planning. Sequences are first dealt to ranks by longest-processing-time (largest first, to the
-rank holding the fewest tokens), then each rank fills micro-batches to ``token_budget`` tokens
-by first-fit decreasing. A sequence longer than the budget gets a micro-batch of its own (it is
-never split or dropped). All ranks get the same number of micro-batches — an FSDP forward is a
-collective, so a rank with less work runs empty micro-batches (``[]``) to keep in step.
-
-Attention. With ``eager``/``sdpa`` the packed row gets an explicit block-diagonal causal mask,
-[1, 1, T, T] (bool for sdpa, additive float for eager): simple, but the attention still costs
-T² for the whole row. ``sdpa_segments`` (registered with transformers by
-``register_segment_attention``; the CPU default of the actor) computes the same block-diagonal
-causal attention block by block — one causal SDPA call per packed sequence, found from the
-restarting position ids — so it costs Σ len² and builds no mask. With varlen kernels
-(``flash_attention_2``/``3``) no mask is built either: transformers derives the sequence
-boundaries from the position ids.
-
-Shared prefixes. The samples of one GRPO group begin with the same prompt (in multi-turn
-episodes, with the same first turns), so a packed row may hold that prefix once for the whole
-group: ``[prefix][suffix 1][suffix 2]...``, each suffix's position ids continuing from the
-prefix's length, each suffix attending to the prefix and to itself. The results are those of
-laying every sequence out whole (the same logits, log-probabilities and gradients, up to float
-rounding), on fewer tokens: a group of 16 answers of 5 tokens to a 20-token prompt is 100 row
-tokens instead of 400. ``shared_prefix_units`` finds the prefixes (capped before any member's
-first loss token, so every loss token stays in exactly one suffix); a row's layout is written in
-its position ids alone (a sequence or prefix starts at position 0; a suffix starts at its
-prefix's length), which ``segment_sdpa_attention`` and ``attention_mask`` read. Varlen kernels
-cannot express it (they read every position-0 restart as a new sequence and nothing else), so
-the actor shares prefixes only with ``sdpa_segments``, ``sdpa`` and ``eager``.
-
-Log-probabilities are token-aligned: entry t of a sequence is log π(token_t | tokens_<t), and
-entry 0 of every sequence is 0 (no prediction exists for a first token). A packed row says which
-row position predicts each token (``PackedMicroBatch.sources``: the one before it, or, for a
-suffix's first token, its prefix's last).
+Main hooks: ``plan_units(shared_prefix_units(...), world_size, token_budget)``, ``pack(sequences,
+units)``, ``token_logprobs(logits, ids, packed.sources)``.
 """
 
 from __future__ import annotations
@@ -139,12 +113,13 @@ def shared_prefix_units(sequences: Sequence[Mapping[str, torch.Tensor]], indices
             units.extend(Unit((i,), 0, lengths[i]) for i in members)
             continue
         chunk: list[int] = []
-        for i in members:  # in order; a chunk holds the prefix once and each member's rest
-            cost = prefix + sum(lengths[j] - prefix for j in chunk) + lengths[i] - prefix
-            if chunk and cost > budget:
+        size = prefix  # a chunk holds the prefix once and each member's rest, in order
+        for i in members:
+            if chunk and size + lengths[i] - prefix > budget:
                 units.append(_unit(chunk, prefix, lengths))
-                chunk = []
+                chunk, size = [], prefix
             chunk.append(i)
+            size += lengths[i] - prefix
         units.append(_unit(chunk, prefix, lengths))
     return units
 
@@ -197,7 +172,7 @@ class PackedMicroBatch:
     indices: list[int]
     fields: dict[str, torch.Tensor]
     sources: torch.Tensor
-    pieces: list[list[tuple[int, int]]] = field(default_factory=list)
+    pieces: list[list[tuple[int, int]]]
 
     @property
     def num_tokens(self) -> int:
