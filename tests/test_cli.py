@@ -92,3 +92,22 @@ def test_a_flag_out_of_bounds_is_one_line_naming_its_key():
                         "--session-timeout", "0"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == (
         "agentrl gateway: error: config key 'session_timeout_s': got 0.0, expected a value > 0"), r.stderr
+
+
+def test_renamed_run_keys_are_still_accepted_with_a_warning_naming_the_new_key():
+    import warnings
+
+    from agentrl.config import load_config
+    from agentrl.run.run_config import RunConfig
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(RunConfig, None, ["model=examples/tiny-model", "rollout.episode_timeout_s=30",
+                                            "inference.request_timeout_s=7",
+                                            "rollout.workflow_args.env_id=agentrl/Arith-v0"])
+    said = " ".join(str(w.message) for w in caught if issubclass(w.category, FutureWarning))
+    assert "rollout.workflow_args.timeout_s" in said and "inference.client.timeout" in said
+    # one episode budget (the workflow's own) and one client timeout, nothing left in the old keys
+    assert cfg.rollout.workflow_args == {"timeout_s": 30.0, "env_id": "agentrl/Arith-v0"}
+    assert cfg.rollout.episode_timeout_s is None
+    assert cfg.inference.client.timeout == 7.0 and cfg.inference.request_timeout_s is None

@@ -134,7 +134,7 @@ class RolloutExecutor:
 
     def __init__(self, workflow: Workflow | EpisodeFn | None, engine: InferenceClient, rows: RowSource | None, *,
                  group_size: int, batch_size: int, max_staleness: int, max_concurrent: int,
-                 filter_equal_rewards: bool = False, episode_timeout_s: float | None = None,
+                 filter_equal_rewards: bool = False,
                  episode_log: EpisodeLog | None = None, run_id: str = "run") -> None:
         if group_size < 1 or batch_size < 1:
             raise ConfigError(f"group_size and batch_size must be >= 1, got {group_size} and {batch_size}")
@@ -146,7 +146,6 @@ class RolloutExecutor:
         self.group_size, self.batch_size, self.max_staleness = group_size, batch_size, max_staleness
         self.max_groups = max_concurrent // group_size
         self.filter_equal_rewards = filter_equal_rewards
-        self.episode_timeout_s = episode_timeout_s
         self.episode_log = episode_log
         self.run_id = run_id
         self.version = 0
@@ -322,9 +321,8 @@ class RolloutExecutor:
             client: InferenceClient = ReplayClient(self.engine, self.episode_log, key)
         else:
             client = self.engine
-        # the workflow's bug is the episode's failure, not the run's
-        out = await guarded(self.run_episode(client, dict(row)), timeout_s=self.episode_timeout_s,
-                            what=f"episode {episode_id}")
+        # the workflow's bug is the episode's failure, not the run's (its time budget is its own)
+        out = await guarded(self.run_episode(client, dict(row)), timeout_s=None, what=f"episode {episode_id}")
         if out is not None:
             for t in out:
                 t.episode_id = t.episode_id or episode_id

@@ -5,9 +5,9 @@ What it is: the gateway's state without HTTP (``agentrl.rollout.gateway_routes``
 call's exact tokens). The ``Gateway`` opens sessions, finds them by key, ends them — exporting
 their trajectories as JSON lines to ``OUT/trajectories.jsonl`` and handing them to the
 ``on_episode`` hook — and ends sessions idle past ``session_timeout_s`` as failed data
-(status ``timeout``, tokens kept, counted), never dropping one silently. ``admit(False)`` stops
-new sessions (the HTTP side answers 429 with ``Retry-After``), which a training loop uses for
-its staleness bound.
+(status ``timeout``, tokens kept, counted), never dropping one silently. ``admission``, the one gate,
+decides whether a new session may open (the HTTP side answers 429 with ``Retry-After`` when
+not): a training loop sets its staleness bound there.
 
 Its settings are a ``GatewayConfig`` (``agentrl.rollout.gateway_config``). In a training run
 (in-process)::
@@ -124,8 +124,9 @@ class Gateway:
         self.model = self.config.served_model_name or (
             str(tokenizer) if isinstance(tokenizer, (str, Path)) else "agentrl")
         """The model id sessions answer with (``served_model_name``, else the tokenizer's directory)."""
-        self.admitting = True
-        self.admission: Callable[[Mapping[str, Any]], bool] | None = None  # a training loop's bound
+        self.admission: Callable[[Mapping[str, Any]], bool] | None = None
+        """The one gate for new sessions: None admits every one (up to ``max_sessions``); a
+        training loop sets its staleness bound here (``GatewayEpisodes.admits``)."""
         self.stats = {"sessions_opened": 0, "sessions_ended": 0, "sessions_timed_out": 0, "sessions_failed": 0,
                       "sessions_refused": 0, "completions": 0, "calls_abandoned": 0, "trajectories_written": 0}
         self._by_id: dict[str, Session] = {}
@@ -136,15 +137,10 @@ class Gateway:
 
     # ------------------------------------------------------------------ sessions
 
-    def admit(self, admitting: bool) -> None:
-        """Open (True) or close (False) the gateway to new sessions."""
-        self.admitting = admitting
-
     def admits(self, metadata: Mapping[str, Any]) -> bool:
-        """Whether a session with ``metadata`` may open now: the gateway is admitting, and the
-        ``admission`` predicate, when set (a training run's staleness bound), agrees. A True
-        from the predicate reserves the place: call this only to open the session."""
-        return self.admitting and (self.admission is None or self.admission(metadata))
+        """Whether a session with ``metadata`` may open now (``admission``'s answer). A True
+        from a training run's predicate reserves the place: call this only to open the session."""
+        return self.admission is None or self.admission(metadata)
 
     @property
     def open_sessions(self) -> int:

@@ -29,8 +29,8 @@ goes in the instant its answer is being written (the bytes are in its socket, as
 read them).
 
 In a training run: ``Gateway(engine, tokenizer, config, on_episode=hook)`` receives each ended
-episode's trajectories in-process; ``gateway.admit(False)`` makes ``POST /v1/sessions`` answer
-429 with ``Retry-After`` until ``admit(True)`` (the staleness bound's backpressure).
+episode's trajectories in-process; ``gateway.admission`` (a training run's staleness bound) makes
+``POST /v1/sessions`` answer 429 with ``Retry-After`` while it says no (backpressure).
 
 Trust boundary. Covered: with ``api_key`` set, every route but ``/health`` (the docs routes
 ``/openapi.json``, ``/docs``, ``/redoc`` included: ``agentrl.http_edge.ApiKey``) answers 401
@@ -164,7 +164,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "open_sessions": gateway.open_sessions, "admitting": gateway.admitting}
+        return {"status": "ok", "open_sessions": gateway.open_sessions}
 
     @app.post("/v1/sessions")
     async def open_session(request: Request):
@@ -266,7 +266,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     @app.get("/v1/gateway/stats")
     async def stats(request: Request):
         require_admin(request)
-        return {**gateway.stats, "open_sessions": gateway.open_sessions, "admitting": gateway.admitting}
+        return {**gateway.stats, "open_sessions": gateway.open_sessions}
 
     # ------------------------------------------------------------------ the OpenAI routes
 

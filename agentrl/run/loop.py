@@ -200,7 +200,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                                batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
                                max_concurrent=cfg.rollout.max_concurrent,
                                filter_equal_rewards=cfg.rollout.filter_equal_rewards,
-                               episode_timeout_s=cfg.rollout.episode_timeout_s, episode_log=episode_log,
+                               episode_log=episode_log,
                                run_id=run_dir.name)
     tr.publisher = WeightPublisher(tr.transport, engine, before_pause=executor.pause_admission,
                                    after_resume=executor.resume_admission)

@@ -83,12 +83,20 @@ class RolloutConfig:
     max_concurrent: int = option(256, ge=1, help="episodes in flight at once (whole groups)")
     filter_equal_rewards: bool = option(False, help="drop groups whose rewards are all equal and admit "
                                                     "another prompt (DAPO's dynamic sampling); counted")
-    episode_timeout_s: float | None = option(None, gt=0, help="an episode running longer is a TIMEOUT failure")
+    episode_timeout_s: float | None = option(None, gt=0, help="deprecated: use rollout.workflow_args.timeout_s (the "
+                                                               "workflow's own episode budget)")
     max_failed_fraction: float = option(0.9, gt=0, le=1, help="agentrl train (and agentrl eval) exits with code 1 "
                                                               "when this share of the episodes or more failed (saying "
                                                               "the first error)")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
                                      metadata={"help": "sampling during rollouts"})
+
+    def __post_init__(self) -> None:
+        if self.episode_timeout_s is not None:  # one episode budget: the workflow's own timeout_s
+            warnings.warn("config key 'rollout.episode_timeout_s' is deprecated and will be removed; use "
+                          "rollout.workflow_args.timeout_s", FutureWarning, stacklevel=2)
+            self.workflow_args = {"timeout_s": self.episode_timeout_s, **self.workflow_args}
+            self.episode_timeout_s = None
 
 
 @dataclass

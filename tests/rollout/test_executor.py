@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from agentrl.api import NOT_SAMPLED, Trajectory, TrajectoryStatus
+from agentrl.rollout.episode import guarded
 from agentrl.rollout.executor import RolloutExecutor, RowSource
 
 
@@ -103,8 +104,11 @@ async def test_failed_episodes_are_data_and_counted():
 
 
 async def test_timeout_is_a_failure_status():
-    wf = Scripted(delay=5.0)
-    ex = executor(wf, episode_timeout_s=0.05)
+    # the time budget is the workflow's own (its timeout_s); one that runs out is a TIMEOUT
+    async def episode(client, row):
+        return await guarded(Scripted(delay=5.0).arun_episode(client, row), timeout_s=0.05)
+
+    ex = executor(episode)
     await ex.start()
     batch = await ex.next_batch(max_wait_s=10)
     assert {t.status for t in batch.trajectories} == {TrajectoryStatus.TIMEOUT}

@@ -296,17 +296,17 @@ def test_auth_and_bad_input_get_4xx_and_the_gateway_keeps_serving(gateway):
 
 
 async def test_backpressure_idle_sessions_and_the_episode_hook(tiny_server, tiny_model_dir, tmp_path):
-    """In-process, as a training loop holds it: admit(False) answers 429 + Retry-After; an idle
+    """In-process, as a training loop holds it: an admission that says no answers 429 + Retry-After; an idle
     session ends as failed data (tokens kept, counted, written, handed to the hook)."""
     delivered = []
     async with RemoteEngine(tiny_server.url) as engine:
         gw = Gateway(engine, tiny_model_dir, out=tmp_path, session_timeout_s=2.0,
                      on_episode=lambda ts, s: delivered.append((s.id, ts)))
         async with background_server(build_app(gw)) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
-            gw.admit(False)
+            gw.admission = lambda metadata: False
             r = await http.post("/v1/sessions", json={})
             assert r.status_code == 429 and r.headers["retry-after"] == "2"
-            gw.admit(True)
+            gw.admission = None
             session = (await http.post("/v1/sessions", json={"metadata": {"row": 7}})).json()
             auth = {"Authorization": f"Bearer {session['api_key']}"}
             r = await http.post("/v1/chat/completions", headers=auth, json={
