@@ -1,44 +1,16 @@
 """Weight publishing: getting a new policy version from the trainer into the inference servers.
 
-What it is: ``WeightPublisher.apublish(model, version)``, run on every rank after a train step.
-All ranks take part in *staging* the weights (a collective gather); then rank 0 drives the
-protocol of DESIGN.md §4 through the inference client: the transport *delivers* what it can
-while the servers go on generating (a broadcast received into a staging copy they do not
-serve yet) → (optional hook: the rollout executor stops admitting episodes) → ``pause()``
-(running requests come back aborted) → the transport *sends* the rest (every server swaps the
-new weights in; the client's version becomes N) → ``resume()`` (aborted requests are re-sent;
-the hook lets the executor admit again). ``resume`` runs even when the update fails, so a
-failed publish never leaves the servers paused; a failed delivery happens before any pause.
+What it is: ``WeightPublisher.apublish(model, version)``, run on every rank after a train step,
+and its two ``WeightTransport``s (``stage`` on every rank, ``deliver`` on rank 0 before the
+pause, ``send`` on rank 0 while the servers are paused, ``close``): ``DiskTransport`` (an HF
+directory per version, ``/update_weights_from_disk``) and ``DistributedTransport`` (a
+torch.distributed group of its own with every server, SGLang's bucketed
+``/update_weights_from_distributed``; against ``agentrl serve`` the buckets are staged before
+the pause and only committed inside it). The protocol — stage and deliver while generation
+goes on, then stop admission, pause, send, resume, with ``resume`` run even when the update
+fails — is DESIGN.md §4 "Weight update".
 
-Staging and delivery happen *before* the pause: the gather (and, on disk, the export; over torch.distributed, the transfer) is the
-slow part, and generation may go on with the old weights while it runs — the servers only stop
-for what is left: loading the checkpoint from disk, or swapping in weights already received.
-Versions on tokens stay exact either way: a token sampled before the swap carries the old
-version, one after it the new.
-
-Two transports (``WeightTransport``: ``stage`` on every rank, ``deliver`` on rank 0 before the
-pause, ``send`` on rank 0 while the servers are paused, ``close``):
-  * ``DiskTransport`` writes an HF directory per version (kept for the last ``keep_last``) on a
-    filesystem the servers read; ``send`` is ``/update_weights_from_disk``.
-  * ``DistributedTransport`` gathers the full state dict to rank 0's memory; ``send`` forms (once)
-    a torch.distributed group of its own with every server (``agentrl.process_group``: rank 0
-    the trainer, server ``i`` rank ``1 + i`` — one per GPU of a tensor-parallel SGLang server,
-    counted from its ``/server_info``; gloo on CPU, NCCL on GPUs) and, bucket by bucket
-    (``bucket_bytes``), posts ``/update_weights_from_distributed`` (names, dtypes, shapes) to
-    every server while broadcasting the bucket — SGLang's protocol, the version on the last
-    bucket only — inside the pause. Against ``agentrl serve`` (``overlap``, and every server's
-    ``/server_info`` advertising ``agentrl_staged_weight_updates``) the buckets go in
-    ``deliver`` instead, marked ``agentrl_stage_only`` (received and checked into a staging copy
-    while generation goes on), and ``send`` only commits them (``/agentrl/commit_staged_weights``,
-    with the version; a failed commit falls back to the whole in-pause send). A bucket goes as
-    SGLang's ``flattened_bucket`` (its tensors' bytes end to end,
-    one collective; flattened while staging, before the pause) unless ``flatten=False`` (one
-    collective per tensor, which the server receives straight into place). After a failure the group is disbanded and formed again (a failure that
-    is not the servers' refusal — a server lost mid-broadcast — is retried once, at once), as it
-    is when a restarted server must join (``RemoteEngine.needs_rejoin``); forming waits until
-    every server answers.
-
-What it is not: the inference client (``agentrl.inference.RemoteEngine`` implements the
+What it is not: the inference client (``agentrl.client.RemoteEngine`` implements the
 ``WeightUpdateTarget`` and ``BroadcastTarget`` protocols here), the HF export itself
 (``agentrl.trainer.checkpoint.export_hf``) or the server's side (``agentrl.inference.weight_sync``).
 """
