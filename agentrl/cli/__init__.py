@@ -1,4 +1,5 @@
-"""The ``agentrl`` command line: one subcommand per module of this package (``agentrl/cli/``).
+"""The ``agentrl`` command line: one subcommand per ``<command>_command.py`` module of this
+package (``agentrl/cli/``; other modules hold what several commands share).
 
 Each command module defines ``register(subparsers)``, which adds its parser and sets
 ``func`` (a callable taking the parsed args and returning an exit code). Command modules
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+        if not info.name.endswith("_command"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         module.register(sub)

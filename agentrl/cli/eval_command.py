@@ -34,7 +34,7 @@ def run(args) -> int:
     from dataclasses import asdict
     from pathlib import Path
 
-    from agentrl.cli.train_command import split_items
+    from agentrl.cli.run_setup import split_items
     from agentrl.client.remote_engine import RemoteEngine
     from agentrl.config import load_config
     from agentrl.errors import ConfigError

@@ -35,31 +35,17 @@ def run(args) -> int:
     import json
     from pathlib import Path
 
-    from agentrl.cli.train_command import refuse_other_outputs, split_items
-    from agentrl.config import describe, load_config, save_config
+    from agentrl.cli.run_setup import config_help, load_run, refuse_other_outputs
+    from agentrl.config import save_config
     from agentrl.errors import ConfigError
     from agentrl.process.services import exit_on_signals
     from agentrl.run.run_lock import RunLock, make_dir
     from agentrl.run.sft_config import SftConfig
 
     if args.help_config:
-        for key, tp, default, help_ in describe(SftConfig):
-            print(f"{key:<44} {tp:<18} default {default!r}\n    {help_}")
-        return 0
-    config_path, overrides = split_items(args.items)
-    if args.resume:
-        run_dir = Path(args.resume)
-        if config_path is not None:
-            raise ConfigError("with --resume, give only key=value overrides (the run's config.yaml is used)")
-        if not (run_dir / "config.yaml").is_file():
-            raise ConfigError(f"{run_dir} holds no run to resume (no config.yaml); start one with "
-                              "`agentrl sft CONFIG run_dir=...`")
-        cfg = load_config(SftConfig, run_dir / "config.yaml", [*overrides, f"run_dir={run_dir}"])
-    else:
-        if config_path is None:
-            raise ConfigError("give a config file: agentrl sft CONFIG [key=value ...] (or --resume RUN_DIR)")
-        cfg = load_config(SftConfig, config_path, overrides)
-        run_dir = Path(cfg.run_dir)
+        return config_help(SftConfig)
+    cfg, run_dir, _ = load_run(SftConfig, args, "agentrl sft")
+    if not args.resume:
         refuse_other_outputs(run_dir, "agentrl sft")
         if (run_dir / "metrics.jsonl").exists():
             raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run (metrics.jsonl); continue it with "

@@ -33,22 +33,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def split_items(items: list[str]) -> tuple[str | None, list[str]]:
-    """(the config path or None, the key=value overrides)."""
-    paths = [i for i in items if "=" not in i]
-    if len(paths) > 1:
-        from agentrl.errors import ConfigError
-
-        raise ConfigError(f"expected one CONFIG file and key=value overrides, got several paths: {paths}")
-    return (paths[0] if paths else None), [i for i in items if "=" in i]
-
-
 def run(args) -> int:
     import contextlib
     import json
-    from pathlib import Path
 
-    from agentrl.config import describe, load_config, save_config
+    from agentrl.cli.run_setup import config_help, load_run, refuse_other_outputs
+    from agentrl.config import save_config
     from agentrl.errors import ConfigError
     from agentrl.process.services import exit_on_signals
     from agentrl.run.local_launcher import launch
@@ -58,23 +48,8 @@ def run(args) -> int:
     from agentrl.run.run_lock import describe as describe_holder
 
     if args.help_config:
-        for key, tp, default, help_ in describe(RunConfig):
-            print(f"{key:<44} {tp:<18} default {default!r}\n    {help_}")
-        return 0
-    config_path, overrides = split_items(args.items)
-    if args.resume:
-        run_dir = Path(args.resume)
-        if config_path is not None:
-            raise ConfigError("with --resume, give only key=value overrides (the run's config.yaml is used)")
-        if not (run_dir / "config.yaml").is_file():
-            raise ConfigError(f"{run_dir} holds no run to resume (no config.yaml, no complete checkpoint); "
-                              "start one with `agentrl train CONFIG run_dir=...`")
-        cfg = load_config(RunConfig, run_dir / "config.yaml", [*overrides, f"run_dir={run_dir}"])
-    else:
-        if config_path is None:
-            raise ConfigError("give a config file: agentrl train CONFIG [key=value ...] (or --resume RUN_DIR)")
-        cfg = load_config(RunConfig, config_path, overrides)
-        run_dir = Path(cfg.run_dir)
+        return config_help(RunConfig)
+    cfg, run_dir, overrides = load_run(RunConfig, args, "agentrl train")
     check_run_config(cfg)
     refuse_other_outputs(run_dir, "agentrl train")
     print(f"agentrl train: {apply_placement(cfg)}", flush=True)
@@ -123,28 +98,6 @@ def mostly_failed(summary: dict, run_dir, threshold: float) -> bool:
           f"The first error: {summary.get('first_error', '?')}. All of them: {run_dir}/rollout/episodes.jsonl, "
           f"`agentrl view {run_dir}`", file=sys.stderr, flush=True)
     return True
-
-
-def refuse_other_outputs(run_dir, command: str) -> None:
-    """Refuse a run_dir that holds another command's outputs, not a run: a gateway's recordings
-    (``agentrl gateway --out DIR`` writes ``DIR/trajectories.jsonl``) or an evaluation's results
-    (``agentrl eval --out DIR``: ``DIR/eval.jsonl`` and the rest). A run's files would mix with them."""
-    from pathlib import Path
-
-    from agentrl.errors import ConfigError
-    from agentrl.rollout.evaluate import RESULTS, SETTINGS, SUMMARY
-    from agentrl.rollout.gateway import RECORDINGS
-
-    recordings = Path(run_dir) / RECORDINGS
-    if recordings.is_file():
-        raise ConfigError(f"config key 'run_dir': {str(run_dir)!r} holds a gateway's recordings ({recordings}, "
-                          f"written by `agentrl gateway --out`), not a run; give {command} another run_dir=... "
-                          f"(to fine-tune on those episodes: `agentrl sft CONFIG data={recordings}`)")
-    results = [name for name in (RESULTS, SETTINGS, SUMMARY) if (Path(run_dir) / name).is_file()]
-    if results:
-        raise ConfigError(f"config key 'run_dir': {str(run_dir)!r} holds the results of `agentrl eval --out` "
-                          f"({', '.join(results)}), not a run; give {command} another run_dir=... "
-                          f"(to look at them: `agentrl view {run_dir}`)")
 
 
 STOPPED = "stopped"
