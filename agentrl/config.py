@@ -357,7 +357,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             kwargs["required"] = True
         else:
             kwargs["default"] = default
-            if default is not None and kind is not bool:
+            if default not in (None, "") and kind is not bool:
                 help_ += f" (default: {default})".replace("%", "%%")
         parser.add_argument(_flag_of(f), help=help_, **kwargs)
 

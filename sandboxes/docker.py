@@ -71,6 +71,7 @@ from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
 from agentrl.plugins import import_optional
 from sandboxes import seccomp
+from sandboxes.program_limits import BackendLimits
 from sandboxes.wire import request_payload, result_from_reply, sandbox_error
 
 LABEL = "agentrl.sandbox"
@@ -81,15 +82,12 @@ SUPERVISOR_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supe
 
 
 @dataclass
-class DockerSandboxConfig:
+class DockerSandboxConfig(BackendLimits):
     image: str = option("agentrl-sandbox:latest", help="image with python3 (make sandbox-image builds it)")
     pool_size: int = option(4, help="warm containers; also the number of programs running at once", ge=1)
     memory_mb: int = option(512, help="memory (and memory+swap) limit of each container", ge=64)
     cpus: float = option(1.0, help="CPU quota of each container, in CPUs", gt=0)
     pids: int = option(128, help="pids limit of each container (the supervisor included)", ge=16)
-    work_mb: int = option(64, help="size of the tmpfs /work (/tmp gets a quarter) and the file-size limit", ge=1)
-    max_processes: int = option(64, help="processes and threads one program may have at once", ge=1)
-    session_memory_mb: int = option(512, help="address-space limit of a session's interpreter", ge=16)
     docker_host: str = option("", help="engine URL; empty = DOCKER_HOST or the default socket")
     cgroup_parent: str = option("", help="cgroup the containers are placed under (cgroupfs driver)")
     uid: int = option(10000, help="uid of the programs in the first container (the next gets uid+1, ...)", ge=1000)
@@ -171,7 +169,7 @@ class DockerSession:
         if self.broken:
             return sandbox_error("this session's container failed earlier; start a new session")
         cfg = self._sandbox.config
-        payload = request_payload(request, cfg.work_mb, cfg.max_processes)
+        payload = request_payload(request, cfg)
         self.in_call = True
         try:
             reply = await self._sandbox._call(self._box, {"op": "session_call", "request": payload},
@@ -352,7 +350,7 @@ class DockerSandbox:
         """Run one program in a pooled container; cancelling the call kills the program at
         once (its container is destroyed first, then replaced)."""
         cfg = self.config
-        payload = request_payload(request, cfg.work_mb, cfg.max_processes)
+        payload = request_payload(request, cfg)
         box = await self._acquire()
         try:
             reply = await self._call(box, {"op": "run", "request": payload}, request.time_limit_s + CALL_GRACE_S)
@@ -372,8 +370,7 @@ class DockerSandbox:
         box = await self._acquire()
         session = DockerSession(self, box)
         try:
-            limits = {"cpu_s": 3600, "memory_mb": self.config.session_memory_mb,
-                      "file_mb": self.config.work_mb, "nproc": self.config.max_processes}
+            limits = self.config.for_session().to_wire()
             reply = await self._call(box, {"op": "session_start", "limits": limits}, CALL_GRACE_S)
             if not reply.get("ok"):
                 session.broken = True

@@ -45,6 +45,7 @@ from agentrl.api import ExecRequest, ExecResult
 from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
 from sandboxes import seccomp
+from sandboxes.program_limits import BackendLimits
 from sandboxes.wire import request_payload, result_from_reply, sandbox_error
 
 CGROUP_HEADROOM_MB = 64
@@ -60,11 +61,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclass
-class LocalSandboxConfig:
+class LocalSandboxConfig(BackendLimits):
     max_concurrency: int = option(8, help="jails running at once (sessions included); further runs wait", ge=1)
-    work_mb: int = option(64, help="size of the tmpfs work dir (/tmp gets a quarter) and the file-size limit", ge=1)
-    max_processes: int = option(64, help="processes and threads one program may have at once", ge=1)
-    session_memory_mb: int = option(512, help="memory limit of a session's interpreter", ge=16)
     python: str = option("", help="interpreter programs run under; empty = the one running agentrl "
                          "(rootless: it must be readable by the unprivileged user, e.g. /usr/bin/python3)")
     mode: str = option("auto", help="root: jails built as root (a uid and cgroups per jail); rootless: "
@@ -205,7 +203,7 @@ class LocalSession:
             raise ValueError("a session keeps a Python interpreter; language must be 'python'")
         if self.broken:
             return sandbox_error(f"this session's jail was killed earlier ({self.broken}); start a new session")
-        payload = request_payload(request, self._sandbox.config.work_mb, self._sandbox.config.max_processes)
+        payload = request_payload(request, self._sandbox.config)
         try:
             reply = await self._jail.call(
                 {"op": "session_call", "request": payload}, request.time_limit_s + JAIL_SETUP_S
@@ -382,7 +380,7 @@ class LocalSandbox:
         """Run one program in a fresh jail. Failures of the jail itself come back as
         SANDBOX_ERROR results; only a missing prerequisite (root, bubblewrap) raises.
         Cancelling the call kills the program at once."""
-        payload = request_payload(request, self.config.work_mb, self.config.max_processes)
+        payload = request_payload(request, self.config)
         async with self._semaphore():
             try:
                 jail = await self._open_jail(request.memory_limit_mb)
@@ -408,12 +406,7 @@ class LocalSandbox:
         async with self._semaphore():
             jail = await self._open_jail(self.config.session_memory_mb)
             try:
-                limits = {
-                    "cpu_s": 3600,
-                    "memory_mb": self.config.session_memory_mb,
-                    "file_mb": self.config.work_mb,
-                    "nproc": self.config.max_processes,
-                }
+                limits = self.config.for_session().to_wire()
                 reply = await jail.call({"op": "session_start", "limits": limits}, JAIL_SETUP_S)
                 if not reply.get("ok"):
                     raise SandboxError(f"session did not start: {reply.get('error', reply)}")

@@ -855,17 +855,9 @@ class Supervisor:
 
     # ---- one program
 
-    def _limits(self, req: dict) -> dict:
-        return {
-            "cpu_s": int(req["time_limit_s"]) + 1,
-            "memory_mb": int(req["memory_limit_mb"]),
-            "file_mb": int(req.get("file_limit_mb", 64)),
-            "nproc": int(req.get("max_processes", 64)),
-        }
-
     def run(self, req: dict) -> dict:
         start = time.monotonic()
-        limits = self._limits(req)
+        limits = req["limits"]  # the host's ProgramLimits (sandboxes/program_limits.py)
         try:
             self._write_files(req)
         except (ValueError, OSError) as e:

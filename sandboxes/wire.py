@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
+from sandboxes.program_limits import BackendLimits
 
 
 def check_names(request: ExecRequest) -> None:
@@ -39,16 +40,13 @@ def check_sizes(request: ExecRequest, work_mb: int) -> None:
         raise ValueError(f"files add up to {files} bytes; the work dir holds {work_mb} MiB")
 
 
-def request_payload(request: ExecRequest, work_mb: int, max_processes: int) -> dict[str, Any]:
-    """The supervisor's ``run`` request: the ExecRequest plus the backend's fixed limits.
-    Raises ValueError for file names outside the work dir and for code or files too big
-    for the work dirs."""
+def request_payload(request: ExecRequest, limits: BackendLimits) -> dict[str, Any]:
+    """The supervisor's ``run`` request: the ExecRequest plus the program's rlimits
+    (``limits.for_request``). Raises ValueError for file names outside the work dir and for
+    code or files too big for the work dirs."""
     check_names(request)
-    check_sizes(request, work_mb)
-    d = request.to_dict()
-    d["file_limit_mb"] = work_mb
-    d["max_processes"] = max_processes
-    return d
+    check_sizes(request, limits.work_mb)
+    return {**request.to_dict(), "limits": limits.for_request(request).to_wire()}
 
 
 def result_from_reply(reply: dict[str, Any]) -> ExecResult:

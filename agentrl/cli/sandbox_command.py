@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import argparse
 
+SERVICE = "sandboxes.service_config:SandboxServiceConfig"
+LIMITS = "sandboxes.program_limits:BackendLimits"
 CEILINGS = "sandboxes.ceilings:Ceilings"
-"""The service's ceilings, whose fields are ``serve``'s ``--max-*`` flags (``GET /health``
-shows the values in force). By import path: the core never imports ``sandboxes`` by name."""
+"""``serve``'s flags are the fields of these three: the service's settings, what every program
+runs under, and the ceilings of one request (``--max-*``; ``GET /health`` shows them). By
+import path: the core never imports ``sandboxes`` by name."""
 
 
 def register(subparsers) -> None:
@@ -45,24 +48,9 @@ def register(subparsers) -> None:
     r.set_defaults(func=run)
 
     s = sub.add_parser("serve", help="serve a sandbox backend over HTTP")
-    s.add_argument("--backend", choices=("local", "docker"), default="docker", help="backend (default docker)")
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=8100, help="port (default 8100; 0 picks a free one)")
-    s.add_argument("--api-key", default=None, help="require this key (default: $AGENTRL_SANDBOX_API_KEY, or none)")
-    s.add_argument("--max-concurrency", type=int, default=8, help="executions at once (default 8)")
-    s.add_argument("--max-queue", type=int, default=256, help="requests waiting before 503 (default 256)")
-    s.add_argument("--pool-size", type=int, default=None, help="docker: warm containers (default = max-concurrency)")
-    s.add_argument("--cgroup-parent", default="", help="cgroup the jails or containers nest under")
-    s.add_argument("--uid-base", type=int, default=0,
-                   help="first uid programs run as (local: one per jail slot; docker: one per container; 0 = default)")
-    s.add_argument("--insecure", action="store_true",
-                   help="allow a non-loopback --host without an API key (anyone reaching it runs code)")
-    s.add_argument("--max-processes", type=int, default=64, help="processes one program may have (default 64)")
-    s.add_argument("--python", default="", help="local: interpreter programs run under (default: this one)")
-    s.add_argument("--local-mode", choices=("auto", "root", "rootless"), default="auto",
-                   help="local: root jails, or rootless ones in bubblewrap (default: root when root)")
+    add_arguments(s, load_object(SERVICE))
+    add_arguments(s.add_argument_group("what every program runs under"), load_object(LIMITS))
     add_arguments(s.add_argument_group("ceilings of one request"), load_object(CEILINGS))
-    s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     s.set_defaults(func=serve)
 
 
@@ -123,6 +111,7 @@ def _loopback(host: str) -> bool:
 
 
 def serve(args) -> int:
+    import dataclasses
     import logging
     import os
 
@@ -131,27 +120,21 @@ def serve(args) -> int:
     from agentrl.plugins import load_object, make_sandbox
     from agentrl.process.services import bind, run_app
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    api_key = args.api_key if args.api_key is not None else os.environ.get("AGENTRL_SANDBOX_API_KEY", "")
-    if not api_key and not _loopback(args.host) and not args.insecure:
+    service = from_args(load_object(SERVICE), args)
+    limits = from_args(load_object(LIMITS), args)
+    ceilings = from_args(load_object(CEILINGS), args)
+    logging.basicConfig(level=service.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    api_key = service.api_key if service.api_key is not None else os.environ.get("AGENTRL_SANDBOX_API_KEY", "")
+    if not api_key and not _loopback(service.host) and not service.insecure:
         raise ConfigError(
-            f"refusing to listen on {args.host} without an API key: anyone who reaches it could run code "
+            f"refusing to listen on {service.host} without an API key: anyone who reaches it could run code "
             "on this machine; pass --api-key (or set AGENTRL_SANDBOX_API_KEY), or --insecure if the "
             "network is yours alone"
         )
-    ceilings = from_args(load_object(CEILINGS), args)
-    options = {"cgroup_parent": args.cgroup_parent, "max_processes": args.max_processes}
-    if args.backend == "docker":
-        options["pool_size"] = args.pool_size or args.max_concurrency
-        if args.uid_base:
-            options["uid"] = args.uid_base
-    else:
-        options.update(max_concurrency=args.max_concurrency, uid_base=args.uid_base, python=args.python,
-                       mode=args.local_mode)
-    sandbox = make_sandbox(args.backend, **options)
+    sandbox = make_sandbox(service.backend, **dataclasses.asdict(limits), **service.backend_options())
     build_app = load_object("sandboxes.service:build_app")
-    app = build_app(sandbox, backend=args.backend, api_key=api_key, max_concurrency=args.max_concurrency,
-                    max_queue=args.max_queue, ceilings=ceilings)
-    run_app(app, bind(args.host, args.port), ready_line="agentrl sandbox serve: ready on ",
-            log_level=args.log_level, before_ready=getattr(sandbox, "start", None))
+    app = build_app(sandbox, backend=service.backend, api_key=api_key, max_concurrency=service.max_concurrency,
+                    max_queue=service.max_queue, ceilings=ceilings)
+    run_app(app, bind(service.host, service.port), ready_line="agentrl sandbox serve: ready on ",
+            log_level=service.log_level, before_ready=getattr(sandbox, "start", None))
     return 0
