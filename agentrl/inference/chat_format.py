@@ -21,17 +21,18 @@ from agentrl.toolcalls import parse_tool_calls
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
-_SAMPLING_FIELDS = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
+OPENAI_SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
                     ("stop_token_ids", "stop_token_ids"), ("ignore_eos", "ignore_eos"), ("seed", "sampling_seed"),
                     ("skip_special_tokens", "skip_special_tokens"), ("no_stop_trim", "no_stop_trim"),
                     ("frequency_penalty", "frequency_penalty"), ("presence_penalty", "presence_penalty"),
                     ("repetition_penalty", "repetition_penalty"), ("min_p", "min_p"), ("logit_bias", "logit_bias"))
+"""OpenAI request field -> SGLang ``sampling_params`` key (besides max_tokens, n and stop)."""
 
 
 def sampling_fields(body: dict[str, Any], default_max: int | None) -> dict[str, Any]:
     """OpenAI request fields -> a SGLang ``sampling_params`` object (checked by ``wire.parse_sampling``)."""
     sp: dict[str, Any] = {"max_new_tokens": body.get("max_completion_tokens", body.get("max_tokens", default_max))}
-    for src, dst in _SAMPLING_FIELDS:
+    for src, dst in OPENAI_SAMPLING:
         if body.get(src) is not None:
             sp[dst] = body[src]
     if body.get("stop") is not None:

@@ -40,7 +40,7 @@ from agentrl.inference.chat_format import (
 )
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
-from agentrl.inference.validation import parse_sampling
+from agentrl.inference.validation import LOGPROB_FIELDS, SAMPLING, parse_sampling
 from agentrl.inference.wire import check_type, finish_text, parse_prompt_ids, read_json
 
 
@@ -61,11 +61,7 @@ async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], 
 
 
 def _n(state: ServerState, body: dict[str, Any]) -> int:
-    n = body.get("n") or 1
-    check_type("n", n, (int,), f"an integer in [1, {state.bounds.max_n}]")
-    if not 1 <= n <= state.bounds.max_n:
-        raise Refused(f"n must be an integer in [1, {state.bounds.max_n}] (this server's --max-n), got {n}")
-    return n
+    return SAMPLING["n"].read("n", body.get("n"), state.bounds)
 
 
 def _chat_top_logprobs(state: ServerState, body: dict[str, Any]) -> tuple[bool, int]:
@@ -73,11 +69,8 @@ def _chat_top_logprobs(state: ServerState, body: dict[str, Any]) -> tuple[bool, 
     want = body.get("logprobs") or False
     check_type("logprobs", want, (bool,), "true or false")
     top = body.get("top_logprobs")
-    cap = state.bounds.max_top_logprobs
     if top is not None:
-        check_type("top_logprobs", top, (int,), f"an integer in [0, {cap}]")
-        if not 0 <= top <= cap:
-            raise Refused(f"top_logprobs must be an integer in [0, {cap}], got {top}")
+        top = LOGPROB_FIELDS["top_logprobs_num"].read("top_logprobs", top, state.bounds)
         if top and not want:
             raise Refused("top_logprobs needs logprobs: true")
     return want, top or 0
@@ -177,10 +170,7 @@ def openai_routes(state: ServerState) -> APIRouter:
                 ids = parse_prompt_ids(prompt, state.vocab_size, "prompt")
             else:
                 raise Refused("prompt must be a string or a list of token ids (one prompt per request)")
-            top_n = body.get("logprobs")
-            cap = state.bounds.max_top_logprobs
-            if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or not 0 <= top_n <= cap):
-                raise Refused(f"logprobs must be an integer in [0, {cap}], got {top_n!r}")
+            top_n = LOGPROB_FIELDS["top_logprobs_num"].read("logprobs", body.get("logprobs"), state.bounds)
             reqs, parsed = await _run_all(state, ids, body, http, 16, top_n or 0)
         except Refused as e:
             return error_response(e)

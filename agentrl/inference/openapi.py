@@ -9,18 +9,21 @@ model's and the server's own bounds (``Bounds``: token ids below the vocabulary 
 ``max_new_tokens`` within the context, the caps on ``n`` and top-logprobs), so a body drawn
 from them is mostly one the engine runs.
 
-What it is not: validation — the routes parse their bodies themselves (``wire``,
-``validation``) and answer a 4xx naming the field, so the schemas describe the accepted
-shapes without enforcing them (FastAPI's own 422 never fires). Some limits depend on several
-fields at once (prompt + output within the context, one ``sampling_params`` per prompt of a
-batch, ``logprob_start_len`` within the prompt) and are checked only there.
+The sampling keys (SGLang's and their OpenAI names) and the logprob fields are written from
+their one declaration, ``validation.SAMPLING`` and ``validation.LOGPROB_FIELDS``, which the
+parsers read too. What it is not: validation — the routes parse their bodies themselves
+(``wire``, ``validation``) and answer a 4xx naming the field (FastAPI's own 422 never fires).
+Some limits depend on several fields at once (prompt + output within the context, one
+``sampling_params`` per prompt of a batch, ``logprob_start_len`` within the prompt) and are
+checked only there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentrl.inference.validation import MAX_STOP, MAX_STREAM_INTERVAL, TOP_K_ALL, Bounds
+from agentrl.inference.chat_format import OPENAI_SAMPLING
+from agentrl.inference.validation import LOGPROB_FIELDS, SAMPLING, Bounds
 
 Schema = dict[str, Any]
 
@@ -29,10 +32,8 @@ def _one_or_many(item: Schema) -> Schema:
     return {"anyOf": [item, {"type": "array", "items": item, "minItems": 1}]}
 
 
-_NUM = {"type": "number"}
 _BOOL = {"type": "boolean"}
 _STR = {"type": "string"}
-_STRINGS = {"anyOf": [_STR, {"type": "array", "items": _STR, "maxItems": MAX_STOP}, {"type": "null"}]}
 
 
 def _tokens(b: Bounds) -> Schema:
@@ -43,50 +44,15 @@ def _tokens(b: Bounds) -> Schema:
     return {"type": "array", "items": item, "minItems": 1, "maxItems": b.context_length - 1}
 
 
-def _max_tokens(b: Bounds) -> Schema:
-    return {"type": ["integer", "null"], "minimum": 0, "maximum": b.context_length - 1}
-
-
 def sampling_params(b: Bounds) -> Schema:
-    """SGLang's ``sampling_params`` (sglang 0.5.23 ``sampling_params.py``) within ``b``."""
-    return {
-        "type": "object",
-        "properties": {
-            "max_new_tokens": _max_tokens(b),
-            "min_new_tokens": {"type": "integer", "minimum": 0, "maximum": b.context_length - 1},
-            "temperature": {"type": "number", "minimum": 0},
-            "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-            "top_k": {"anyOf": [{"const": -1}, {"type": "integer", "minimum": 1, "maximum": TOP_K_ALL}]},
-            "min_p": {"type": "number", "minimum": 0, "maximum": 1},
-            "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
-            "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
-            "repetition_penalty": {"type": "number", "exclusiveMinimum": 0, "maximum": 2},
-            "stop": _STRINGS,
-            "stop_regex": _STRINGS,
-            "stop_token_ids": {"type": ["array", "null"], "items": {"type": "integer"}, "maxItems": 1024},
-            "ignore_eos": _BOOL,
-            "skip_special_tokens": _BOOL,
-            "spaces_between_special_tokens": _BOOL,
-            "no_stop_trim": _BOOL,
-            "n": {"type": "integer", "minimum": 1, "maximum": b.max_n},
-            "sampling_seed": {"type": ["integer", "null"], "minimum": -(1 << 63), "maximum": (1 << 64) - 1},
-            "json_schema": {"type": "null"},
-            "regex": {"type": "null"},
-            "ebnf": {"type": "null"},
-            "structural_tag": {"type": "null"},
-            "logit_bias": {"type": ["object", "null"], "propertyNames": {"pattern": "^[0-9]+$"},
-                           "additionalProperties": {"type": "number", "minimum": -1e6, "maximum": 1e6}},
-            "stream_interval": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_STREAM_INTERVAL},
-            "custom_params": {"type": ["object", "null"]},
-        },
-        "additionalProperties": False,
-    }
+    """SGLang's ``sampling_params`` within ``b``, from its declaration (``validation.SAMPLING``)."""
+    return {"type": "object", "properties": {name: key.schema(b) for name, key in SAMPLING.items()},
+            "additionalProperties": False}
 
 
 def generate(b: Bounds) -> Schema:
     """``/generate``'s body (``GenerateReqInput``): exactly one of ``text`` and ``input_ids``,
     one prompt or a batch."""
-    top = {"type": "integer", "minimum": 0, "maximum": b.max_top_logprobs}
     return {
         "type": "object",
         "oneOf": [{"required": ["text"]}, {"required": ["input_ids"]}],
@@ -96,9 +62,7 @@ def generate(b: Bounds) -> Schema:
             "sampling_params": _one_or_many(sampling_params(b)),
             "rid": _one_or_many(_STR),
             "stream": _BOOL,
-            "return_logprob": _one_or_many(_BOOL),
-            "logprob_start_len": _one_or_many({"type": "integer", "minimum": -1, "maximum": b.context_length - 1}),
-            "top_logprobs_num": _one_or_many(top),
+            **{name: _one_or_many(key.schema(b)) for name, key in LOGPROB_FIELDS.items()},
             "return_text_in_logprobs": _BOOL,
         },
     }
@@ -109,17 +73,11 @@ _MESSAGE = {"type": "object", "required": ["role", "content"],
 
 
 def _openai_sampling(b: Bounds) -> Schema:
-    return {
-        "model": _STR, "max_tokens": _max_tokens(b), "temperature": {"type": "number", "minimum": 0},
-        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "top_k": {"anyOf": [{"const": -1}, {"type": "integer", "minimum": 1, "maximum": TOP_K_ALL}]},
-        "n": {"type": "integer", "minimum": 1, "maximum": b.max_n}, "stop": _STRINGS,
-        "seed": {"type": "integer", "minimum": -(1 << 63), "maximum": (1 << 64) - 1}, "stream": _BOOL,
-        "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
-        "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
-        "repetition_penalty": {"type": "number", "exclusiveMinimum": 0, "maximum": 2},
-        "min_p": {"type": "number", "minimum": 0, "maximum": 1},
-    }
+    """The OpenAI routes' sampling fields: SGLang's keys under OpenAI's names
+    (``chat_format.OPENAI_SAMPLING``), declared once in ``validation.SAMPLING``."""
+    return {"model": _STR, "stream": _BOOL, "max_tokens": SAMPLING["max_new_tokens"].schema(b),
+            "n": SAMPLING["n"].schema(b), "stop": SAMPLING["stop"].schema(b),
+            **{name: SAMPLING[key].schema(b) for name, key in OPENAI_SAMPLING}}
 
 
 def chat_completion(b: Bounds) -> Schema:
@@ -130,9 +88,9 @@ def chat_completion(b: Bounds) -> Schema:
         "properties": {
             "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
             **_openai_sampling(b),
-            "max_completion_tokens": _max_tokens(b),
+            "max_completion_tokens": SAMPLING["max_new_tokens"].schema(b),
             "logprobs": _BOOL,
-            "top_logprobs": {"type": "integer", "minimum": 0, "maximum": b.max_top_logprobs},
+            "top_logprobs": LOGPROB_FIELDS["top_logprobs_num"].schema(b),
             "tools": {"type": "array", "items": {"type": "object"}},
             "tool_choice": {"enum": ["auto", "none"]},
             "return_token_ids": _BOOL,
@@ -147,7 +105,7 @@ def completion(b: Bounds) -> Schema:
         "required": ["prompt"],
         "properties": {"prompt": {"anyOf": [{"type": "string", "minLength": 1}, _tokens(b)]}, **_openai_sampling(b),
                        "stream": {"const": False}, "echo": {"const": False},
-                       "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": b.max_top_logprobs}},
+                       "logprobs": {**LOGPROB_FIELDS["top_logprobs_num"].schema(b), "type": ["integer", "null"]}},
     }
 
 

@@ -30,20 +30,14 @@ from agentrl.api import SamplingParams
 from agentrl.errors import Refused
 from agentrl.inference.wire import check_type
 
-SAMPLING_KEYS = (
-    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "stop", "stop_regex", "stop_token_ids", "ignore_eos",
-    "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "n", "sampling_seed",
-    "json_schema", "regex", "ebnf", "structural_tag", "logit_bias", "stream_interval", "custom_params",
-)
 GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
 TOP_K_ALL = 1 << 30
 """SGLang's "whole vocabulary" top-k; larger values are refused."""
 MAX_STOP = 32
 MAX_STOP_REGEX_BYTES = 256
+MAX_STOP_TOKEN_IDS = 1024
 MAX_STREAM_INTERVAL = 1 << 20
-
-
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
 @dataclass(frozen=True)
 class Bounds:
     """What a request is checked against."""
@@ -52,6 +46,119 @@ class Bounds:
     vocab_size: int | None = None  # None: token ids are not checked (a client without the model)
     max_n: int = 256
     max_top_logprobs: int = 64
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a request body, declared once: its kind, default and range. ``parse_sampling``
+    (and the OpenAI routes) check values with it; ``agentrl.inference.openapi`` writes its JSON
+    Schema from it. ``hi`` may name a bound of the server instead of a number: ``"context"``
+    (the context length - 1), ``"max_n"``, ``"max_top_logprobs"``. Kinds: ``number``,
+    ``integer``, ``flag``, ``strings`` (one or a list), ``token_ids``, ``logit_bias``,
+    ``object``, ``top_k``, ``null`` (accepted only as null: the grammar keys)."""
+
+    kind: str
+    default: Any = None
+    lo: float | None = None
+    hi: float | str | None = None
+    lo_open: bool = False
+    nullable: bool = False
+    note: str = ""  # said after the range in an error, e.g. "(this server's --max-n)"
+    words: str = ""  # the allowed values in words, when not the range
+
+    def high(self, b: Bounds) -> float | None:
+        if isinstance(self.hi, str):
+            return {"context": b.context_length - 1, "max_n": b.max_n,
+                    "max_top_logprobs": b.max_top_logprobs}[self.hi]
+        return self.hi
+
+    def what(self, b: Bounds) -> str:
+        """The allowed values in words."""
+        lo, hi = self.lo, self.high(b)
+        if self.words or self.kind == "flag":
+            return self.words or "true or false"
+        if hi is None or hi == math.inf:
+            said = (f"{'a finite number' if self.kind == 'number' else 'an integer'} "
+                    f"{'>' if self.lo_open else '>='} {_fmt(lo)}")
+        else:
+            said = (f"{'a number' if self.kind == 'number' else 'an integer'} in "
+                    f"{'(' if self.lo_open else '['}{_fmt(lo)}, {_fmt(hi)}]")
+        return f"{said} {self.note}".strip()
+
+    def read(self, name: str, value: Any, b: Bounds) -> Any:
+        """``value`` checked (None: the default), or a ``Refused`` naming ``name``."""
+        if value is None:
+            return self.default
+        if self.kind == "flag":
+            check_type(name, value, (bool,), "true or false")
+            return value
+        hi = self.high(b)
+        if self.kind == "integer":
+            return _integer(name, value, int(self.lo), int(hi if hi is not None else 1 << 62), self.what(b))
+        return _number(name, value, self.lo, hi if hi is not None else math.inf, lo_open=self.lo_open,
+                       what=self.what(b))
+
+    def schema(self, b: Bounds) -> dict[str, Any]:
+        """The JSON Schema of the key's values (within the server's bounds)."""
+        hi = self.high(b)
+        if self.kind in ("number", "integer"):
+            out: dict[str, Any] = {"type": [self.kind, "null"] if self.nullable else self.kind}
+            out["exclusiveMinimum" if self.lo_open else "minimum"] = self.lo
+            if hi is not None and hi != math.inf:
+                out["maximum"] = hi
+            return out
+        strings = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
+                                                  "maxItems": MAX_STOP}, {"type": "null"}]}
+        return {
+            "flag": {"type": "boolean"},
+            "strings": strings,
+            "token_ids": {"type": ["array", "null"], "items": {"type": "integer"}, "maxItems": MAX_STOP_TOKEN_IDS},
+            "logit_bias": {"type": ["object", "null"], "propertyNames": {"pattern": "^[0-9]+$"},
+                           "additionalProperties": {"type": "number", "minimum": -1e6, "maximum": 1e6}},
+            "object": {"type": ["object", "null"]},
+            "top_k": {"anyOf": [{"const": -1}, {"type": "integer", "minimum": 1, "maximum": TOP_K_ALL}]},
+            "null": {"type": "null"},
+        }[self.kind]
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+SAMPLING: dict[str, Key] = {
+    "max_new_tokens": Key("integer", 128, 0, "context", nullable=True),  # null: up to the context
+    "min_new_tokens": Key("integer", 0, 0, "context"),  # and at most max_new_tokens
+    "temperature": Key("number", 1.0, 0, math.inf),
+    "top_p": Key("number", 1.0, 0, 1, lo_open=True),
+    "top_k": Key("top_k", -1),
+    "min_p": Key("number", 0.0, 0, 1),
+    "frequency_penalty": Key("number", 0.0, -2, 2),
+    "presence_penalty": Key("number", 0.0, -2, 2),
+    "repetition_penalty": Key("number", 1.0, 0, 2, lo_open=True),
+    "stop": Key("strings"),
+    "stop_regex": Key("strings"),
+    "stop_token_ids": Key("token_ids"),
+    "ignore_eos": Key("flag", False),
+    "skip_special_tokens": Key("flag", True),
+    "spaces_between_special_tokens": Key("flag", True),
+    "no_stop_trim": Key("flag", False),
+    "n": Key("integer", 1, 1, "max_n", note="(this server's --max-n)"),
+    "sampling_seed": Key("integer", None, SEED_RANGE[0], SEED_RANGE[1], nullable=True, words="a 64-bit integer"),
+    **{k: Key("null") for k in GRAMMAR_KEYS},
+    "logit_bias": Key("logit_bias"),
+    "stream_interval": Key("integer", None, 1, MAX_STREAM_INTERVAL, nullable=True),
+    "custom_params": Key("object"),
+}
+"""SGLang's ``sampling_params`` (sglang 0.5.23 ``sampling_params.py``): every key, its default
+and range — the one declaration the parser below and the OpenAPI schema read."""
+SAMPLING_KEYS = tuple(SAMPLING)
+
+LOGPROB_FIELDS: dict[str, Key] = {
+    "return_logprob": Key("flag", False),
+    "logprob_start_len": Key("integer", -1, -1, "context"),  # and at most the prompt's length
+    "top_logprobs_num": Key("integer", 0, 0, "max_top_logprobs", note="(this server's --max-top-logprobs-num)"),
+}
+"""``GenerateReqInput``'s logprob fields (one value, or one per prompt of a batch)."""
 
 
 def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False, what: str = "") -> float:
@@ -114,7 +221,7 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
     if prompt_len >= ctx:
         raise Refused(f"The input ({prompt_len} tokens) is longer than the model's context length "
                          f"({ctx} tokens).")
-    max_new = sp.get("max_new_tokens", 128)
+    max_new = sp.get("max_new_tokens", SAMPLING["max_new_tokens"].default)
     if max_new is None:  # SGLang: no cap but the context
         max_new = ctx - prompt_len
     sp = {k: v for k, v in sp.items() if v is not None}
@@ -126,22 +233,18 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
                          f"the input messages and {max_new} tokens for the completion. Please reduce the "
                          "number of tokens in the input messages or the completion to fit within the limit.")
     out["max_new_tokens"] = max_new
-    out["min_new_tokens"] = _integer("sampling_params.min_new_tokens", sp.get("min_new_tokens", 0), 0, max_new,
+    out["min_new_tokens"] = _integer("sampling_params.min_new_tokens", sp.get("min_new_tokens", SAMPLING["min_new_tokens"].default), 0, max_new,
                                      f"an integer in [0, max_new_tokens={max_new}]")
-    out["temperature"] = _number("sampling_params.temperature", sp.get("temperature", 1.0), 0, math.inf,
-                                 what="a finite number >= 0")
-    out["top_p"] = _number("sampling_params.top_p", sp.get("top_p", 1.0), 0, 1, lo_open=True)
-    k = sp.get("top_k", -1)
+    for key in ("temperature", "top_p"):
+        out[key] = SAMPLING[key].read(f"sampling_params.{key}", sp.get(key), bounds)
+    k = sp.get("top_k", SAMPLING["top_k"].default)
     check_type("sampling_params.top_k", k, (int,), f"-1 (all) or an integer in [1, {TOP_K_ALL}]")
     if not (k == -1 or 1 <= k <= TOP_K_ALL):
         raise Refused(f"sampling_params.top_k must be -1 (no cut) or in [1, {TOP_K_ALL}] (values above the "
                          f"vocabulary keep every token), got {k}")
     out["top_k"] = -1 if k == TOP_K_ALL or (bounds.vocab_size and k >= bounds.vocab_size) else k
-    out["min_p"] = _number("sampling_params.min_p", sp.get("min_p", 0.0), 0, 1)
-    out["frequency_penalty"] = _number("sampling_params.frequency_penalty", sp.get("frequency_penalty", 0.0), -2, 2)
-    out["presence_penalty"] = _number("sampling_params.presence_penalty", sp.get("presence_penalty", 0.0), -2, 2)
-    out["repetition_penalty"] = _number("sampling_params.repetition_penalty", sp.get("repetition_penalty", 1.0),
-                                        0, 2, lo_open=True)
+    for key in ("min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos"):
+        out[key] = SAMPLING[key].read(f"sampling_params.{key}", sp.get(key), bounds)
     out["stop"] = _strings("sampling_params.stop", sp.get("stop"))
     regexes = _strings("sampling_params.stop_regex", sp.get("stop_regex"))
     for pattern in regexes:
@@ -157,28 +260,19 @@ def parse_sampling(sp: Any, *, prompt_len: int, bounds: Bounds) -> dict[str, Any
     ids = sp.get("stop_token_ids", [])
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise Refused("sampling_params.stop_token_ids must be a list of token ids (integers)")
-    if len(ids) > 1024:
-        raise Refused(f"sampling_params.stop_token_ids holds {len(ids)} ids; at most 1024 are allowed")
+    if len(ids) > MAX_STOP_TOKEN_IDS:
+        raise Refused(f"sampling_params.stop_token_ids holds {len(ids)} ids; at most {MAX_STOP_TOKEN_IDS} are allowed")
     out["stop_token_ids"] = [i for i in ids if 0 <= i < (bounds.vocab_size or 1 << 62)]  # others never come
-    out["ignore_eos"] = _flag("sampling_params.ignore_eos", sp.get("ignore_eos", False))
-    seed = sp.get("sampling_seed")
-    out["seed"] = None if seed is None else _integer("sampling_params.sampling_seed", seed, -(1 << 63), (1 << 64) - 1,
-                                                     "a 64-bit integer")
+    out["seed"] = SAMPLING["sampling_seed"].read("sampling_params.sampling_seed", sp.get("sampling_seed"), bounds)
     out["logit_bias"] = _logit_bias(sp.get("logit_bias", {}), bounds.vocab_size)
-    n = _integer("sampling_params.n", sp.get("n", 1), 1, bounds.max_n,
-                 f"an integer in [1, {bounds.max_n}] (this server's --max-n)")
-    interval = sp.get("stream_interval")
-    if interval is not None:
-        interval = _integer("sampling_params.stream_interval", interval, 1, MAX_STREAM_INTERVAL)
+    n = SAMPLING["n"].read("sampling_params.n", sp.get("n"), bounds)
+    interval = SAMPLING["stream_interval"].read("sampling_params.stream_interval", sp.get("stream_interval"), bounds)
     custom = sp.get("custom_params")
     if custom is not None and not isinstance(custom, dict):
         raise Refused(f"sampling_params.custom_params must be an object, got {type(custom).__name__}")
-    return {"sampling": SamplingParams(**out), "n": n,
-            "no_stop_trim": _flag("sampling_params.no_stop_trim", sp.get("no_stop_trim", False)),
-            "skip_special_tokens": _flag("sampling_params.skip_special_tokens", sp.get("skip_special_tokens", True)),
-            "spaces_between_special_tokens": _flag("sampling_params.spaces_between_special_tokens",
-                                                   sp.get("spaces_between_special_tokens", True)),
-            "stream_interval": interval or 1}
+    flags = {key: SAMPLING[key].read(f"sampling_params.{key}", sp.get(key), bounds)
+             for key in ("no_stop_trim", "skip_special_tokens", "spaces_between_special_tokens")}
+    return {"sampling": SamplingParams(**out), "n": n, **flags, "stream_interval": interval or 1}
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -219,14 +313,11 @@ def parse_logprob_fields(body: dict[str, Any], prompt_lens: list[int], bounds: B
     list with one per prompt), checked: per prompt ``{"return_logprob", "logprob_start",
     "top_n"}``. ``logprob_start`` is -1 (no prompt logprobs) or a prompt position <= its length."""
     count = len(prompt_lens)
-    wants = per_prompt(body, "return_logprob", False, count)
-    starts = per_prompt(body, "logprob_start_len", -1, count)
-    tops = per_prompt(body, "top_logprobs_num", 0, count)
+    wants, starts, tops = (per_prompt(body, key, LOGPROB_FIELDS[key].default, count) for key in LOGPROB_FIELDS)
     out = []
     for want, start, top, length in zip(wants, starts, tops, prompt_lens, strict=True):
-        want = _flag("return_logprob", want)
-        top = _integer("top_logprobs_num", top, 0, bounds.max_top_logprobs,
-                       f"an integer in [0, {bounds.max_top_logprobs}] (this server's --max-top-logprobs-num)")
+        want = LOGPROB_FIELDS["return_logprob"].read("return_logprob", want, bounds)
+        top = LOGPROB_FIELDS["top_logprobs_num"].read("top_logprobs_num", top, bounds)
         start = _integer("logprob_start_len", start, -1, length,
                          f"-1 (no prompt logprobs) or a prompt position in [0, {length}] (the prompt's length)")
         out.append({"return_logprob": want, "logprob_start": start if want else -1, "top_n": top if want else 0})

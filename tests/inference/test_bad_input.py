@@ -133,3 +133,35 @@ async def test_a_disconnected_waiting_request_is_dropped(server):
                     await asyncio.sleep(0.05)
         finally:
             await client.post(server + "/continue_generation", json={})
+
+
+def test_the_schema_and_the_parser_read_one_declaration_of_each_sampling_key():
+    """Each numeric sampling key's edges, as ``GET /openapi.json`` states them, are where the
+    parser starts refusing: both come from ``validation.SAMPLING``."""
+    from agentrl.errors import Refused
+    from agentrl.inference.openapi import sampling_params
+    from agentrl.inference.validation import SAMPLING, Bounds, parse_sampling
+
+    bounds = Bounds(context_length=64, vocab_size=100, max_n=8, max_top_logprobs=5)
+    schema = sampling_params(bounds)["properties"]
+    assert set(schema) == set(SAMPLING)
+    checked = 0
+    for name, key in SAMPLING.items():
+        if key.kind not in ("number", "integer") or name in ("max_new_tokens", "min_new_tokens"):
+            continue  # those two are bounded by the prompt too (checked below)
+        s, step = schema[name], (1 if key.kind == "integer" else 1e-3)
+        lo = s.get("minimum", s.get("exclusiveMinimum"))
+        ok_lo = lo + step if "exclusiveMinimum" in s else lo
+        parse_sampling({name: ok_lo, "max_new_tokens": 4}, prompt_len=3, bounds=bounds)
+        with pytest.raises(Refused, match=name):
+            parse_sampling({name: (lo if "exclusiveMinimum" in s else lo - step), "max_new_tokens": 4},
+                           prompt_len=3, bounds=bounds)
+        if "maximum" in s:
+            parse_sampling({name: s["maximum"], "max_new_tokens": 4}, prompt_len=3, bounds=bounds)
+            with pytest.raises(Refused, match=name):
+                parse_sampling({name: s["maximum"] + step, "max_new_tokens": 4}, prompt_len=3, bounds=bounds)
+        checked += 1
+    assert checked >= 9  # temperature, top_p, min_p, three penalties, n, the seed, stream_interval
+    assert schema["max_new_tokens"]["maximum"] == 63
+    with pytest.raises(Refused, match="context length"):
+        parse_sampling({"max_new_tokens": 62}, prompt_len=3, bounds=bounds)
