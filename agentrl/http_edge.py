@@ -30,6 +30,7 @@ import hmac
 import json
 import math
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -177,6 +178,13 @@ def _kind(tp: Any) -> tuple[Callable[[Any], bool], str, dict[str, Any]]:
     def text(v: Any) -> bool:
         return isinstance(v, str)
 
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]  # X | None
+        ok, expected, schema = _kind(inner)
+        nullable = {**schema, "type": [schema["type"], "null"]} if "type" in schema else {"anyOf": [schema, {"type": "null"}]}
+        return (lambda v: v is None or ok(v)), f"{expected} or null", nullable
+    if tp is bool:
+        return (lambda v: isinstance(v, bool)), "true or false", {"type": "boolean"}
     if tp is str:
         return text, "a string", {"type": "string"}
     if tp is int:
@@ -190,11 +198,13 @@ def _kind(tp: Any) -> tuple[Callable[[Any], bool], str, dict[str, Any]]:
     if typing.get_origin(tp) is dict and typing.get_args(tp) == (str, str):
         return ((lambda v: isinstance(v, dict) and all(text(k) and text(x) for k, x in v.items())),
                 "an object of file name -> string", {"type": "object", "additionalProperties": {"type": "string"}})
+    if typing.get_origin(tp) is dict and typing.get_args(tp) == (str, Any):
+        return (lambda v: isinstance(v, dict)), "an object", {"type": "object"}
     if typing.get_origin(tp) is list and typing.get_args(tp) == (str,):
         return ((lambda v: isinstance(v, list) and all(map(text, v))), "a list of strings",
                 {"type": "array", "items": {"type": "string"}})
-    raise TypeError(f"a declared body field cannot be {tp!r}; use str, int, float, Literal, dict[str, str] "
-                    "or list[str]")
+    raise TypeError(f"a declared body field cannot be {tp!r}; use str, int, float, bool, Literal, "
+                    "dict[str, str], dict[str, Any], list[str] or one of them | None")
 
 
 def parse_body(cls: type[T], data: Mapping[str, Any], maxima: Maxima | None = None, *, status: int = 422) -> T:
@@ -250,3 +260,9 @@ def body_schema(cls: type, maxima: Maxima | None = None) -> dict[str, Any]:
             required.append(f.name)
         props[f.name] = schema
     return {"type": "object", "required": required, "additionalProperties": False, "properties": props}
+
+
+def json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` for a route that reads a JSON body of ``schema`` (FastAPI's own body
+    parsing is not used: the route reads and checks the body itself)."""
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}

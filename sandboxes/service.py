@@ -50,7 +50,7 @@ from fastapi.responses import JSONResponse
 
 from agentrl.api import ExecRequest, ExecResult, Sandbox
 from agentrl.errors import Refused, SandboxError
-from agentrl.http_edge import ApiKey, body_schema, error_response, install_errors, read_body
+from agentrl.http_edge import ApiKey, body_schema, error_response, install_errors, json_body, read_body
 from sandboxes.admission import Admission, Ceilings, maxima, parse_request
 
 SESSION_IDLE_S = 600.0
@@ -157,8 +157,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
                 await close()
 
     app = FastAPI(title="agentrl sandbox service", lifespan=lifespan)
-    exec_body = {"requestBody": {"required": True,
-                                 "content": {"application/json": {"schema": exec_request_schema(limits)}}}}
+    exec_body = json_body(exec_request_schema(limits))
     if api_key:
         app.add_middleware(ApiKey, key=api_key)
     install_errors(app)

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from agentrl.api import SamplingParams
 from agentrl.errors import ModelError, Refused
+from agentrl.http_edge import json_body
 from agentrl.inference import openapi
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import ServerState
@@ -43,7 +44,7 @@ def native_routes(state: ServerState) -> APIRouter:
     """SGLang's native HTTP API over ``state``'s engine."""
     router = APIRouter()
 
-    generate_body = openapi.json_body(openapi.generate(state.bounds))
+    generate_body = json_body(openapi.generate(state.bounds))
 
     @router.post("/generate", openapi_extra=generate_body)
     @router.put("/generate", openapi_extra=generate_body, operation_id="generate_put")
@@ -51,7 +52,7 @@ def native_routes(state: ServerState) -> APIRouter:
         body = await read_json(http, state.config.max_request_bytes)
         return await _generate(state, body, http)
 
-    @router.post("/pause_generation", openapi_extra=openapi.json_body(openapi.PAUSE, required=False))
+    @router.post("/pause_generation", openapi_extra=json_body(openapi.PAUSE, required=False))
     async def pause_generation(http: Request):
         body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
         mode = body.get("mode", "abort")
@@ -61,13 +62,13 @@ def native_routes(state: ServerState) -> APIRouter:
         await asyncio.sleep(0)  # let the aborted requests' handlers answer first
         return {"message": "Generation paused successfully.", "status": "ok"}
 
-    @router.post("/continue_generation", openapi_extra=openapi.json_body(openapi.CONTINUE, required=False))
+    @router.post("/continue_generation", openapi_extra=json_body(openapi.CONTINUE, required=False))
     async def continue_generation(http: Request):
         await read_json(http, state.config.max_request_bytes, allow_empty=True)
         await asyncio.wrap_future(state.scheduler.resume())
         return {"message": "Generation continued successfully.", "status": "ok"}
 
-    @router.post("/abort_request", openapi_extra=openapi.json_body(openapi.ABORT, required=False))
+    @router.post("/abort_request", openapi_extra=json_body(openapi.ABORT, required=False))
     async def abort_request(http: Request):
         body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
         rid, abort_all = body.get("rid", "") or "", bool(body.get("abort_all", False))
@@ -76,7 +77,7 @@ def native_routes(state: ServerState) -> APIRouter:
         state.scheduler.abort(rid, abort_all)
         return Response(status_code=200)
 
-    @router.post("/update_weights_from_disk", openapi_extra=openapi.json_body(openapi.UPDATE_FROM_DISK))
+    @router.post("/update_weights_from_disk", openapi_extra=json_body(openapi.UPDATE_FROM_DISK))
     async def update_weights_from_disk(http: Request):
         body = await read_json(http, state.config.max_request_bytes)
         path = body.get("model_path")
@@ -96,7 +97,7 @@ def native_routes(state: ServerState) -> APIRouter:
             message += f" Weight version updated to {version}."
         return {"success": True, "message": message, "num_paused_requests": 0}
 
-    @router.post("/update_weight_version", openapi_extra=openapi.json_body(openapi.UPDATE_VERSION))
+    @router.post("/update_weight_version", openapi_extra=json_body(openapi.UPDATE_VERSION))
     async def update_weight_version(http: Request):
         body = await read_json(http, state.config.max_request_bytes)
         new = body.get("new_version")

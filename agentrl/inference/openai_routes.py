@@ -27,7 +27,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentrl.errors import Refused
-from agentrl.http_edge import error_response
+from agentrl.http_edge import error_response, json_body
 from agentrl.inference import openapi
 from agentrl.inference.chat_format import (
     assistant_message,
@@ -124,7 +124,7 @@ def openai_routes(state: ServerState) -> APIRouter:
                                            "code": "model_not_found"}}, status_code=404)
         return _card(state)
 
-    @router.post("/v1/chat/completions", openapi_extra=openapi.json_body(openapi.chat_completion(state.bounds)))
+    @router.post("/v1/chat/completions", openapi_extra=json_body(openapi.chat_completion(state.bounds)))
     async def chat_completions(http: Request):
         try:
             body = await read_json(http, state.config.max_request_bytes)
@@ -153,7 +153,7 @@ def openai_routes(state: ServerState) -> APIRouter:
             choices.append(choice)
         return _response(state, body, reqs, prompt, "chat.completion", choices)
 
-    @router.post("/v1/completions", openapi_extra=openapi.json_body(openapi.completion(state.bounds)))
+    @router.post("/v1/completions", openapi_extra=json_body(openapi.completion(state.bounds)))
     async def completions(http: Request):
         try:
             body = await read_json(http, state.config.max_request_bytes)

@@ -2,7 +2,7 @@
 
 What it is: one schema per body (SGLang's ``GenerateReqInput`` and ``sampling_params``, the
 OpenAI chat and completion requests, the control routes), attached to the routes with
-``json_body(schema)`` so that ``GET /openapi.json`` describes what each route reads — for client
+``agentrl.http_edge.json_body(schema)`` so that ``GET /openapi.json`` describes what each route reads — for client
 generators, and for the fuzz test that sends schema-shaped and schema-violating bodies to
 every route (``tests/inference/test_fuzz.py``). The generation schemas carry the served
 model's and the server's own bounds (``Bounds``: token ids below the vocabulary size,
@@ -121,8 +121,3 @@ UPDATE_FROM_DISK: Schema = {
 UPDATE_VERSION: Schema = {"type": "object", "required": ["new_version"],
                           "properties": {"new_version": {"type": "string", "minLength": 1},
                                          "abort_all_requests": _BOOL}}
-
-
-def json_body(schema: Schema, required: bool = True) -> dict[str, Any]:
-    """``openapi_extra`` for a route that reads a JSON body of ``schema``."""
-    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}

@@ -48,9 +48,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -58,12 +57,14 @@ from starlette.requests import ClientDisconnect
 
 from agentrl import http_edge
 from agentrl.errors import Refused, RequestRejected, RolloutError, ServerError, ServerUnavailable
-from agentrl.http_edge import install_errors
+from agentrl.http_edge import body_schema, install_errors, json_body
 from agentrl.inference.chat_format import answer_chunks, sse
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.episode import status_for
 from agentrl.rollout.gateway import Gateway, Session
+from agentrl.rollout.gateway_bodies import EndSession, OpenSession, SetReward, Step
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -123,6 +124,10 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     async def body_of(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
         return await http_edge.read_json(request, max_body_bytes, "max_body_bytes", allow_empty=allow_empty)
 
+    async def body_as(cls: type[T], request: Request, *, allow_empty: bool = False) -> T:
+        """The route's body, parsed and checked against its declaration (``gateway_bodies``)."""
+        return http_edge.parse_body(cls, await body_of(request, allow_empty=allow_empty), status=400)
+
     async def generate(request: Request, session: Session,
                        route: Callable[[ChatClient, dict[str, Any]], Awaitable[dict[str, Any]]], send: Any) -> None:
         """One generation call of ``session``, answered on ``send``: the answer, or the error's."""
@@ -166,14 +171,10 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     async def health():
         return {"status": "ok", "open_sessions": gateway.open_sessions}
 
-    @app.post("/v1/sessions")
+    @app.post("/v1/sessions", openapi_extra=json_body(body_schema(OpenSession), required=False))
     async def open_session(request: Request):
         require_admin(request)
-        body = await body_of(request, allow_empty=True)
-        _only(body, ("metadata",))
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise Refused(f"metadata must be an object, got {type(metadata).__name__}")
+        metadata = (await body_as(OpenSession, request, allow_empty=True)).metadata or {}
         if not gateway.admits(metadata):
             gateway.stats["sessions_refused"] += 1
             raise Refused("the gateway is not admitting new sessions right now (the trainer is catching "
@@ -196,58 +197,44 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
                 return gateway.ended_summary(session_id)
             raise
 
-    @app.post("/v1/sessions/{session_id}/reward")
+    @app.post("/v1/sessions/{session_id}/reward", openapi_extra=json_body(body_schema(SetReward), required=True))
     async def reward(request: Request, session_id: str):
         session = session_for_path(request, session_id)
-        body = await body_of(request)
-        _only(body, ("reward", "completion_id"))
-        r = body.get("reward")
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
-            raise Refused(f"reward must be a finite number, got {r!r}")
-        cid = body.get("completion_id")
+        body = await body_as(SetReward, request)
+        r, cid = body.reward, body.completion_id
         if cid is None:
             if not session.chat.conversation.calls:
                 raise Refused("this session has made no completion yet; reward it after a call", 409)
             session.chat.set_last_reward(r)
             cid = session.chat.conversation.calls[-1].id
         else:
-            if not isinstance(cid, str):
-                raise Refused(f"completion_id must be a string, got {type(cid).__name__}")
             try:
                 session.chat.set_reward(cid, r)
             except RolloutError as e:
                 raise Refused(str(e), 404) from None
         return JSONResponse({"session_id": session.id, "completion_id": cid, "reward": float(r)})
 
-    @app.post("/v1/sessions/{session_id}/end")
+    @app.post("/v1/sessions/{session_id}/end", openapi_extra=json_body(body_schema(EndSession), required=False))
     async def end(request: Request, session_id: str):
         session = session_for_path(request, session_id)
-        body = await body_of(request, allow_empty=True)
-        _only(body, ("discount", "style", "return_trajectories"))
-        discount, style = body.get("discount"), body.get("style", "concat")
-        if discount is not None and (isinstance(discount, bool) or not isinstance(discount, (int, float))
-                                     or not 0 <= discount <= 1):
-            raise Refused(f"discount must be a number in [0, 1], got {discount!r}")
-        if style not in ("concat", "individual"):
-            raise Refused(f"style must be \"concat\" or \"individual\", got {style!r}")
-        trajectories = await gateway.end_session(session.id, discount=discount, style=style)
+        body = await body_as(EndSession, request, allow_empty=True)
+        trajectories = await gateway.end_session(session.id, discount=body.discount, style=body.style)
         out = {"session_id": session.id, "status": session.status, "num_trajectories": len(trajectories),
                "rewards": [t.reward for t in trajectories]}
-        if body.get("return_trajectories"):
+        if body.return_trajectories:
             out["trajectories"] = [t.to_dict() for t in trajectories]
         return JSONResponse(out)  # plain JSON already: no need for FastAPI's encoder
 
-    @app.post("/v1/sessions/{session_id}/step")
+    @app.post("/v1/sessions/{session_id}/step", openapi_extra=json_body(body_schema(Step), required=False))
     async def step(request: Request, session_id: str):
         session = session_for_path(request, session_id)
         if session.stepper is None:
             raise Refused("this session has no environment to step (only ExternalAgentWorkflow's do)", 404)
-        body = await body_of(request, allow_empty=True)
-        _only(body, ("completion_id",))
+        body = await body_as(Step, request, allow_empty=True)
         conv = session.chat.conversation
-        if "completion_id" in body:
+        if body.completion_id is not None:
             try:
-                call = conv.call(str(body["completion_id"]))
+                call = conv.call(body.completion_id)
             except RolloutError as e:
                 raise Refused(str(e), 404) from None
         elif conv.calls:
@@ -386,9 +373,3 @@ def refusal(e: Exception, retry_after_s: int) -> Refused:
         return Refused("the generation call ran past its timeout", 504)
     log.error("internal error in the gateway", exc_info=e)
     return Refused(f"internal error: {e!r}", 500)
-
-
-def _only(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise Refused(f"unknown field(s) {unknown}; this route takes {list(allowed)}")

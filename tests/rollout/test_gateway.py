@@ -499,3 +499,18 @@ async def test_a_huge_message_neither_stalls_other_sessions_nor_waits_for_its_40
             took = time.perf_counter() - started
     assert r.status_code == 400 and "over its budget of 65536 tokens" in r.json()["error"]["message"], r.text
     assert took < 3.0 and worst < 2.0, (took, worst)
+
+
+def test_the_session_routes_bodies_are_declared_once_for_the_parser_and_the_openapi_document(tiny_model_dir):
+    """``GET /openapi.json`` describes each session route's body from the dataclass its route
+    parses with (``agentrl.rollout.gateway_bodies``)."""
+    from agentrl.rollout.gateway_bodies import EndSession
+
+    doc = build_app(Gateway(None, tiny_model_dir)).openapi()
+    end = doc["paths"]["/v1/sessions/{session_id}/end"]["post"]["requestBody"]["content"]["application/json"]
+    props = end["schema"]["properties"]
+    assert set(props) == {f for f in EndSession.__dataclass_fields__}
+    assert props["discount"]["minimum"] == 0 and props["discount"]["maximum"] == 1
+    assert props["style"]["enum"] == ["concat", "individual"]
+    reward = doc["paths"]["/v1/sessions/{session_id}/reward"]["post"]["requestBody"]
+    assert reward["required"] and reward["content"]["application/json"]["schema"]["required"] == ["reward"]
