@@ -356,9 +356,6 @@ def check_vllm(cfg: RunConfig) -> None:
                           "(vLLM's weight-transfer routes are NCCL only and not wired up); use disk")
     if cfg.inference.engine != "vllm" or cfg.inference.servers:
         return
-    if cfg.launcher == "ray":
-        raise ConfigError("config key 'inference.engine': the Ray launcher does not start vLLM servers yet; start "
-                          "them yourself and list them in inference.servers, or use launcher=local")
     from agentrl.run.local_launcher import vllm_python
 
     if vllm_python(cfg) is None:

@@ -82,3 +82,20 @@ def test_a_ray_launched_run_trains_and_gives_the_cluster_back(ray_cluster, tmp_p
     assert (run_dir / "checkpoints" / "latest").read_text() == "step_000002"
     cluster, available = resources(ray_cluster)
     assert cluster["CPU"] == 6 and available.get("CPU") == 6  # actors killed, placement group removed
+
+
+def test_a_ray_launched_run_starts_vllm_servers_as_actors(ray_cluster, tmp_path):
+    """``inference.engine: vllm`` under Ray: the server is vLLM (`make vllm`'s .venv-vllm) in a
+    Ray actor, and the run trains on its episodes and publishes to it."""
+    run_dir = tmp_path / "run"
+    out = subprocess.run([str(BIN / "agentrl"), "train", "examples/arith_grpo.yaml", "launcher=ray",
+                          f"ray.address={ray_cluster}", f"run_dir={run_dir}", "inference.engine=vllm", *SMALL],
+                         cwd=ROOT, capture_output=True, text=True, timeout=500)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0
+    assert any("(vllm, a Ray actor)" in e for e in summary["events"]), summary["events"]
+    assert "vllm" in (run_dir / "logs" / "server-0.log").read_text().lower()
+    assert (run_dir / "weights").is_dir() and any((run_dir / "weights").iterdir())  # published to it from disk
+    cluster, available = resources(ray_cluster)
+    assert available.get("CPU") == cluster["CPU"]
