@@ -207,12 +207,17 @@ def _kind(tp: Any) -> tuple[Callable[[Any], bool], str, dict[str, Any]]:
                     "dict[str, str], dict[str, Any], list[str] or one of them | None")
 
 
-def parse_body(cls: type[T], data: Mapping[str, Any], maxima: Maxima | None = None, *, status: int = 422) -> T:
+def parse_body(cls: type[T], data: Mapping[str, Any], maxima: Maxima | None = None, *, status: int = 422,
+               sglang: bool = False) -> T:
     """``cls`` built from a parsed body, or a ``Refused`` (``status``) naming the first field that
-    is unknown, missing, of the wrong type, above its ceiling in ``maxima`` or out of bounds."""
+    is unknown, missing, of the wrong type, above its ceiling in ``maxima`` or out of bounds.
+    ``sglang``: SGLang's rules for its bodies instead — unknown keys are ignored and a null is
+    the field's default."""
     maxima = maxima or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     what = cls.__name__
+    if sglang:
+        data = {k: v for k, v in data.items() if k in fields and v is not None}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise Refused(f"unknown field(s) {unknown} in the {what}; its fields are {list(fields)}", status)

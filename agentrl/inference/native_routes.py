@@ -17,15 +17,21 @@ import asyncio
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from agentrl.api import SamplingParams
 from agentrl.errors import ModelError, Refused
-from agentrl.http_edge import json_body
+from agentrl.http_edge import body_schema, json_body, parse_body
 from agentrl.inference import openapi
+from agentrl.inference.control_bodies import (
+    AbortRequest,
+    PauseGeneration,
+    UpdateWeightsFromDisk,
+    UpdateWeightVersion,
+)
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import ServerState
 from agentrl.inference.validation import parse_logprob_fields, parse_sampling
@@ -39,10 +45,17 @@ from agentrl.inference.wire import (
 SGLANG_API_VERSION = "0.5.23"
 HEALTH_CHECK_TIMEOUT_S = 20.0
 
+T = TypeVar("T")
+
 
 def native_routes(state: ServerState) -> APIRouter:
     """SGLang's native HTTP API over ``state``'s engine."""
     router = APIRouter()
+
+    async def control_body(cls: type[T], http: Request, *, allow_empty: bool = False) -> T:
+        """A control route's body, checked against its declaration (``control_bodies``)."""
+        raw = await read_json(http, state.config.max_request_bytes, allow_empty=allow_empty)
+        return parse_body(cls, raw, status=400, sglang=True)
 
     generate_body = json_body(openapi.generate(state.bounds))
 
@@ -52,38 +65,33 @@ def native_routes(state: ServerState) -> APIRouter:
         body = await read_json(http, state.config.max_request_bytes)
         return await _generate(state, body, http)
 
-    @router.post("/pause_generation", openapi_extra=json_body(openapi.PAUSE, required=False))
+    @router.post("/pause_generation", openapi_extra=json_body(body_schema(PauseGeneration), required=False))
     async def pause_generation(http: Request):
-        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
-        mode = body.get("mode", "abort")
-        if mode not in ("abort", "retract", "in_place"):
-            raise Refused(f"mode must be one of 'abort', 'retract', 'in_place', got {mode!r}")
-        await asyncio.wrap_future(state.scheduler.pause(mode))
+        body = await control_body(PauseGeneration, http, allow_empty=True)
+        await asyncio.wrap_future(state.scheduler.pause(body.mode))
         await asyncio.sleep(0)  # let the aborted requests' handlers answer first
         return {"message": "Generation paused successfully.", "status": "ok"}
 
-    @router.post("/continue_generation", openapi_extra=json_body(openapi.CONTINUE, required=False))
+    @router.post("/continue_generation", openapi_extra=json_body({"type": "object"}, required=False))
     async def continue_generation(http: Request):
         await read_json(http, state.config.max_request_bytes, allow_empty=True)
         await asyncio.wrap_future(state.scheduler.resume())
         return {"message": "Generation continued successfully.", "status": "ok"}
 
-    @router.post("/abort_request", openapi_extra=json_body(openapi.ABORT, required=False))
+    @router.post("/abort_request", openapi_extra=json_body(body_schema(AbortRequest), required=False))
     async def abort_request(http: Request):
-        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
-        rid, abort_all = body.get("rid", "") or "", bool(body.get("abort_all", False))
-        if not isinstance(rid, str):
-            raise Refused(f"rid must be a string, got {type(rid).__name__}")
-        state.scheduler.abort(rid, abort_all)
+        body = await control_body(AbortRequest, http, allow_empty=True)
+        state.scheduler.abort(body.rid, body.abort_all)
         return Response(status_code=200)
 
-    @router.post("/update_weights_from_disk", openapi_extra=json_body(openapi.UPDATE_FROM_DISK))
+    @router.post("/update_weights_from_disk", openapi_extra=json_body(body_schema(UpdateWeightsFromDisk)))
     async def update_weights_from_disk(http: Request):
-        body = await read_json(http, state.config.max_request_bytes)
-        path = body.get("model_path")
-        if not isinstance(path, str) or not path:
+        raw = await read_json(http, state.config.max_request_bytes)
+        version, abort_all = update_options(raw)
+        body = parse_body(UpdateWeightsFromDisk, {**raw, "weight_version": version}, status=400, sglang=True)
+        path = body.model_path
+        if not path:
             raise Refused("model_path is required: the directory of an HF checkpoint to load")
-        version, abort_all = update_options(body)
         async with state.weight_lock:  # one staging copy at a time
             try:
                 weights = await asyncio.to_thread(state.decoder.prepare_weights, path)
@@ -97,13 +105,13 @@ def native_routes(state: ServerState) -> APIRouter:
             message += f" Weight version updated to {version}."
         return {"success": True, "message": message, "num_paused_requests": 0}
 
-    @router.post("/update_weight_version", openapi_extra=json_body(openapi.UPDATE_VERSION))
+    @router.post("/update_weight_version", openapi_extra=json_body(body_schema(UpdateWeightVersion)))
     async def update_weight_version(http: Request):
-        body = await read_json(http, state.config.max_request_bytes)
-        new = body.get("new_version")
-        if not isinstance(new, str) or not new:
-            raise Refused("new_version is required (a string)")
-        if body.get("abort_all_requests", True):
+        body = await control_body(UpdateWeightVersion, http)
+        new = body.new_version
+        if not new:
+            raise Refused("new_version is required (a non-empty string)")
+        if body.abort_all_requests:
             state.scheduler.abort(abort_all=True)
         await asyncio.wrap_future(state.scheduler.install_weights(state.decoder.weights, new))
         return {"success": True, "message": f"Weight version updated to {new}", "new_version": new}

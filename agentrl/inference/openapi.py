@@ -1,8 +1,9 @@
 """The request bodies of ``agentrl serve``'s routes as JSON Schema, for its OpenAPI document.
 
-What it is: one schema per body (SGLang's ``GenerateReqInput`` and ``sampling_params``, the
-OpenAI chat and completion requests, the control routes), attached to the routes with
-``agentrl.http_edge.json_body(schema)`` so that ``GET /openapi.json`` describes what each route reads — for client
+What it is: the generation bodies' schemas (SGLang's ``GenerateReqInput`` and
+``sampling_params``, the OpenAI chat and completion requests), attached to the routes with
+``agentrl.http_edge.json_body(schema)`` so that ``GET /openapi.json`` describes what each
+route reads (the control routes' bodies are ``control_bodies``' dataclasses) — for client
 generators, and for the fuzz test that sends schema-shaped and schema-violating bodies to
 every route (``tests/inference/test_fuzz.py``). The generation schemas carry the served
 model's and the server's own bounds (``Bounds``: token ids below the vocabulary size,
@@ -107,17 +108,3 @@ def completion(b: Bounds) -> Schema:
                        "stream": {"const": False}, "echo": {"const": False},
                        "logprobs": {**LOGPROB_FIELDS["top_logprobs_num"].schema(b), "type": ["integer", "null"]}},
     }
-
-
-PAUSE: Schema = {"type": "object", "properties": {"mode": {"enum": ["abort", "retract", "in_place"]}}}
-CONTINUE: Schema = {"type": "object"}
-ABORT: Schema = {"type": "object", "properties": {"rid": _STR, "abort_all": _BOOL}}
-UPDATE_FROM_DISK: Schema = {
-    "type": "object",
-    "required": ["model_path"],
-    "properties": {"model_path": {"type": "string", "minLength": 1}, "weight_version": {"type": ["string", "null"]},
-                   "abort_all_requests": _BOOL, "flush_cache": _BOOL, "load_format": {"type": ["string", "null"]}},
-}
-UPDATE_VERSION: Schema = {"type": "object", "required": ["new_version"],
-                          "properties": {"new_version": {"type": "string", "minLength": 1},
-                                         "abort_all_requests": _BOOL}}

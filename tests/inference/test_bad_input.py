@@ -39,7 +39,7 @@ CASES = [
      "logprob_start_len must be -1 (no prompt logprobs) or a prompt position in [0, 11]"),
     ("/pause_generation", {"mode": "freeze"}, "mode must be one of"),
     ("/abort_request", {"rid": 5}, "rid must be a string"),
-    ("/update_weights_from_disk", {}, "model_path is required"),
+    ("/update_weights_from_disk", {}, "has no model_path"),
     ("/update_weights_from_disk", b"[", "not valid JSON"),
     ("/v1/chat/completions", b"{", "not valid JSON"),
     ("/v1/chat/completions", {"model": "m"}, "messages must be a non-empty list"),

@@ -1,0 +1,50 @@
+"""The bodies of ``agentrl serve``'s control routes, declared once: each route parses its body
+with ``agentrl.http_edge.parse_body`` (SGLang's rules: unknown keys ignored, null is the
+default) and ``GET /openapi.json`` describes it with ``body_schema``, both from these
+dataclasses. Field names and defaults are SGLang 0.5.23's (``managers/io_struct.py``).
+What it is not: the generation bodies (``openapi`` and ``validation``: one prompt or a batch,
+rules across fields) or the weight-broadcast routes' (``weight_sync``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from agentrl.config import option
+
+
+@dataclass
+class PauseGeneration:
+    """``POST /pause_generation``."""
+
+    mode: Literal["abort", "retract", "in_place"] = option(
+        "abort", help="abort: running requests come back with finish reason abort; retract: back to the "
+                      "queue; in_place: frozen where they are")
+
+
+@dataclass
+class AbortRequest:
+    """``POST /abort_request``."""
+
+    rid: str = option("", help="the request to abort")
+    abort_all: bool = option(False, help="abort every request")
+
+
+@dataclass
+class UpdateWeightsFromDisk:
+    """``POST /update_weights_from_disk``."""
+
+    model_path: str = option(help="the directory of an HF checkpoint to load")
+    weight_version: str | None = option(None, help="the version the new weights serve as (default: unchanged)")
+    abort_all_requests: bool = option(False, help="abort the running requests first")
+    flush_cache: bool = option(True, help="empty the prefix cache (agentrl serve always does)")
+    load_format: str | None = option(None, help="accepted for SGLang's clients; the checkpoint's own is used")
+
+
+@dataclass
+class UpdateWeightVersion:
+    """``POST /update_weight_version``."""
+
+    new_version: str = option(help="the version the served weights are labelled with from now on")
+    abort_all_requests: bool = option(True, help="abort the running requests first")
