@@ -1,5 +1,36 @@
-"""Tool calls in model output (the Hermes/Qwen2.5 parser moves into a package of families)."""
+"""Tool calls and reasoning in model output, for every model family agentrl serves.
 
-from agentrl.toolcalls.hermes import ParsedToolCalls, ToolCall, parse_tool_calls
+What it is: ``parse(text, tool_parser=NAME, reasoning_parser=NAME_OR_None, tools=None)`` →
+``ParsedOutput`` (``.content``, ``.reasoning``, ``.tool_calls`` each with ``.name`` and
+``.arguments`` as a dict, ``.errors``), with one small module per format family behind it
+(``hermes``, ``qwen3_coder``, ``llama3``, ``mistral``, ``deepseek``, ``kimi_k2``, ``glm45``,
+``gpt_oss``, ``pythonic``; reasoning in ``thinking`` and ``gpt_oss``). Parser names are
+SGLang's; ``tests/toolcalls/`` checks each family against SGLang's and vLLM's own parsers.
+What it is not: a chat-template renderer, nor a validator of arguments against a schema.
 
-__all__ = ["ParsedToolCalls", "ToolCall", "parse_tool_calls"]
+A malformed call is never an exception: it is an error written for the model, and a call
+written inside reasoning is never run. ``parse_tool_calls`` is the default (``qwen25``, no
+reasoning) in its older shape.
+"""
+
+from agentrl.toolcalls.hermes import ParsedToolCalls, parse_tool_calls
+from agentrl.toolcalls.output import ParsedOutput, ToolCall
+from agentrl.toolcalls.parsers import (
+    DEFAULT_TOOL_PARSER,
+    REASONING_PARSERS,
+    TOOL_PARSERS,
+    check_parser_names,
+    parse,
+)
+
+__all__ = [
+    "DEFAULT_TOOL_PARSER",
+    "REASONING_PARSERS",
+    "TOOL_PARSERS",
+    "ParsedOutput",
+    "ParsedToolCalls",
+    "ToolCall",
+    "check_parser_names",
+    "parse",
+    "parse_tool_calls",
+]
