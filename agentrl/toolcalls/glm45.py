@@ -64,5 +64,9 @@ def _read_call(body: str, closed: bool, tools: Tools) -> tuple[ToolCall | None, 
     if refused:
         return None, refused
     types = parameter_types(name, tools)
-    args = {key.strip(): typed_value(value, types.get(key.strip())) for key, value in _PAIR.findall(rest)}
+    args = {}
+    for key, value in _PAIR.findall(rest):
+        args[key.strip()], error = typed_value(value, types.get(key.strip()))
+        if error:
+            return None, f"parameter {key.strip()!r} of {name!r} must be {error}"
     return ToolCall(name, args), ""

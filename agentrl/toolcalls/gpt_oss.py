@@ -39,16 +39,18 @@ class Message:
 
 
 def messages(text: str) -> tuple[str, list[Message]]:
-    """The text before the first message header, and each message in order."""
-    found, first = [], None
+    """The text outside every message (before, between, after), and each message in order."""
+    found, outside, pos = [], [], 0
     for match in _MESSAGE.finditer(text):
-        first = match.start() if first is None else first
+        outside.append(text[pos : match.start()])
+        pos = match.end()
         header = match.group(1)
         channel = header.split()[0] if header.split() else ""
         start_tag = match.group(0)[: match.group(0).find(CHANNEL)]
         recipient = _RECIPIENT.search(header) or _RECIPIENT.search(start_tag)
         found.append(Message(channel, recipient.group(1) if recipient else None, match.group(2), match.group(0)))
-    return text if first is None else text[:first], found
+    outside.append(text[pos:])
+    return "".join(outside), found
 
 
 def split_reasoning(text: str) -> tuple[str | None, str]:

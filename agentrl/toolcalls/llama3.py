@@ -34,8 +34,8 @@ def parse_calls(text: str, tools: Tools = None) -> CallsFound:
     while True:
         while pos < end and (body[pos].isspace() or body[pos] == ";"):
             pos += 1
-        if pos == end:
-            return CallsFound(before.strip(), calls, [])
+        if pos == end or (calls and body[pos] != "{"):  # text after the calls is content
+            return CallsFound((before.strip() + " " + body[pos:].strip()).strip(), calls, [])
         try:
             obj, pos = _DECODER.raw_decode(body, pos)
         except json.JSONDecodeError as e:

@@ -124,35 +124,41 @@ def _schema_type(schema: dict[str, Any]) -> str:
     return kind
 
 
-def typed_value(text: str, kind: str | None) -> Any:
-    """A parameter written as text, read by its schema type.
+def typed_value(text: str, kind: str | None) -> tuple[Any, str]:
+    """A parameter written as text, read by its schema type: (value, "") or (None, error).
 
-    ``string`` stays text; ``integer``/``number``/``boolean`` are read as such; anything else
-    (objects, arrays, unknown parameters) is read as JSON, then as a Python literal, and stays
-    text when it is neither. ``null`` is None for every type.
+    ``string`` stays text; ``integer``/``number``/``boolean``/``object``/``array`` must read as
+    such (JSON for the last two), else the error says what was expected; a parameter the schema
+    does not type is read as JSON, then as a Python literal, and stays text when it is neither.
+    ``null`` is None for every type.
     """
     if text.lower() == "null":
-        return None
+        return None, ""
     if kind == "string":
-        return text
+        return text, ""
+    expected = f"{kind}, got {text[:40]!r}"
     if kind == "integer":
         try:
-            return int(text)
+            return int(text), ""
         except ValueError:
-            return text
+            return None, expected
     if kind == "number":
         try:
             value = float(text)
         except ValueError:
-            return text
-        return int(value) if value.is_integer() and not any(c in text.lower() for c in ".e") else value
+            return None, expected
+        return (int(value) if value.is_integer() and not any(c in text.lower() for c in ".e") else value), ""
     if kind == "boolean":
-        return text.lower() == "true" if text.lower() in ("true", "false") else text
+        return (text.lower() == "true", "") if text.lower() in ("true", "false") else (None, expected)
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError:
-        pass
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text
+        if kind in ("object", "array"):
+            return None, f"{kind} (as JSON), got {text[:40]!r}"
+        try:
+            return ast.literal_eval(text), ""
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return text, ""
+    if kind == "object" and not isinstance(value, dict) or kind == "array" and not isinstance(value, list):
+        return None, expected
+    return value, ""

@@ -25,14 +25,13 @@ _START = re.compile(r"\[\s*[A-Za-z_]\w*\(")
 def parse_calls(text: str, tools: Tools = None) -> CallsFound:
     stripped = text.replace("<|python_start|>", "").replace("<|python_end|>", "").strip()
     start = _START.search(stripped)
-    if start is None or not stripped.endswith("]"):
+    if start is None:
         return CallsFound(stripped, [], [])
     before, source = stripped[: start.start()], stripped[start.start() :]
-    try:
-        tree = ast.parse(source, mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
-        return CallsFound(stripped, [], [f"tool calls are not a Python list of calls ({e}); write {EXAMPLE}"])
-    if not isinstance(tree, ast.List) or not all(isinstance(item, ast.Call) for item in tree.elts):
+    tree, end, error = _first_list(source)
+    if tree is None:
+        return CallsFound(stripped, [], [f"tool calls are not a Python list of calls ({error}); write {EXAMPLE}"])
+    if not all(isinstance(item, ast.Call) for item in tree.elts):
         return CallsFound(stripped, [], [])
     calls = []
     for item in tree.elts:
@@ -40,7 +39,23 @@ def parse_calls(text: str, tools: Tools = None) -> CallsFound:
         if call is None:
             return CallsFound(stripped, [], [error])
         calls.append(call)
-    return CallsFound(before.strip(), calls, [])
+    return CallsFound((before.strip() + " " + source[end:].strip()).strip(), calls, [])
+
+
+def _first_list(source: str) -> tuple[ast.List | None, int, str]:
+    """The shortest prefix of ``source`` that is a Python list, and where it ends."""
+    error = "no closing ]"
+    end = source.find("]")
+    while end != -1:
+        try:
+            tree = ast.parse(source[: end + 1], mode="eval").body
+        except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
+            error = str(e)
+        else:
+            if isinstance(tree, ast.List):
+                return tree, end + 1, ""
+        end = source.find("]", end + 1)
+    return None, 0, error
 
 
 def _read_call(item: ast.Call, tools: Tools) -> tuple[ToolCall | None, str]:

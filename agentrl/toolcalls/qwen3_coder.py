@@ -78,6 +78,8 @@ def _parse_block(body: str, closed: bool, tools: Tools) -> tuple[list[ToolCall],
             value = value[1:] if value.startswith("\n") else value
             value = value[:-1] if value.endswith("\n") else value
             key = param.group(1).strip()
-            arguments[key] = typed_value(value, types.get(key, "string"))
+            arguments[key], error = typed_value(value, types.get(key, "string"))
+            if error:
+                return [], f"parameter {key!r} of {name!r} must be {error}"
         calls.append(ToolCall(name, arguments))
     return calls, ""

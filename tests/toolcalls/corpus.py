@@ -206,16 +206,18 @@ def corpus(seed: int = 0, well_formed: int = 150, malformed: int = 60) -> list[C
             else:
                 calls[0].name = "no_such_tool"
                 add("malformed", render(tool_parser, reasoning_parser, "", None, calls))
-        for _ in range(10):
+        for _ in range(10 if tool_parser != "gpt-oss" else 0):  # gpt-oss's turn ends at <|call|>
             calls = [random_call(rng)]
-            add("trailing", render(tool_parser, reasoning_parser, "", None, calls) + "\nDone, see above.")
+            thought = rng.choice(THOUGHTS) if reasoning_parser else None
+            add("trailing", render(tool_parser, reasoning_parser, "", thought, calls) + "\nDone, see above.",
+                "Done, see above.", thought, calls)
     return cases
 
 
 def _break(tool_parser: str, text: str, rng: random.Random) -> str:
     """Damage one call: drop a brace of its JSON or a closing tag."""
-    for target in ("}", "</parameter>", "</arg_value>", ")"):
+    for target in ("}", "</function>", "</arg_value>", ")"):
         pos = text.rfind(target)
         if pos != -1 and (target == "}" or tool_parser in ("qwen3_coder", "glm45", "pythonic")):
             return text[:pos] + text[pos + len(target):]
-    return text[: len(text) // 2]
+    return text[:-3]  # the closing tag cut
