@@ -75,7 +75,7 @@ def unknown_tool_error(name: str, tools: Tools) -> str | None:
     names = tool_names(tools)
     if names is None or name in names:
         return None
-    return f"tool {name!r} does not exist; the tools are: {', '.join(names) or '(none)'}"
+    return f"there is no tool {name!r}; the tools are {sorted(names)}"
 
 
 def call_from_json(name: Any, args: Any, tools: Tools, example: str) -> tuple[ToolCall | None, str]:

@@ -62,7 +62,7 @@ def test_every_prefix_of_a_reply_parses_without_raising(tool_parser, reasoning_p
 
 @pytest.mark.parametrize("text,tool_parser,fragment", [
     ("<tool_call>\n{\"name\": \"ping\", \"arguments\": {}\n</tool_call>", "qwen25", "not valid JSON"),
-    ("<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", "qwen25", "does not exist"),
+    ("<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", "qwen25", "there is no tool 'nope'"),
     ("<tool_call>\n<function=ping>\n</tool_call>", "qwen3_coder", "missing its closing </function>"),
     ("<|python_tag|>{\"name\": \"ping\", \"parameters\": {", "llama3", "not valid JSON"),
     ("[TOOL_CALLS]ping{}", "mistral", "has no [ARGS]"),
