@@ -13,8 +13,9 @@ OpenAI ``tool_calls`` with ``finish_reason`` ``"tool_calls"``. Works with the un
 
 What it is not: ``tool_choice`` "required" or a named function (refused with a 400),
 ``echo``, logit bias. When tools are offered or a reasoning parser is set and streaming is
-on, the reasoning, the content and the parsed calls come in one delta at the end (the syntax
-must be complete to be parsed); otherwise content streams token by token.
+on, ``reasoning_content`` and ``content`` stream as soon as they are final and the parsed calls
+come in one delta at the end (``agentrl.toolcalls.StreamParser``); otherwise content streams
+token by token.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
 from agentrl.inference.validation import parse_sampling
 from agentrl.inference.wire import check_type, finish_text, parse_prompt_ids, read_json
+from agentrl.toolcalls import StreamDelta, StreamParser
 
 
 async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
@@ -83,6 +85,12 @@ def _chat_top_logprobs(state: ServerState, body: dict[str, Any]) -> tuple[bool, 
         if top and not want:
             raise Refused("top_logprobs needs logprobs: true")
     return want, top or 0
+
+
+def _reader_deltas(delta: StreamDelta) -> list[dict[str, str]]:
+    """A ``StreamParser`` delta as chunk deltas: reasoning first, then content; none when empty."""
+    out = [{"reasoning_content": delta.reasoning}] if delta.reasoning else []
+    return out + ([{"content": delta.content}] if delta.content else [])
 
 
 def _message(text: str, reading: dict[str, Any], req: GenRequest) -> tuple[dict[str, Any], str, int | str | None]:
@@ -226,28 +234,47 @@ def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict
 
 
 async def _chat_stream(state: ServerState, body, prompt, parsed, reading: dict[str, Any], top_n: int):
-    """``chat.completion.chunk`` events (one choice; the request was validated before). Content
-    streams token by token unless the answer must be read whole first (tools offered, or a
-    reasoning parser): then it comes in one delta at the end (reasoning, content, calls)."""
+    """``chat.completion.chunk`` events (one choice; the request was validated before). Without
+    tools or a reasoning parser, content streams token by token. With them, the reply is read as
+    it comes (``agentrl.toolcalls.StreamParser``): ``reasoning_content`` and ``content`` deltas as
+    soon as they are final, the calls in one delta at the end; a request with stop strings or
+    stop patterns is read whole at the end (the text they cut is known only then)."""
     req = GenRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), sampling=parsed["sampling"],
                         top_logprobs_num=top_n)
     base = {"id": req.rid, "created": int(time.time()), "model": body.get("model") or state.served_model_name}
     yield sse(chunk(base, {"role": "assistant", "content": ""}))
-    whole = reading["use_tools"] or reading["reasoning_parser"] is not None
+    reads = reading["use_tools"] or reading["reasoning_parser"] is not None
+    reader = StreamParser(reading["tool_parser"], reading["reasoning_parser"], reading["tools"]) \
+        if reads and not (req.sampling.stop or req.sampling.stop_regex) else None
+    skip_special = parsed["skip_special_tokens"]
     sent = ""
     async for n, finished in state.stream(req):
         if finished:
             break
-        if not whole:
-            text = state.tokenizer.decode(req.output_ids[:n], skip_special_tokens=True)
+        if not reads or reader is not None:  # the last token is held back: it may be the stop token
+            text = state.tokenizer.decode(req.output_ids[:n] if not reads else req.output_ids[:n - 1],
+                                          skip_special_tokens=skip_special if reads else True)
             if text.startswith(sent) and len(text) > len(sent) and "\ufffd" not in text[len(sent):]:
-                yield sse(chunk(base, {"content": text[len(sent):]}))
+                if reader is None:
+                    yield sse(chunk(base, {"content": text[len(sent):]}))
+                else:
+                    for delta in _reader_deltas(reader.feed(text[len(sent):])):
+                        yield sse(chunk(base, delta))
                 sent = text
     text = finish_text(state.tokenizer, req, parsed["no_stop_trim"], parsed["skip_special_tokens"])
     delta: dict[str, Any] = {}
-    if whole:
+    if reads:
         message, kind, matched = _message(text, reading, req)
-        delta = {k: message[k] for k in ("reasoning_content", "content", "tool_calls") if message.get(k) is not None}
+        if reader is not None:
+            if text.startswith(sent):  # else what streamed stands: it cannot be taken back
+                reader.feed(text[len(sent):])
+                for d in _reader_deltas(reader.close()[0]):
+                    yield sse(chunk(base, d))
+            if message.get("tool_calls"):
+                delta = {"tool_calls": message["tool_calls"]}
+        else:  # read whole: reasoning, content and calls in one delta
+            delta = {k: message[k] for k in ("reasoning_content", "content", "tool_calls")
+                     if message.get(k) is not None}
     else:
         kind, matched = _finish_reason(req)
         if text.startswith(sent) and len(text) > len(sent):

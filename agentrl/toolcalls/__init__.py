@@ -10,7 +10,7 @@ What it is not: a chat-template renderer, nor a validator of arguments against a
 
 A malformed call is never an exception: it is an error written for the model, and a call
 written inside reasoning is never run. ``parse_tool_calls`` is the default (``qwen25``, no
-reasoning) in its older shape.
+reasoning) in its older shape; ``StreamParser`` reads a reply as it streams.
 """
 
 from agentrl.toolcalls.hermes import ParsedToolCalls, parse_tool_calls
@@ -22,6 +22,7 @@ from agentrl.toolcalls.parsers import (
     check_parser_names,
     parse,
 )
+from agentrl.toolcalls.stream import StreamDelta, StreamParser
 
 __all__ = [
     "DEFAULT_TOOL_PARSER",
@@ -29,6 +30,8 @@ __all__ = [
     "TOOL_PARSERS",
     "ParsedOutput",
     "ParsedToolCalls",
+    "StreamDelta",
+    "StreamParser",
     "ToolCall",
     "check_parser_names",
     "parse",

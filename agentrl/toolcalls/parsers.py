@@ -5,8 +5,8 @@ routes, the gateway, ``TextEnv``'s tools, ``ChatClient``), with the parsers name
 names them (``--tool-call-parser``, ``--reasoning-parser``). Reasoning is split off first and
 the tool parser reads only what is left, so a call written inside reasoning is never run: it
 is reported in ``errors`` instead.
-What it is not: a streaming parser (``parse`` reads a whole reply; a stream is parsed when it
-ends), nor a chat-template renderer.
+What it is not: the streaming reader (``stream.StreamParser``, built on this), nor a
+chat-template renderer.
 
 Main hook: ``parse(text, tool_parser="qwen25", reasoning_parser=None, tools=None)``. With
 ``tools`` (OpenAI tool definitions) a call to a tool not offered is an error, and the XML-ish

@@ -14,7 +14,7 @@ import sys
 from .corpus import PAIRS, corpus
 from .references import ENGINES, missing, pair_name, run_references, tally
 
-KINDS = [("well_formed", "well-formed"), ("in_reasoning", "call in reasoning"),
+KINDS = [("well_formed", "well-formed"), ("in_reasoning", "call in reasoning"), ("opened_in_prompt", "think opened by template"),
          ("malformed", "malformed (calls)"), ("truncated", "truncated (calls)"), ("trailing", "text after calls")]
 
 
@@ -25,14 +25,13 @@ def main() -> None:
     cases = corpus()
     t = tally(cases, run_references([c.to_request() for c in cases]))
     header = ["pair (tool+reasoning)", "cases", "ours = truth"] + [
-        f"{engine} {label}" for _, label in KINDS[:2] for engine in ENGINES] + [
-        f"{engine} {label}" for _, label in KINDS[2:] for engine in ENGINES]
+        f"{engine} {label}" for _, label in KINDS for engine in ENGINES]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for tool_parser, reasoning_parser in PAIRS:
         pair = f"{tool_parser}+{reasoning_parser or '-'}"
         mine = [c for c in cases if pair_name(c) == pair]
-        checked = [c for c in mine if c.kind in ("well_formed", "in_reasoning", "trailing")]
+        checked = [c for c in mine if c.kind in ("well_formed", "in_reasoning", "opened_in_prompt", "trailing")]
         exact = sum(t["ours"][c.id] == t["truth"][c.id] for c in checked)
         row = [pair, str(len(mine)), f"{exact}/{len(checked)}"]
         for kind, _ in KINDS:

@@ -5,6 +5,8 @@ content, reasoning and list of calls, so the truth is known) in one of these kin
 - ``well_formed``: 0-3 calls with nested, unicode and typed arguments, with or without
   content before the calls and reasoning before that;
 - ``in_reasoning``: a call written inside closed reasoning (it must not run);
+- ``opened_in_prompt``: reasoning whose start tag the chat template wrote (Qwen3-2507 thinking
+  models): the reply only closes it;
 - ``truncated``: a well-formed reply with calls cut at a random character;
 - ``malformed``: a call with broken JSON (or broken tags) or to a tool that was not offered;
 - ``trailing``: text after the calls.
@@ -189,6 +191,13 @@ def corpus(seed: int = 0, well_formed: int = 150, malformed: int = 60) -> list[C
                 content = ""  # a call ends gpt-oss's turn: no final answer beside it
             text = render(tool_parser, reasoning_parser, content, reasoning, calls)
             add("well_formed", text, content, reasoning, calls)
+        if reasoning_parser in ("qwen3", "kimi"):  # the template opened the block: the reply only closes it
+            start, end = ("<think>", "</think>") if reasoning_parser == "qwen3" else ("◁think▷", "◁/think▷")
+            for _ in range(10):
+                calls = [random_call(rng) for _ in range(rng.choice([0, 1]))]
+                content, reasoning = rng.choice(SENTENCES), rng.choice(THOUGHTS)
+                text = render(tool_parser, reasoning_parser, content, reasoning, calls)
+                add("opened_in_prompt", text.replace(start, "", 1), content, reasoning, calls)
         if reasoning_parser is not None and tool_parser != "gpt-oss":
             for _ in range(20):
                 hidden = render_calls(tool_parser, [random_call(rng)])

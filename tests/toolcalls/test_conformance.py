@@ -3,7 +3,7 @@
 The corpus (``corpus.py``, about 4,000 replies over 18 tool/reasoning parser pairs) is read
 by ours and by the references of the same name (``reference_runner.py``: SGLang 0.5.23's
 detectors and reasoning parsers, vLLM 0.32's tool and reasoning parsers, unmodified, one
-process per engine). On well-formed replies and on calls written in reasoning, ours must
+process per engine). On well-formed replies, calls written in reasoning and reasoning opened by the template, ours must
 read the truth exactly and agree with each reference exactly, except where the reference is
 pinned below as wrong, with the behaviour we chose and why: the pins are checked both ways
 (every disagreement is pinned, and every pin still disagrees), so neither can go stale.
@@ -62,8 +62,13 @@ PINNED = [
        "later: the call written in the reasoning is run and the answer after </think> is lost. SGLang and "
        "we keep it reasoning and never run it (issue 28: tool calls inside reasoning are never executed).")
       for pair in ("qwen25+qwen3", "qwen3_coder+qwen3", "glm45+qwen3")],
+    *[("sglang", pair, "opened_in_prompt", lambda c: True,
+       "SGLang's qwen3 and kimi reasoning parsers see reasoning only after a start tag (unless the request "
+       "forces it), so a reply whose start tag the template wrote (Qwen3-2507 thinking) is all content, "
+       "</think> included. We read the text before the end tag as reasoning, as vLLM does.")
+      for pair in ("qwen25+qwen3", "qwen3_coder+qwen3", "glm45+qwen3", "kimi_k2+kimi")],
 ]
-AGREEING_KINDS = ("well_formed", "in_reasoning")
+AGREEING_KINDS = ("well_formed", "in_reasoning", "opened_in_prompt")
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +92,7 @@ def test_the_corpus_has_several_hundred_replies_per_family(conformance):
 
 def test_ours_reads_every_well_formed_reply_exactly(conformance):
     cases, t = conformance
-    wrong = [c.id for c in cases if c.kind in ("well_formed", "in_reasoning", "trailing") and t["ours"][c.id] != t["truth"][c.id]]
+    wrong = [c.id for c in cases if c.kind in ("well_formed", "in_reasoning", "opened_in_prompt", "trailing") and t["ours"][c.id] != t["truth"][c.id]]
     assert wrong == []
 
 
