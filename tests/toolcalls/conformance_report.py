@@ -15,6 +15,7 @@ from .corpus import PAIRS, corpus
 from .references import ENGINES, missing, pair_name, run_references, tally
 
 KINDS = [("well_formed", "well-formed"), ("in_reasoning", "call in reasoning"), ("opened_in_prompt", "think opened by template"),
+         ("streamed", "streamed"),
          ("malformed", "malformed (calls)"), ("truncated", "truncated (calls)"), ("trailing", "text after calls")]
 
 
@@ -31,7 +32,7 @@ def main() -> None:
     for tool_parser, reasoning_parser in PAIRS:
         pair = f"{tool_parser}+{reasoning_parser or '-'}"
         mine = [c for c in cases if pair_name(c) == pair]
-        checked = [c for c in mine if c.kind in ("well_formed", "in_reasoning", "opened_in_prompt", "trailing")]
+        checked = [c for c in mine if c.kind in ("well_formed", "in_reasoning", "opened_in_prompt", "trailing", "streamed")]
         exact = sum(t["ours"][c.id] == t["truth"][c.id] for c in checked)
         row = [pair, str(len(mine)), f"{exact}/{len(checked)}"]
         for kind, _ in KINDS:

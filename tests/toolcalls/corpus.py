@@ -9,14 +9,16 @@ content, reasoning and list of calls, so the truth is known) in one of these kin
   models): the reply only closes it;
 - ``truncated``: a well-formed reply with calls cut at a random character;
 - ``malformed``: a call with broken JSON (or broken tags) or to a tool that was not offered;
-- ``trailing``: text after the calls.
+- ``trailing``: text after the calls;
+- ``streamed``: the first well-formed replies again, read as a stream (special tokens whole,
+  other text a character at a time) by ours and by SGLang's streaming parsers.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 TOOLS = [
@@ -56,10 +58,11 @@ class Case:
     content: str = ""
     reasoning: str | None = None
     calls: list[Call] = field(default_factory=list)
+    stream: bool = False  # read as a stream: special tokens whole, other text a character at a time
 
     def to_request(self) -> dict:
         return {"id": self.id, "tool_parser": self.tool_parser, "reasoning_parser": self.reasoning_parser,
-                "text": self.text, "tools": TOOLS}
+                "text": self.text, "tools": TOOLS, "stream": self.stream}
 
 
 def _value(rng: random.Random, kind: str, depth: int = 0) -> Any:
@@ -171,7 +174,7 @@ PAIRS = [
 _CALLS_ONLY = {"pythonic", "llama3"}
 
 
-def corpus(seed: int = 0, well_formed: int = 150, malformed: int = 60) -> list[Case]:
+def corpus(seed: int = 0, well_formed: int = 150, malformed: int = 60, streamed: int = 15) -> list[Case]:
     rng = random.Random(seed)
     cases: list[Case] = []
     for tool_parser, reasoning_parser in PAIRS:
@@ -220,6 +223,9 @@ def corpus(seed: int = 0, well_formed: int = 150, malformed: int = 60) -> list[C
             thought = rng.choice(THOUGHTS) if reasoning_parser else None
             add("trailing", render(tool_parser, reasoning_parser, "", thought, calls) + "\nDone, see above.",
                 "Done, see above.", thought, calls)
+        for case in [c for c in cases if c.id.startswith(prefix + "/well_formed/")][:streamed]:
+            cases.append(replace(case, id=case.id.replace("/well_formed/", "/streamed/"), kind="streamed",
+                                 stream=True))
     return cases
 
 

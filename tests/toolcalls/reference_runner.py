@@ -8,7 +8,8 @@ through the reasoning parser first (when the case names one), then the tool pars
 normal text — the order both servers use. vLLM's parsers want a tokenizer only to look up
 their special tokens' ids, so they get a stand-in whose vocabulary holds those tokens.
 
-A case: {"id", "tool_parser", "reasoning_parser" (ours names, or null), "text", "tools"}.
+A case: {"id", "tool_parser", "reasoning_parser" (ours names, or null), "text", "tools", and
+"stream": true to feed SGLang's streaming parsers one character at a time}.
 A result: {"id", "status": "ok" | "raised" | "none", "content", "reasoning", "calls": [{"name",
 "arguments"}], "detail"}; "none" when the engine has no text parser of that name.
 """
@@ -43,6 +44,22 @@ SPECIAL_TOKENS = [
     "<|return|>", "<|constrain|>", "<|eom_id|>", "<|eot_id|>", "<function=", "</function>",
     "<parameter=", "</parameter>",
 ]
+
+
+# markers a tokenizer spells out in several tokens (the others are one special token each)
+_SPELLED_OUT = ("<function=", "</function>", "<parameter=", "</parameter>")
+
+
+def stream_pieces(text: str) -> list[str]:
+    """The text split as a token stream would reach a streaming parser: every special token of
+    ``SPECIAL_TOKENS`` whole (SGLang's streaming detectors expect them so), other text one
+    character at a time."""
+    pieces, pos = [], 0
+    while pos < len(text):
+        special = next((t for t in SPECIAL_TOKENS if t not in _SPELLED_OUT and text.startswith(t, pos)), None)
+        pieces.append(special or text[pos])
+        pos += len(pieces[-1])
+    return pieces
 
 
 class StandInTokenizer:
@@ -87,14 +104,46 @@ def sglang_engine():
         reasoning_name = SGLANG_REASONING.get(case["reasoning_parser"]) if case["reasoning_parser"] else None
         if tool_name is None or (case["reasoning_parser"] and reasoning_name is None):
             return {"status": "none"}
+        tools = [Tool(**t) for t in case["tools"]]
+        detector = FunctionCallParser.ToolCallParserEnum[tool_name]()
+        if case.get("stream"):
+            return sglang_stream(case, reasoning_name, detector, tools)
         reasoning, normal = None, case["text"]
         if reasoning_name:
             reasoning, normal = ReasoningParser(model_type=reasoning_name, stream_reasoning=False).parse_non_stream(normal)
-        tools = [Tool(**t) for t in case["tools"]]
-        detector = FunctionCallParser.ToolCallParserEnum[tool_name]()
         result = detector.detect_and_parse(normal or "", tools)
         calls = [{"name": c.name, "arguments": arguments(c.parameters)} for c in result.calls]
         return {"status": "ok", "content": result.normal_text, "reasoning": reasoning, "calls": calls}
+
+    def sglang_stream(case, reasoning_name, detector, tools):
+        """The reply fed in ``stream_pieces``, as SGLang's server feeds its deltas."""
+        reasoner = ReasoningParser(model_type=reasoning_name, stream_reasoning=True) if reasoning_name else None
+        reasoning, content, calls = "", "", {}
+
+        def take(result):
+            nonlocal content
+            content += result.normal_text or ""
+            for item in result.calls:
+                call = calls.setdefault(item.tool_index, {"name": None, "arguments": ""})
+                call["name"] = item.name or call["name"]
+                call["arguments"] += item.parameters or ""
+
+        for ch in stream_pieces(case["text"]):
+            normal = ch
+            if reasoner is not None:
+                r, normal = reasoner.parse_stream_chunk(ch)
+                reasoning += r or ""
+            if normal:
+                take(detector.parse_streaming_increment(normal, tools))
+        if reasoner is not None:
+            r, normal = reasoner.parse_stream_end()
+            reasoning += r or ""
+            if normal:
+                take(detector.parse_streaming_increment(normal, tools))
+        take(detector.finish(tools))
+        return {"status": "ok", "content": content, "reasoning": reasoning or None,
+                "calls": [{"name": c["name"], "arguments": arguments(c["arguments"] or "{}")}
+                          for _, c in sorted(calls.items())]}
 
     return run
 
@@ -109,8 +158,8 @@ def vllm_engine():
     def run(case):
         tool_name = VLLM_TOOL.get(case["tool_parser"])
         reasoning_name = VLLM_REASONING.get(case["reasoning_parser"]) if case["reasoning_parser"] else None
-        if tool_name is None or (case["reasoning_parser"] and reasoning_name is None):
-            return {"status": "none"}
+        if tool_name is None or (case["reasoning_parser"] and reasoning_name is None) or case.get("stream"):
+            return {"status": "none"}  # vLLM's streaming parsers read token ids as well as text
         request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
                                         tools=case["tools"] or None)
         reasoning, normal = None, case["text"]

@@ -66,6 +66,24 @@ def normal_ours(parsed) -> tuple:
     return normal(parsed.content, parsed.reasoning, [(c.name, c.arguments) for c in parsed.tool_calls])
 
 
+def read_stream(case):
+    """Ours fed the pieces the reference streaming parsers get; the ``ParsedOutput`` with the
+    reasoning and content the deltas added up to."""
+    from agentrl.toolcalls import StreamParser
+
+    from .corpus import TOOLS
+    from .reference_runner import stream_pieces
+
+    parser = StreamParser(case.tool_parser, case.reasoning_parser, TOOLS)
+    reasoning = content = ""
+    for piece in stream_pieces(case.text):
+        delta = parser.feed(piece)
+        reasoning, content = reasoning + delta.reasoning, content + delta.content
+    delta, out = parser.close()
+    out.reasoning, out.content = (reasoning + delta.reasoning) or None, content + delta.content
+    return out
+
+
 def normal_truth(case) -> tuple:
     return normal(case.content, case.reasoning, [(c.name, c.arguments) for c in case.calls])
 
@@ -92,7 +110,8 @@ def tally(cases, refs: dict[str, dict[str, dict]]) -> dict:
 
     out: dict = {"ours": {}, "truth": {}, "disagree": {}, "compared": {}}
     for case in cases:
-        out["ours"][case.id] = normal_ours(parse(case.text, case.tool_parser, case.reasoning_parser, TOOLS))
+        out["ours"][case.id] = normal_ours(read_stream(case) if case.stream else
+                                           parse(case.text, case.tool_parser, case.reasoning_parser, TOOLS))
         out["truth"][case.id] = normal_truth(case)
         for engine in ENGINES:
             result = refs[engine][case.id]
