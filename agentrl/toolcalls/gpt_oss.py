@@ -54,10 +54,12 @@ def messages(text: str) -> tuple[str, list[Message]]:
 
 
 def split_reasoning(text: str) -> tuple[str | None, str]:
-    """The analysis channel's text as reasoning; the other messages, as text, for the tool parser."""
+    """The analysis channel's text as reasoning; the other messages, as text, for the tool parser
+    (an analysis message addressed to a tool goes there too, to be reported as not run)."""
     lead, found = messages(text)
-    thoughts = [m.body.strip() for m in found if m.channel == "analysis"]
-    rest = lead + "".join(m.raw for m in found if m.channel != "analysis")
+    thinking = [m.channel == "analysis" and m.recipient is None for m in found]
+    thoughts = [m.body.strip() for m, t in zip(found, thinking, strict=True) if t]
+    rest = lead + "".join(m.raw for m, t in zip(found, thinking, strict=True) if not t)
     return ("\n".join(thoughts) if thoughts else None), rest
 
 

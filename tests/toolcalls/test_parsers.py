@@ -45,7 +45,7 @@ def test_an_unclosed_think_with_a_call_is_reasoning_not_a_call():
 def test_gpt_oss_call_on_the_analysis_channel_is_not_run():
     text = ('<|channel|>analysis to=functions.ping <|constrain|>json<|message|>{}<|call|>')
     out = parse(text, "gpt-oss", "gpt-oss")
-    assert out.tool_calls == []
+    assert out.tool_calls == [] and out.reasoning is None and "analysis channel" in out.errors[0]
     out = parse(text, "gpt-oss")
     assert out.tool_calls == [] and "analysis channel" in out.errors[0]
 
