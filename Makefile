@@ -76,14 +76,17 @@ browser:
 # SGLang's frontend language (sglang.lang), for the test that drives `agentrl serve` with it
 # unchanged: the sglang wheel without its dependencies (they pull CUDA and its GPU runtime) plus
 # the few pure-Python packages sglang.lang imports, in a folder of their own (test-only; the
-# test puts it on PYTHONPATH). Cached.
+# test puts it on PYTHONPATH). Cached; reinstalled when this file changes. The same folder holds
+# SGLang's tool-call and reasoning parsers for tests/toolcalls: they run on vLLM's interpreter
+# (`make vllm` has what they import: triton, xgrammar, partial_json_parser, openai) with this
+# folder on PYTHONPATH, and need orjson besides.
 SGLANG_FRONTEND := $(VENV)/sglang-frontend
 SGLANG_FRONTEND_PACKAGES := sglang==0.5.23 ipython==9.18.1 traitlets==5.16.1 aiohttp==3.14.5 multidict==7.2.1 \
 	yarl==1.25.1 propcache==0.5.4 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0 msgspec==0.23.0 \
-	pybase64==1.5.1 requests
+	pybase64==1.5.1 requests orjson==3.13.0
 
-$(SGLANG_FRONTEND)/.installed: | $(BIN)/python
-	$(BIN)/pip install -q --no-deps --target $(SGLANG_FRONTEND) $(SGLANG_FRONTEND_PACKAGES)
+$(SGLANG_FRONTEND)/.installed: Makefile | $(BIN)/python
+	$(BIN)/pip install -q --upgrade --no-deps --target $(SGLANG_FRONTEND) $(SGLANG_FRONTEND_PACKAGES)
 	touch $@
 
 sglang-frontend: $(SGLANG_FRONTEND)/.installed

@@ -262,11 +262,11 @@ def choices_of(tp: Any, meta: Mapping[str, Any]) -> tuple[Any, ...] | None:
 def bound_problem(value: Any, tp: Any, meta: Mapping[str, Any]) -> str | None:
     """What ``value`` breaks of an ``option``'s choices and bounds (``"must be >= 16"``), or None.
     None is within every bound (a field that may be None says so in its type)."""
+    if value is None:
+        return None
     choices = choices_of(tp, meta)
     if choices is not None:
         return None if value in choices else f"must be one of {list(choices)}"
-    if value is None:
-        return None
     for bound, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
                             ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
         b = meta.get(bound)

@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus
+from agentrl.inference.wire import output_text
 from agentrl.rollout.conversation import TokenConversation
 from agentrl.rollout.episode import EnvEpisodes, step_metrics
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER
 
 
 class EnvWorkflow(EnvEpisodes):
@@ -54,19 +56,22 @@ class EnvWorkflow(EnvEpisodes):
     def __init__(self, env_id: str, tokenizer: str | Path | Any, sampling: SamplingParams | Mapping | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int | None = None,
                  max_context_tokens: int | None = None, timeout_s: float = 900.0, discount: float = 1.0,
-                 chat_template_kwargs: Mapping[str, Any] | None = None, max_idle_envs: int = 256) -> None:
+                 chat_template_kwargs: Mapping[str, Any] | None = None, max_idle_envs: int = 256,
+                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None) -> None:
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be >= 1 or None, got {max_turns}")
         if not 0.0 <= discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {discount}")
         super().__init__(env_id, tokenizer, sampling, env_kwargs, timeout_s=timeout_s,
-                         chat_template_kwargs=chat_template_kwargs, max_idle_envs=max_idle_envs)
+                         chat_template_kwargs=chat_template_kwargs, max_idle_envs=max_idle_envs,
+                         tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)
         self.max_turns = max_turns
         self.max_context_tokens = max_context_tokens
         self.discount = discount
 
     async def _play(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory]:
         async with self.envs.lease() as env:
+            keep_special = self.read_replies(env)
             obs, info = await self.envs.reset(env, row)
             tools = info.get("tools")
             messages: list[Message] = list(obs)
@@ -84,7 +89,9 @@ class EnvWorkflow(EnvEpisodes):
                     break
                 completion = await client.generate(prompt.ids, sampling)
                 call = conv.record(prompt, completion)
-                reply = self.renderer.decode(completion.tokens, skip_special_tokens=True)
+                reply = output_text(lambda ids: self.renderer.decode(ids, skip_special_tokens=not keep_special),
+                                    completion.tokens, completion.finish_reason, completion.matched_stop,
+                                    no_stop_trim=not keep_special)
                 obs, reward, terminated, truncated, step_info = await self.envs.step(env, reply)
                 conv.set_reward(call.id, reward)
                 turns += 1

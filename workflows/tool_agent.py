@@ -34,7 +34,7 @@ from openai import NOT_GIVEN
 from agentrl.api import InferenceClient, SamplingParams, Trajectory
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.episode import EnvEpisodes, step_metrics
-from agentrl.toolcalls import ToolCall
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, ToolCall
 
 
 class ToolAgent:
@@ -74,25 +74,30 @@ class ToolAgentWorkflow(EnvEpisodes):
     ``env_id``, ``tokenizer``, ``sampling``, ``env_kwargs``: as ``EnvWorkflow``'s;
     ``max_turns``: the agent's calls per episode; ``context_length``: prompt + reply limit of
     one call, replies cut to fit (None: the server's applies); ``timeout_s``: wall time of one
-    episode; ``discount``: γ for returns over calls; ``max_idle_envs``: envs kept for reuse.
+    episode; ``discount``: γ for returns over calls; ``max_idle_envs``: envs kept for reuse;
+    ``tool_call_parser``/``reasoning_parser``: the formats replies are read in (``agentrl.toolcalls``).
     """
 
     def __init__(self, env_id: str, tokenizer: str | Path | Any, sampling: SamplingParams | Mapping | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int = 8,
                  context_length: int | None = None, timeout_s: float = 900.0,
                  discount: float = 1.0, chat_template_kwargs: Mapping[str, Any] | None = None,
-                 max_idle_envs: int = 256) -> None:
+                 max_idle_envs: int = 256, tool_call_parser: str = DEFAULT_TOOL_PARSER,
+                 reasoning_parser: str | None = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         super().__init__(env_id, tokenizer, sampling, env_kwargs, timeout_s=timeout_s,
-                         chat_template_kwargs=chat_template_kwargs, max_idle_envs=max_idle_envs)
+                         chat_template_kwargs=chat_template_kwargs, max_idle_envs=max_idle_envs,
+                         tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)
         self.max_turns, self.discount = max_turns, discount
         self.context_length = context_length
 
     async def _play(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory]:
-        chat = ChatClient(client, self.renderer, context_length=self.context_length, timeout_s=None)
+        chat = ChatClient(client, self.renderer, context_length=self.context_length, timeout_s=None,
+                          tool_call_parser=self.tool_call_parser, reasoning_parser=self.reasoning_parser)
         tool_calls = 0
         async with self.envs.lease() as env:
+            self.read_replies(env)
             obs, info = await self.envs.reset(env, row)
             toolbox = getattr(env, "toolbox", None)
 

@@ -4,8 +4,10 @@ What it is: ``tool(fn)`` turns a typed function (or coroutine function) with a d
 into a ``Tool`` whose OpenAI JSON schema is derived from the signature (types -> JSON types,
 defaults -> optional, ``Literal`` -> enum) and the docstring (the summary becomes the
 description, Google-style ``Args:`` lines the parameter descriptions). ``ToolBox`` holds an
-env's tools: it parses the calls in a reply (``<tool_call>{json}</tool_call>``, the chat
-template's format, via ``agentrl.toolcalls``), checks the arguments against the schema, runs
+env's tools: it parses the calls in a reply (by default ``<tool_call>{json}</tool_call>``,
+the chat template's format; any family ``agentrl.toolcalls`` reads, by SGLang's parser names,
+with ``tool_call_parser`` and ``reasoning_parser`` — a call written in reasoning is never
+run), checks the arguments against the schema, runs
 each call with a timeout and answers with ``role: tool`` messages. What it is not: a
 sandbox — tools run in this process; run untrusted code through ``agentrl.api.Sandbox``.
 
@@ -43,7 +45,7 @@ from typing import Any
 
 from agentrl.api import Message
 from agentrl.errors import AgentRLError, ToolError
-from agentrl.toolcalls import ToolCall, parse_tool_calls
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, ToolCall, check_parser_names, parse
 
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -232,6 +234,7 @@ class ToolTurn:
 
     content: str
     calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str | None = None  # the reply's reasoning, when a reasoning parser is set
     messages: list[Message] = field(default_factory=list)
     num_errors: int = 0
 
@@ -251,6 +254,8 @@ class ToolBox:
         timeout_s: float = 10.0,
         max_calls: int = 8,
         max_result_chars: int = 4000,
+        tool_call_parser: str = DEFAULT_TOOL_PARSER,
+        reasoning_parser: str | None = None,
     ) -> None:
         declared = [tool(t) for t in tools]
         names = [t.name for t in declared]
@@ -260,9 +265,15 @@ class ToolBox:
             raise ToolError(f"need timeout_s > 0, max_calls >= 1, max_result_chars >= 1; got "
                             f"{timeout_s}, {max_calls}, {max_result_chars}")
         self.tools = {t.name: t for t in declared}
+        self.read_as(tool_call_parser, reasoning_parser)
         self.timeout_s = timeout_s
         self.max_calls = max_calls
         self.max_result_chars = max_result_chars
+
+    def read_as(self, tool_call_parser: str, reasoning_parser: str | None = None) -> None:
+        """Read replies in these formats (``agentrl.toolcalls`` names); ValueError lists the known ones."""
+        check_parser_names(tool_call_parser, reasoning_parser)
+        self.tool_call_parser, self.reasoning_parser = tool_call_parser, reasoning_parser
 
     def schemas(self) -> list[dict[str, Any]]:
         """The OpenAI ``tools`` list (pass it to the chat template or the API)."""
@@ -271,12 +282,12 @@ class ToolBox:
     async def handle(self, text: str, *, turn: int = 0) -> ToolTurn:
         """Parse the calls in ``text`` and run them in order. Call ids are ``call_<turn>_<i>``
         (deterministic, so seeded episodes repeat exactly)."""
-        parsed = parse_tool_calls(text)
-        out = ToolTurn(parsed.content)
+        parsed = parse(text, self.tool_call_parser, self.reasoning_parser, self.schemas())
+        out = ToolTurn(parsed.content, reasoning=parsed.reasoning)
         for error in parsed.errors:
             out.messages.append({"role": "tool", "content": f"error: {error}"})
             out.num_errors += 1
-        for i, call in enumerate(parsed.calls):
+        for i, call in enumerate(parsed.tool_calls):
             call = replace(call, id=f"call_{turn}_{i}")
             out.calls.append(call)
             if i >= self.max_calls:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl.errors import Refused
-from agentrl.toolcalls import parse_tool_calls
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, parse
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -61,18 +61,36 @@ def chat_request(body: dict[str, Any], *, server: str = "agentrl serve") -> tupl
     return messages, tools if use_tools else None, use_tools
 
 
-def assistant_message(text: str, use_tools: bool, finish: str, matched: int | str | None
-                      ) -> tuple[dict[str, Any], str, int | str | None]:
-    """The answer's ``message`` and its (finish_reason, matched_stop): with tools on, well-formed
-    ``<tool_call>`` blocks become ``tool_calls`` and a stop becomes ``"tool_calls"``."""
+def keep_special_tokens(body: dict[str, Any], tool_parser: str, reasoning_parser: str | None) -> None:
+    """Decode the answer with its special tokens when it is read in another family's format
+    (their markers — ``<|python_tag|>``, DeepSeek's and Kimi's, gpt-oss's channels — are special
+    tokens) unless the request set ``skip_special_tokens`` itself. The default reading (``qwen25``,
+    no reasoning) changes nothing."""
+    if (tool_parser != DEFAULT_TOOL_PARSER or reasoning_parser is not None) and "skip_special_tokens" not in body:
+        body["skip_special_tokens"] = False
+
+
+def assistant_message(text: str, use_tools: bool, finish: str, matched: int | str | None, *,
+                      tool_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None,
+                      tools: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], str, int | str | None]:
+    """The answer's ``message`` and its (finish_reason, matched_stop), read by ``agentrl.toolcalls.parse``.
+
+    With a reasoning parser the reasoning goes to ``reasoning_content`` and the rest to
+    ``content``; with tools on, the well-formed calls of ``tool_parser``'s format become
+    ``tool_calls`` (never one written in the reasoning) and a stop becomes ``"tool_calls"``.
+    Without either, ``content`` is the text unchanged."""
     message: dict[str, Any] = {"role": "assistant", "content": text, "reasoning_content": None}
-    if use_tools:
-        calls = parse_tool_calls(text)
-        if calls.calls:
-            message["content"] = calls.content
-            message["tool_calls"] = [c.to_openai(j) for j, c in enumerate(calls.calls)]
-            if finish == "stop":
-                finish, matched = "tool_calls", None
+    if not use_tools and reasoning_parser is None:
+        return message, finish, matched
+    parsed = parse(text, tool_parser, reasoning_parser, tools)
+    if reasoning_parser is not None:
+        message["reasoning_content"] = parsed.reasoning
+        message["content"] = parsed.content
+    if use_tools and parsed.tool_calls:
+        message["content"] = parsed.content
+        message["tool_calls"] = [c.to_openai(j) for j, c in enumerate(parsed.tool_calls)]
+        if finish == "stop":
+            finish, matched = "tool_calls", None
     return message, finish, matched
 
 
@@ -114,7 +132,7 @@ def answer_chunks(answer: dict[str, Any], *, include_usage: bool = False) -> lis
     choice = answer["choices"][0]
     message = choice["message"]
     out = [chunk(base, {"role": "assistant", "content": ""})]
-    delta = {k: message[k] for k in ("content", "tool_calls") if message.get(k)}
+    delta = {k: message[k] for k in ("reasoning_content", "content", "tool_calls") if message.get(k)}
     if delta or choice.get("logprobs"):
         out.append(chunk(base, delta, logprobs=choice.get("logprobs")))
     out.append(chunk(base, {}, choice["finish_reason"], choice.get("matched_stop")))

@@ -4,16 +4,18 @@
 What it is: request translation onto the engine that ``/generate`` uses (the format itself —
 request checks, message, ``tool_calls`` and ``logprobs`` shapes — is ``chat_format``, shared
 with the rollout gateway). Chat prompts are
-rendered with the tokenizer's own chat template (tools included); tool calls in the output,
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (SGLang's ``qwen25`` format),
-are parsed with ``agentrl.toolcalls`` into OpenAI ``tool_calls`` with ``finish_reason``
-``"tool_calls"``. Works with the unmodified ``openai`` SDK. Responses also carry SGLang's
+rendered with the tokenizer's own chat template (tools included); the output is read with
+``agentrl.toolcalls.parse`` in the formats ``--tool-call-parser`` (default ``qwen25``:
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``) and ``--reasoning-parser``
+(default none) name, as SGLang names them: reasoning into ``reasoning_content``, calls into
+OpenAI ``tool_calls`` with ``finish_reason`` ``"tool_calls"``. Works with the unmodified ``openai`` SDK. Responses also carry SGLang's
 ``metadata.weight_version`` and, on request (``return_token_ids``), the raw token ids.
 
 What it is not: ``tool_choice`` "required" or a named function (refused with a 400),
-``echo``, reasoning parsers, logit bias. When tools are offered and streaming is on, the
-content and the parsed calls come in one delta at the end (the call syntax must be complete
-to be parsed); without tools, content streams token by token.
+``echo``, logit bias. When tools are offered or a reasoning parser is set and streaming is
+on, ``reasoning_content`` and ``content`` stream as soon as they are final and the parsed calls
+come in one delta at the end (``agentrl.toolcalls.StreamParser``); otherwise content streams
+token by token.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from agentrl.inference.chat_format import (
     assistant_message,
     chat_request,
     chunk,
+    keep_special_tokens,
     sampling_fields,
     sse,
     token_logprobs,
@@ -42,6 +45,7 @@ from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
 from agentrl.inference.validation import LOGPROB_FIELDS, SAMPLING, parse_sampling
 from agentrl.inference.wire import check_type, finish_text, parse_prompt_ids, read_json
+from agentrl.toolcalls import StreamDelta, StreamParser
 
 
 async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], http: Request,
@@ -76,6 +80,17 @@ def _chat_top_logprobs(state: ServerState, body: dict[str, Any]) -> tuple[bool, 
     return want, top or 0
 
 
+def _reader_deltas(delta: StreamDelta) -> list[dict[str, str]]:
+    """A ``StreamParser`` delta as chunk deltas: reasoning first, then content; none when empty."""
+    out = [{"reasoning_content": delta.reasoning}] if delta.reasoning else []
+    return out + ([{"content": delta.content}] if delta.content else [])
+
+
+def _message(text: str, reading: dict[str, Any], req: GenRequest) -> tuple[dict[str, Any], str, int | str | None]:
+    return assistant_message(text, reading["use_tools"], *_finish_reason(req), tool_parser=reading["tool_parser"],
+                             reasoning_parser=reading["reasoning_parser"], tools=reading["tools"])
+
+
 def _finish_reason(req: GenRequest) -> tuple[str, int | str | None]:
     reason = req.finish_reason or {}
     kind = reason.get("type", "stop")
@@ -86,10 +101,14 @@ def _chat_logprobs(state: ServerState, req: GenRequest) -> dict[str, Any]:
     return token_logprobs(lambda t: state.tokenizer.decode([t]), req.output_ids, req.logprobs, req.top_logprobs)
 
 
-async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], bool]:
+async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
+    """The prompt's ids, and how to read the answer (``assistant_message``'s keyword arguments)."""
     messages, tools, use_tools = chat_request(body)
+    reading = {"use_tools": use_tools, "tool_parser": state.config.tool_call_parser,
+               "reasoning_parser": state.config.reasoning_parser, "tools": tools}
+    keep_special_tokens(body, state.config.tool_call_parser, state.config.reasoning_parser)
     if body.get("input_ids") is not None:
-        return parse_prompt_ids(body["input_ids"], state.vocab_size), use_tools
+        return parse_prompt_ids(body["input_ids"], state.vocab_size), reading
     if not getattr(state.tokenizer, "chat_template", None):
         raise Refused("this model's tokenizer has no chat template; use /v1/completions or /generate")
     kwargs = body.get("chat_template_kwargs") or {}
@@ -105,7 +124,7 @@ async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[i
     except Exception as e:  # a template error is the request's fault (bad message shape)
         raise Refused(f"the chat template could not render these messages: {type(e).__name__}: "
                          f"{str(e)[:200]}") from e
-    return await state.tokenize(text), use_tools
+    return await state.tokenize(text), reading
 
 
 def openai_routes(state: ServerState) -> APIRouter:
@@ -131,13 +150,13 @@ def openai_routes(state: ServerState) -> APIRouter:
             want_lp, top_n = _chat_top_logprobs(state, body)
             stream = body.get("stream") or False
             check_type("stream", stream, (bool,), "true or false")
-            prompt, use_tools = await _render_chat(state, body)
+            prompt, reading = await _render_chat(state, body)
             if stream:
                 if _n(state, body) != 1:
                     raise Refused("n > 1 is not supported with stream=true by agentrl serve")
                 parsed = parse_sampling(sampling_fields(body, None), prompt_len=len(prompt), bounds=state.bounds)
                 state.admit(1)
-                return StreamingResponse(_chat_stream(state, body, prompt, parsed, use_tools, top_n),
+                return StreamingResponse(_chat_stream(state, body, prompt, parsed, reading, top_n),
                                          media_type="text/event-stream")
             reqs, parsed = await _run_all(state, prompt, body, http, None, top_n)
         except Refused as e:
@@ -145,7 +164,7 @@ def openai_routes(state: ServerState) -> APIRouter:
         choices = []
         for i, r in enumerate(reqs):
             text = finish_text(state.tokenizer, r, parsed["no_stop_trim"], parsed["skip_special_tokens"])
-            message, kind, matched = assistant_message(text, use_tools, *_finish_reason(r))
+            message, kind, matched = _message(text, reading, r)
             choice = {"index": i, "message": message, "logprobs": _chat_logprobs(state, r) if want_lp else None,
                       "finish_reason": kind, "matched_stop": matched}
             if body.get("return_token_ids"):
@@ -204,26 +223,48 @@ def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict
             "metadata": {"weight_version": versions[-1] if versions else state.scheduler.weight_version}}
 
 
-async def _chat_stream(state: ServerState, body, prompt, parsed, use_tools: bool, top_n: int):
-    """``chat.completion.chunk`` events (one choice; the request was validated before)."""
+async def _chat_stream(state: ServerState, body, prompt, parsed, reading: dict[str, Any], top_n: int):
+    """``chat.completion.chunk`` events (one choice; the request was validated before). Without
+    tools or a reasoning parser, content streams token by token. With them, the reply is read as
+    it comes (``agentrl.toolcalls.StreamParser``): ``reasoning_content`` and ``content`` deltas as
+    soon as they are final, the calls in one delta at the end; a request with stop strings or
+    stop patterns is read whole at the end (the text they cut is known only then)."""
     req = GenRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), sampling=parsed["sampling"],
                         top_logprobs_num=top_n)
     base = {"id": req.rid, "created": int(time.time()), "model": body.get("model") or state.served_model_name}
     yield sse(chunk(base, {"role": "assistant", "content": ""}))
+    reads = reading["use_tools"] or reading["reasoning_parser"] is not None
+    reader = StreamParser(reading["tool_parser"], reading["reasoning_parser"], reading["tools"]) \
+        if reads and not (req.sampling.stop or req.sampling.stop_regex) else None
+    skip_special = parsed["skip_special_tokens"]
     sent = ""
     async for n, finished in state.stream(req):
         if finished:
             break
-        if not use_tools:
-            text = state.tokenizer.decode(req.output_ids[:n], skip_special_tokens=True)
+        if not reads or reader is not None:  # the last token is held back: it may be the stop token
+            text = state.tokenizer.decode(req.output_ids[:n] if not reads else req.output_ids[:n - 1],
+                                          skip_special_tokens=skip_special if reads else True)
             if text.startswith(sent) and len(text) > len(sent) and "\ufffd" not in text[len(sent):]:
-                yield sse(chunk(base, {"content": text[len(sent):]}))
+                if reader is None:
+                    yield sse(chunk(base, {"content": text[len(sent):]}))
+                else:
+                    for delta in _reader_deltas(reader.feed(text[len(sent):])):
+                        yield sse(chunk(base, delta))
                 sent = text
     text = finish_text(state.tokenizer, req, parsed["no_stop_trim"], parsed["skip_special_tokens"])
     delta: dict[str, Any] = {}
-    if use_tools:
-        message, kind, matched = assistant_message(text, True, *_finish_reason(req))
-        delta = {k: message[k] for k in ("content", "tool_calls") if k in message}
+    if reads:
+        message, kind, matched = _message(text, reading, req)
+        if reader is not None:
+            if text.startswith(sent):  # else what streamed stands: it cannot be taken back
+                reader.feed(text[len(sent):])
+                for d in _reader_deltas(reader.close()[0]):
+                    yield sse(chunk(base, d))
+            if message.get("tool_calls"):
+                delta = {"tool_calls": message["tool_calls"]}
+        else:  # read whole: reasoning, content and calls in one delta
+            delta = {k: message[k] for k in ("reasoning_content", "content", "tool_calls")
+                     if message.get(k) is not None}
     else:
         kind, matched = _finish_reason(req)
         if text.startswith(sent) and len(text) > len(sent):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentrl.config import option
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, REASONING_PARSERS, TOOL_PARSERS
 
 DEFAULT_CONTEXT_LENGTH = 4096
 """The context of a server not given ``--context-length``: the model's, up to this many tokens."""
@@ -51,3 +52,10 @@ class ServeConfig:
         4096, help="most requests waiting or running at once; more are refused with 503 (SGLang's "
         "--max-queued-requests)", ge=1)
     max_request_bytes: int = option(64 << 20, help="largest request body in bytes (413 above)", ge=1024)
+    tool_call_parser: str = option(
+        DEFAULT_TOOL_PARSER, choices=sorted(TOOL_PARSERS),
+        help="format of the model's tool calls, by SGLang's name (agentrl.toolcalls): read into message.tool_calls")
+    reasoning_parser: str | None = option(
+        None, choices=sorted(REASONING_PARSERS),
+        help="format of the model's reasoning, by SGLang's name: read into message.reasoning_content, and a "
+             "tool call written in it is never returned (default: no reasoning parser)")

@@ -47,6 +47,7 @@ from agentrl.inference.chat_format import (
     answer_chunks,
     assistant_message,
     chat_request,
+    keep_special_tokens,
     sampling_fields,
     token_logprobs,
     usage,
@@ -56,6 +57,7 @@ from agentrl.inference.wire import check_type, output_text
 from agentrl.rollout.conversation import ExportStyle, TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.responses import chat_body, response_from_chat, response_id
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names
 
 _NO_CONTEXT_LIMIT = 1 << 31
 _TEXT_PARTS = ("text", "input_text", "output_text")
@@ -68,12 +70,17 @@ class ChatClient:
     answers carry; ``context_length``: prompt + completion limit, a completion budget past it
     is cut to fit (None: the server's limit applies);
     ``default_max_tokens``: the completion budget when a call gives none; ``max_tokens``: the
-    episode's token budget over all segments (None: unbounded); ``timeout_s``: per call.
+    episode's token budget over all segments (None: unbounded); ``timeout_s``: per call;
+    ``tool_call_parser``/``reasoning_parser``: the formats the answers are read in, by SGLang's
+    names (``agentrl.toolcalls``; a call written in reasoning never becomes a ``tool_call``).
     """
 
     def __init__(self, engine: InferenceClient, tokenizer: str | Path | Any, *, model: str = "agentrl",
                  context_length: int | None = None, default_max_tokens: int = 1024, max_tokens: int | None = None,
-                 timeout_s: float | None = 600.0, chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
+                 timeout_s: float | None = 600.0, chat_template_kwargs: Mapping[str, Any] | None = None,
+                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None) -> None:
+        check_parser_names(tool_call_parser, reasoning_parser)
+        self.tool_call_parser, self.reasoning_parser = tool_call_parser, reasoning_parser
         self.engine = engine
         self.renderer = tokenizer if isinstance(tokenizer, ChatRenderer) else ChatRenderer(
             tokenizer, chat_template_kwargs=chat_template_kwargs)
@@ -105,6 +112,7 @@ class ChatClient:
 
     async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
         messages, tools, use_tools = chat_request(body, server="agentrl's chat client")
+        keep_special_tokens(body, self.tool_call_parser, self.reasoning_parser)
         _check_unsupported(body)
         text = await self.renderer.arender(_plain(messages), tools)
         prompt = await self.conversation.aprompt(text)
@@ -115,8 +123,9 @@ class ChatClient:
         call = self.conversation.record(prompt, completion)
         content = output_text(lambda ids: self.renderer.decode(ids, skip_special_tokens=skip_special),
                               completion.tokens, completion.finish_reason, completion.matched_stop, no_stop_trim)
-        message, finish, matched = assistant_message(content, use_tools, completion.finish_reason,
-                                                     completion.matched_stop)
+        message, finish, matched = assistant_message(
+            content, use_tools, completion.finish_reason, completion.matched_stop,
+            tool_parser=self.tool_call_parser, reasoning_parser=self.reasoning_parser, tools=tools)
         choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
                                   "matched_stop": matched}
         if body.get("logprobs"):

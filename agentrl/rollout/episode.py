@@ -26,6 +26,7 @@ from agentrl.api import InferenceClient, SamplingParams, Trajectory, TrajectoryS
 from agentrl.errors import AgentRLError, ConfigError, InferenceError, SandboxError
 from agentrl.rollout.env_pool import EnvPool
 from agentrl.rollout.renderer import ChatRenderer
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +91,29 @@ class EnvEpisodes(abc.ABC):
     ``env_id``: a registered env id; ``tokenizer``: a model directory, tokenizer or renderer;
     ``sampling``: ``SamplingParams`` or a mapping of its fields, per reply; ``env_kwargs``: for
     ``gymnasium.make``; ``chat_template_kwargs``: extra template variables; ``max_idle_envs``:
-    envs kept for reuse.
+    envs kept for reuse; ``tool_call_parser``/``reasoning_parser``: the formats the env's tools
+    read replies in (``agentrl.toolcalls`` names, the run's ``rollout.tool_call_parser`` and
+    ``rollout.reasoning_parser``), set on each leased env's ``toolbox`` by ``read_replies``.
     """
 
     def __init__(self, env_id: str, tokenizer: Any, sampling: SamplingParams | Mapping[str, Any] | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, timeout_s: float = 900.0,
-                 chat_template_kwargs: Mapping[str, Any] | None = None, max_idle_envs: int = 256) -> None:
+                 chat_template_kwargs: Mapping[str, Any] | None = None, max_idle_envs: int = 256,
+                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None) -> None:
+        check_parser_names(tool_call_parser, reasoning_parser)
+        self.tool_call_parser, self.reasoning_parser = tool_call_parser, reasoning_parser
         self.renderer = ChatRenderer(tokenizer, chat_template_kwargs=chat_template_kwargs)
         self.sampling = sampling_params(sampling)
         self.envs = EnvPool(env_id, env_kwargs, max_idle=max_idle_envs)
         self.timeout_s = timeout_s
+
+    def read_replies(self, env: Any) -> bool:
+        """Set this workflow's reply formats on ``env``'s toolbox, if it has one. Returns whether
+        replies should be decoded with their special tokens (another family's markers are)."""
+        toolbox = getattr(getattr(env, "unwrapped", env), "toolbox", None)
+        if toolbox is not None:
+            toolbox.read_as(self.tool_call_parser, self.reasoning_parser)
+        return self.tool_call_parser != DEFAULT_TOOL_PARSER or self.reasoning_parser is not None
 
     async def arun_episode(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory] | None:
         return await guarded(self._play(client, row), timeout_s=self.timeout_s, what=f"{self.envs.env_id} episode")

@@ -21,6 +21,7 @@ from agentrl.client.remote_engine import RemoteEngineConfig
 from agentrl.config import option
 from agentrl.errors import ConfigError
 from agentrl.rollout.gateway_config import GatewayConfig
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, REASONING_PARSERS, TOOL_PARSERS
 from agentrl.trainer.trainer_config import TrainerConfig
 
 ROUTERS = ("client", "sglang")
@@ -88,6 +89,12 @@ class RolloutConfig:
     max_failed_fraction: float = option(0.9, gt=0, le=1, help="agentrl train (and agentrl eval) exits with code 1 "
                                                               "when this share of the episodes or more failed (saying "
                                                               "the first error)")
+    tool_call_parser: str = option(DEFAULT_TOOL_PARSER, choices=sorted(TOOL_PARSERS),
+                                   help="format of the model's tool calls, by SGLang's name (agentrl.toolcalls), "
+                                        "for the env's tools and the workflow (when it takes tool_call_parser)")
+    reasoning_parser: str | None = option(None, choices=sorted(REASONING_PARSERS),
+                                          help="format of the model's reasoning, by SGLang's name; a tool call "
+                                               "written in it is never run (default: none)")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
                                      metadata={"help": "sampling during rollouts"})
 
@@ -219,6 +226,9 @@ def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = N
         kwargs["tokenizer"] = cfg.model
     if "sampling" in params and "sampling" not in kwargs:
         kwargs["sampling"] = sampling
+    for key in ("tool_call_parser", "reasoning_parser"):
+        if key in params and key not in kwargs:
+            kwargs[key] = getattr(cfg.rollout, key)
     if cfg.sandbox.spec() and "env_kwargs" in params:
         kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.spec(), **(kwargs.get("env_kwargs") or {})}
     return cls(**kwargs)

@@ -93,3 +93,22 @@ def test_tool_calls_come_back_as_openai_tool_calls(tool_model_dir, serve_factory
         streamed = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
         assert [json.loads(tc.function.arguments) for tc in streamed] == [CALL]
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_the_parser_flags_read_the_answer(tool_model_dir, serve_factory):
+    # --tool-call-parser/--reasoning-parser (issue 28): the same call read by the hermes parser with a
+    # qwen3 reasoning parser; the model writes no <think>, so reasoning_content is null, not its call
+    from agentrl.model.arith_data import CALCULATOR_TOOL
+
+    proc = serve_factory(tool_model_dir, "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+    with openai.OpenAI(base_url=proc.url + "/v1", api_key="unused", timeout=60, max_retries=0) as client:
+        messages = [{"role": "user", "content": QUESTION}]
+        choice = client.chat.completions.create(model="tiny", messages=messages, tools=[CALCULATOR_TOOL],
+                                                temperature=0, max_tokens=96).choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert [json.loads(c.function.arguments) for c in choice.message.tool_calls] == [CALL]
+        assert choice.message.content == "" and choice.message.model_extra["reasoning_content"] is None
+        chunks = list(client.chat.completions.create(model="tiny", messages=messages, tools=[CALCULATOR_TOOL],
+                                                     temperature=0, max_tokens=96, stream=True))
+        streamed = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        assert [json.loads(tc.function.arguments) for tc in streamed] == [CALL]
