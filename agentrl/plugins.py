@@ -36,6 +36,7 @@ ECOSYSTEMS = {
     "reasoning_gym/": "envs.interop.reasoning_gym_env",
     "textarena/": "envs.interop.textarena_env",
     "skyrl_gym/": "envs.interop.skyrl_gym_env",
+    "openenv:": "envs.interop.openenv_env",
 }
 """Env-id prefixes of other ecosystems' environments and the adapter module of each. An
 adapter module has ``ID_FORM`` (how its ids look), ``register(env_id) -> str`` (registers the
