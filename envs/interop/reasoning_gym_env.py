@@ -140,7 +140,8 @@ class ReasoningGymEnv(TextEnv):
     ## Rewards
     ``score`` (weight 1): reasoning-gym's ``score_answer``, in [0, 1] (some tasks give partial
     credit; a few score their own gold answer below 1 where several answers are valid). A scorer
-    that raises on the model's answer scores 0 (``score_error`` says why).
+    that raises on the model's answer scores 0 (``score_error`` says why). ``judge`` (optional,
+    its ``weight``): an LLM's grade of the reply by a rubric prompt.
 
     ## Episode End
     Terminated after the first reply. Truncated only by ``max_tokens`` or ``max_wall_s``.
@@ -153,7 +154,9 @@ class ReasoningGymEnv(TextEnv):
     ``size`` (10000) and ``seed`` (0): the train split; ``eval_size`` (500): the eval split, on the
     generator seeds after the train split's; ``system_prompt``: None, a key of
     ``reasoning_gym.utils.SYSTEM_PROMPTS`` ("default", "direct", ...) or the text itself;
-    ``answer_format``: auto, answer_tag, boxed or raw; ``max_tokens``; ``max_wall_s``; ``render_mode``.
+    ``answer_format``: auto, answer_tag, boxed or raw; ``judge``: an LLM-as-judge term
+    (``agentrl.env.judge.JudgeConfig``'s fields and its ``weight``); ``max_tokens``; ``max_wall_s``;
+    ``render_mode``.
 
     ## Version History
     * v0: initial version (reasoning-gym 0.1.25).
@@ -161,9 +164,16 @@ class ReasoningGymEnv(TextEnv):
 
     def __init__(self, task: str, config: Mapping[str, Any] | None = None, size: int = TRAIN_SIZE, seed: int = 0,
                  eval_size: int = EVAL_SIZE, system_prompt: str | None = None, answer_format: str = "auto",
-                 max_tokens: int | None = None, max_wall_s: float | None = None,
-                 render_mode: str | None = None) -> None:
-        super().__init__(rubric=Rubric([Reward("score", fact("score"))]),
+                 judge: Mapping[str, Any] | None = None, max_tokens: int | None = None,
+                 max_wall_s: float | None = None, render_mode: str | None = None) -> None:
+        terms = [Reward("score", fact("score"))]
+        if judge:  # an LLM grades the reply by a rubric prompt, beside the task's own score
+            from agentrl.env.judge import judge_from
+
+            judge = dict(judge)
+            weight = float(judge.pop("weight", 1.0))
+            terms.append(Reward("judge", judge_from(judge), weight))
+        super().__init__(rubric=Rubric(terms),
                          limits=EpisodeLimits(max_turns=1, max_tokens=max_tokens, max_wall_s=max_wall_s),
                          render_mode=render_mode)
         rg = _package()
@@ -199,6 +209,7 @@ class ReasoningGymEnv(TextEnv):
                 raise EnvError(f"a {PREFIX}{self.task_name} row is {{'split': 'train'|'eval', 'index': i}} with "
                                f"0 <= i < the split's size (env_kwargs {size_key!r}), or a whole entry; got {task}")
             self._entry = await asyncio.to_thread(self.splits[split].__getitem__, index)
+            task.update(question=str(self._entry["question"]), answer=str(self._entry["answer"]))  # for a judge
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*system, {"role": "user", "content": str(self._entry["question"])}]
 
