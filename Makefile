@@ -125,7 +125,7 @@ trl: $(TRL_VENV)/.installed
 # its own: verifiers 0.4 pins mcp==2.0 (openenv 0.10, in ours, wants mcp<2) and an older openai.
 # uv: verifiers' chat program is a uv script. No torch there (verifiers needs none).
 VERIFIERS_VENV := .venv-verifiers
-VERIFIERS_SPEC ?= verifiers==0.4.0 uv
+VERIFIERS_SPEC ?= verifiers[openenv]==0.4.0 uv
 
 $(VERIFIERS_VENV)/.installed:
 	$(PYTHON) -m venv $(VERIFIERS_VENV)

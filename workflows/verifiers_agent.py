@@ -35,9 +35,15 @@ def main() -> int:
     row = json.loads(sys.stdin.read() or "{}").get("task", {})
     import verifiers.v1 as vf
 
-    config = {"taskset": {"id": args.taskset},
-              "agent": {"harness": {"id": args.harness}, "runtime": {"type": "subprocess"}}}
+    config = {"taskset": {"id": args.taskset}}
     config.update(json.loads(args.env_config))
+    # every agent role of the env (`agent`, a game's `player`, ...) on this machine: the harness asked
+    # for and a subprocess runtime, never Prime's sandboxes
+    local = {"harness": {"id": args.harness}, "runtime": {"type": "subprocess"}}
+    roles = [name for name, field in type(vf.resolve_env_config(config)).model_fields.items()
+             if isinstance(field.annotation, type) and issubclass(field.annotation, vf.AgentConfig)]
+    for role in roles:
+        config[role] = {**local, **config.get(role, {})}
     env = vf.load_environment(vf.resolve_env_config(config))
     index = int(row.get("index", 0))
     task = next(itertools.islice(iter(env.taskset.load()), index, None), None)

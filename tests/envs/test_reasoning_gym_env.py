@@ -111,23 +111,24 @@ async def test_episodes_through_a_real_server(task, tiny_server, tiny_model_dir)
 
 
 def test_a_short_train_on_a_reasoning_gym_task(tmp_path):
-    config = {
-        "model": str(ROOT / "examples" / "tiny-model"), "run_dir": str(tmp_path / "run"), "steps": 2,
-        "max_minutes": None, "world_size": 1, "threads": 1, "inference": {"num_servers": 1, "threads": 1},
-        "rollout": {"workflow": "workflows.env:EnvWorkflow",
-                    "workflow_args": {"env_id": "reasoning_gym/chain_sum", "env_kwargs": SMALL_SUMS},
-                    "dataset": "envs.interop.reasoning_gym_env:train_rows", "group_size": 4, "batch_size": 2,
-                    "sampling": {"temperature": 1.0, "max_new_tokens": 12}},
-        "eval": {"dataset": "envs.interop.reasoning_gym_env:eval_rows", "limit": 8,
-                 "sampling": {"temperature": 0.0, "max_new_tokens": 12}},
-        "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False, "trajectories_per_step": 2},
-    }
-    (tmp_path / "rg.yaml").write_text(json.dumps(config))  # JSON is YAML
-    out = subprocess.run([AGENTRL, "train", str(tmp_path / "rg.yaml")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
+    """examples/reasoning_gym_grpo.yaml, two small steps."""
+    small = [f"run_dir={tmp_path / 'run'}", "steps=2", "max_minutes=null", "rollout.batch_size=2",
+             "rollout.group_size=4", "eval.limit=8", "eval.every_steps=0", "logging.trajectories_per_step=2"]
+    out = subprocess.run([AGENTRL, "train", "examples/reasoning_gym_grpo.yaml", *small], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0, summary
     assert summary["eval_before"] is not None and summary["eval_after"] is not None
     sampled = json.loads((tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()[0])
     assert "State the final answer to the following arithmetic problem" in "".join(sampled["tokens"])
+
+
+def test_agentrl_eval_on_a_reasoning_gym_task(tmp_path):
+    out = subprocess.run([AGENTRL, "eval", "examples/reasoning_gym_grpo.yaml", "--out", str(tmp_path / "eval"),
+                          "eval.limit=6"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["problems"] == 6 and report["failed_episodes"] == 0, report
+    rows = [json.loads(line)["row"] for line in (tmp_path / "eval" / "eval.jsonl").read_text().splitlines()]
+    assert {r["split"] for r in rows} == {"eval"}  # the held-out split, never a train index

@@ -77,3 +77,24 @@ def test_a_missing_verifiers_environment_says_how_to_build_it(tiny_model_dir, mo
     monkeypatch.setenv("AGENTRL_VERIFIERS_PYTHON", str(tmp_path / "nowhere" / "python"))
     with pytest.raises(ConfigError, match="make verifiers"):
         VerifiersWorkflow("verifiers:sum_taskset", tiny_model_dir)
+
+
+async def test_verifiers_own_openenv_taskset_through_the_gateway(openenv_sum_server, tiny_server, tiny_model_dir):
+    """verifiers' shipped ``openenv`` taskset (its OpenEnv 0.4 client, in its venv) against an OpenEnv 0.10
+    server: the taskset's own reward (``openenv_reward``, the server's) on the trajectory."""
+    url, _ = openenv_sum_server
+    taskset = {"id": "openenv", "base_url": url, "resets": [{"seed": 0}, {"seed": 1}]}
+    wf = VerifiersWorkflow("verifiers:openenv", tiny_model_dir, env_config={"taskset": taskset}, timeout_s=240,
+                           context_length=1024)
+    try:
+        async with RemoteEngine(tiny_server.url) as engine:
+            for index in range(2):
+                trajs = await wf.arun_episode(engine, {"index": index})
+                assert [t.status for t in trajs] == [TrajectoryStatus.OK], [t.error for t in trajs]
+                text = wf.renderer.decode(trajs[0].input_ids)
+                a, b, c = map(int, text.split("What is ")[1].split("?")[0].split("+"))
+                (start, end), = sampled_spans(trajs[0].loss_mask)
+                reply = wf.renderer.decode(trajs[0].input_ids[start:end], skip_special_tokens=True)
+                assert trajs[0].reward == float(f"\\boxed{{{a + b + c}}}" in reply)
+    finally:
+        await wf.aclose()
