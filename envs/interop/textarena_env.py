@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import random
 import re
 import threading
 from collections.abc import Mapping
@@ -201,6 +202,7 @@ class TextArenaEnv(TextEnv):
     def _reset_game(self, seed: int) -> tuple[int, list]:
         with _GAME_LOCK:
             try:
+                random.seed(seed)  # as verifiers' TextArena taskset does: some games draw before seeding
                 self.game.reset(num_players=self.num_players, seed=seed)
             except Exception as e:
                 raise EnvError(why_it_cannot_run(self.game_id, e)) from e
