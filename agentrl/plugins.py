@@ -37,6 +37,7 @@ ECOSYSTEMS = {
     "textarena/": "envs.interop.textarena_env",
     "skyrl_gym/": "envs.interop.skyrl_gym_env",
     "openenv:": "envs.interop.openenv_env",
+    "verifiers:": "envs.interop.verifiers_env",
 }
 """Env-id prefixes of other ecosystems' environments and the adapter module of each. An
 adapter module has ``ID_FORM`` (how its ids look), ``register(env_id) -> str`` (registers the

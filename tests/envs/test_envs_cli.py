@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 AGENTRL = str(Path(sys.executable).parent / "agentrl")
-ECOSYSTEM_FORMS = ["reasoning_gym/<task>", "textarena/<Game-vN>", "skyrl_gym/<id>", "openenv:<URL>"]
+ECOSYSTEM_FORMS = ["reasoning_gym/<task>", "textarena/<Game-vN>", "skyrl_gym/<id>", "openenv:<URL>", "verifiers:<taskset>"]
 
 
 def agentrl(*args: str) -> subprocess.CompletedProcess:

@@ -77,6 +77,10 @@ def test_a_missing_verifiers_environment_says_how_to_build_it(tiny_model_dir, mo
     monkeypatch.setenv("AGENTRL_VERIFIERS_PYTHON", str(tmp_path / "nowhere" / "python"))
     with pytest.raises(ConfigError, match="make verifiers"):
         VerifiersWorkflow("verifiers:sum_taskset", tiny_model_dir)
+    from agentrl.plugins import find_env
+
+    with pytest.raises(ConfigError, match="workflows.verifiers_harness:VerifiersWorkflow"):  # not an env id
+        find_env("verifiers:sum_taskset")
 
 
 async def test_verifiers_own_openenv_taskset_through_the_gateway(openenv_sum_server, tiny_server, tiny_model_dir):
