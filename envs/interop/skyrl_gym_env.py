@@ -16,7 +16,9 @@ Sample rows, for ``agentrl envs check`` with no other argument: ``gsm8k``, ``gsm
 sqlite database written to a temporary folder, with four questions). ``lcb``, ``search`` and
 ``searchcode`` need rows (tests to run, a retrieval server) and have none.
 
-What it is not: SkyRL's generator (its batching and token handling are agentrl's here).
+What it is not: SkyRL's generator (its batching and token handling are agentrl's here), nor a
+sandbox: ``lcb`` runs the model's code in a child process of this one behind SkyRL's own
+reliability guard, and ``text2sql`` runs its SQL on the database file — not in agentrl's sandboxes.
 """
 
 from __future__ import annotations
