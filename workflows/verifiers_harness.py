@@ -10,6 +10,10 @@ external agent's are (exact tokens, one trajectory per call chain) and the episo
 the taskset's rubric (``trace.reward``), posted by the program. Failures are data as for any
 external agent: a failed verifiers episode exits non-zero (``env_error``), a hung one is killed.
 
+Cost: each episode starts a Python process and verifiers' harness program (seconds of CPU), so
+bound ``rollout.max_concurrent`` on a small machine: on 2 shared cores, 20 episodes started at once
+all ran past a 240 s budget, while 2 at a time finish in about 10 s each.
+
 What it is not: an env for ``EnvWorkflow`` (verifiers drives the loop; ``agentrl envs check`` does
 not apply), nor Prime's remote runtimes or inference (never used here).
 
