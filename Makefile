@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl
+.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -124,9 +124,23 @@ $(TRL_VENV)/.installed:
 
 trl: $(TRL_VENV)/.installed
 
+# verifiers (workflows/verifiers_harness.py runs its harness as an external agent) in an environment of
+# its own: verifiers 0.4 pins mcp==2.0 (openenv 0.10, in ours, wants mcp<2) and an older openai.
+# uv: verifiers' chat program is a uv script. No torch there (verifiers needs none).
+VERIFIERS_VENV := .venv-verifiers
+VERIFIERS_SPEC ?= verifiers[openenv]==0.4.0 uv
+
+$(VERIFIERS_VENV)/.installed:
+	$(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/pip install -q --upgrade pip
+	$(VERIFIERS_VENV)/bin/pip install -q $(foreach p,$(VERIFIERS_SPEC),"$(p)")
+	touch $@
+
+verifiers: $(VERIFIERS_VENV)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers.
-test: install vllm sandbox-image sandbox-tools browser compose sglang-frontend
+test: install vllm verifiers sandbox-image sandbox-tools browser compose sglang-frontend
 	$(BIN)/python -m pytest -q -ra
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,
@@ -137,4 +151,4 @@ demo: model
 	$(BIN)/agentrl train examples/arith_grpo.yaml run_dir=runs/demo
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) build *.egg-info

@@ -32,6 +32,23 @@ several URLs separated by commas a fleet of them."""
 ENV_PACKAGES = ("envs",)
 """Packages whose import registers ``agentrl/...`` environments with gymnasium."""
 
+ECOSYSTEMS = {
+    "reasoning_gym/": "envs.interop.reasoning_gym_env",
+    "textarena/": "envs.interop.textarena_env",
+    "skyrl_gym/": "envs.interop.skyrl_gym_env",
+    "openenv:": "envs.interop.openenv_env",
+    "verifiers:": "envs.interop.verifiers_env",
+}
+"""Env-id prefixes of other ecosystems' environments and the adapter module of each. An
+adapter module has ``ID_FORM`` (how its ids look), ``register(env_id) -> str`` (registers the
+id with gymnasium on first use and returns the registered id) and ``listing() -> str`` (one
+line for ``agentrl envs``: what is installed, or the extra to install)."""
+
+
+def ecosystem_of(env_id: str) -> str | None:
+    """The adapter module of an ecosystem's env id (``reasoning_gym/chain_sum``), else None."""
+    return next((module for prefix, module in ECOSYSTEMS.items() if env_id.startswith(prefix)), None)
+
 
 def load_object(path: str) -> Any:
     """Import ``"package.module:Name"`` (or ``"package.module.Name"``) and return the object."""
@@ -73,11 +90,17 @@ def import_user_module(name: str, *, what: str) -> Any:
 
 def find_env(env_id: str) -> str:
     """The registered Gymnasium id that ``env_id`` names, after importing what registers it: the
-    environment packages for ``agentrl/...`` ids, the user's module for ``"module:ns/Name-vN"``.
+    environment packages for ``agentrl/...`` ids, the user's module for ``"module:ns/Name-vN"``,
+    the adapter of another ecosystem (``ECOSYSTEMS``) for its ids, which it registers on first use.
     An unknown id is a ``ConfigError`` with the closest registered id."""
     import gymnasium
 
     register_envs()
+    adapter = ecosystem_of(env_id)
+    if adapter is not None:
+        if env_id in gymnasium.registry:
+            return env_id
+        return load_object(f"{adapter}:register")(env_id)
     module, sep, bare = env_id.partition(":")
     if sep:
         import_user_module(module, what=f"environment {env_id!r}")

@@ -154,3 +154,79 @@ def _fuzz(url: str, *, examples: int, hang_s: float, headers: dict[str, str] | N
                 except Unsatisfiable:  # nothing to break in a route without parameters or body
                     pass
     return count, failures
+
+
+OPENENV_SUM_ENV = '''
+import random
+from openenv.core.env_server import Action, Environment, Observation, State, create_app
+
+
+class SumAction(Action):
+    message: str
+
+
+class SumObservation(Observation):
+    prompt: str = ""
+
+
+class SumEnv(Environment[SumAction, SumObservation, State]):
+    """a+b+c, answered in \\\\boxed{}: reward 1 when right, done after one reply."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self):
+        super().__init__()
+        self._state, self.answer = State(step_count=0), 0
+
+    def reset(self, seed=None, episode_id=None, **kwargs):
+        rng = random.Random(seed)
+        a, b, c = (rng.randrange(10, 100) for _ in range(3))
+        self.answer, self._state = a + b + c, State(episode_id=episode_id, step_count=0)
+        return SumObservation(prompt=f"What is {a}+{b}+{c}?")
+
+    def step(self, action, timeout_s=None, **kwargs):
+        self._state.step_count += 1
+        return SumObservation(done=True, reward=float(f"\\\\boxed{{{self.answer}}}" in action.message))
+
+    @property
+    def state(self):
+        return self._state
+
+
+app = create_app(SumEnv, SumAction, SumObservation, env_name="sum", max_concurrent_envs=64)
+'''
+
+
+@pytest.fixture(scope="session")
+def openenv_sum_server(tmp_path_factory):
+    """An OpenEnv ``Environment`` defined here (``OPENENV_SUM_ENV``), served by OpenEnv's own ``create_app``
+    (uvicorn) on 127.0.0.1: ``(url, folder of its module)``. Shared by the OpenEnv adapter's tests and
+    verifiers' ``openenv`` taskset's."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from agentrl.process.services import free_port
+
+    folder = tmp_path_factory.mktemp("openenv")
+    (folder / "sum_env.py").write_text(OPENENV_SUM_ENV)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "sum_env:app", "--host", "127.0.0.1", "--port",
+                             str(port)], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        yield url, folder
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

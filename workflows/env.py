@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus
+from agentrl.errors import EnvError
 from agentrl.inference.wire import output_text
 from agentrl.rollout.conversation import TokenConversation
 from agentrl.rollout.episode import EnvEpisodes, step_metrics
@@ -73,6 +74,10 @@ class EnvWorkflow(EnvEpisodes):
         async with self.envs.lease() as env:
             keep_special = self.read_replies(env)
             obs, info = await self.envs.reset(env, row)
+            if "seat" in info:
+                raise EnvError(f"{self.envs.env_id} is a game whose every seat the policy plays (its reset info "
+                               "names a 'seat'); play it with workflows.self_play:SelfPlayWorkflow, or give the "
+                               "env fixed opponents")
             tools = info.get("tools")
             messages: list[Message] = list(obs)
             conv = TokenConversation(self.renderer)

@@ -2,7 +2,9 @@
 
 ``ID`` is a registered Gymnasium id (``agentrl/Math-v1``) or, for an env of your own module,
 ``module:ns/Name-vN`` (the module registers the id at import; it is looked for on the import
-path, then in the current directory). ``--import MODULE`` lists a module's envs too. The check is ``agentrl.env.checks.check_text_env`` (Gymnasium's ``check_env`` with its
+path, then in the current directory), or another ecosystem's (``reasoning_gym/chain_sum``,
+``textarena/GuessTheNumber-v0``, ``skyrl_gym/gsm8k_multi_turn``, ``openenv:URL``,
+``verifiers:TASKSET``; the list ends with one line per ecosystem: what is installed). ``--import MODULE`` lists a module's envs too. The check is ``agentrl.env.checks.check_text_env`` (Gymnasium's ``check_env`` with its
 warnings turned into failures, then agentrl's own checks).
 """
 
@@ -25,12 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_envs(args: argparse.Namespace) -> int:
-    from agentrl.env.checks import registered_ids, summary
+    from agentrl.env.checks import ecosystem_lines, registered_ids, summary
 
     ids = registered_ids(tuple(args.imports))
-    width = max(map(len, ids), default=0)
-    for env_id in ids:
-        print(f"{env_id:<{width}}  {summary(env_id)}")
+    lines = [(env_id, summary(env_id)) for env_id in ids] + ecosystem_lines()
+    width = max((len(name) for name, _ in lines), default=0)
+    for name, text in lines:
+        print(f"{name:<{width}}  {text}")
     return 0
 
 

@@ -3,6 +3,7 @@
     text_env.py  TextEnv (two coroutine hooks; limits, async API, tools and reward report
                  built in), its spaces ``Messages`` and ``Text``, ``EpisodeLimits``, ``Turn``
     rewards.py   Rubric: the reward as named, weighted terms (``Reward``, ``fact``, ...)
+    judge.py     LLMJudge: a reward term graded by an OpenAI-compatible model and a rubric prompt
     tools.py     ToolBox and ``@tool``: typed functions as OpenAI tools the model can call
     datasets.py  the data files shipped with agentrl (``data_path``, ``load_rows``)
     checks.py    what ``agentrl envs check`` runs: Gymnasium's check_env plus our own checks

@@ -25,14 +25,40 @@ def registered_ids(modules: tuple[str, ...] = ()) -> list[str]:
     register_envs()
     for name in modules:
         import_user_module(name, what=f"--import {name}")
-    return sorted(i for i, spec in gymnasium.registry.items() if not _gymnasiums_own(spec))
+    return sorted(i for i, spec in gymnasium.registry.items()
+                  if not _gymnasiums_own(spec) and not _an_ecosystems(spec))
+
+
+def ecosystem_lines() -> list[tuple[str, str]]:
+    """One ``(id form, what is installed)`` pair per ecosystem of ``agentrl.plugins.ECOSYSTEMS``
+    (reasoning-gym, TextArena, ...): its tasks when its package is installed, else the extra."""
+    from agentrl.plugins import ECOSYSTEMS, load_object
+
+    lines = []
+    for module in ECOSYSTEMS.values():
+        form = load_object(f"{module}:ID_FORM")
+        try:
+            lines.append((form, load_object(f"{module}:listing")()))
+        except Exception as e:  # an installed package that fails to import here
+            lines.append((form, f"(cannot list: {type(e).__name__}: {e})"))
+    return lines
 
 
 def _gymnasiums_own(spec) -> bool:
     """Whether Gymnasium itself registered the id (its entry points live in its own package)."""
+    return _entry_module(spec).startswith("gymnasium.")
+
+
+def _an_ecosystems(spec) -> bool:
+    """Whether an ecosystem adapter registered the id on first use (listed by ``ecosystem_lines``)."""
+    from agentrl.plugins import ECOSYSTEMS
+
+    return _entry_module(spec).startswith(tuple(ECOSYSTEMS.values()))
+
+
+def _entry_module(spec) -> str:
     entry = spec.entry_point
-    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
-    return module.startswith("gymnasium.")
+    return entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
 
 
 def env_class(env_id: str) -> type:

@@ -12,7 +12,7 @@ The protocol::
 
 ``obs`` holds only the *new* messages to append to the conversation; reset's ``info``
 carries ``tools`` (OpenAI schemas) when the env offers tools — pass them to the chat
-template or the API. ``terminated``: the task ended (answer graded); ``truncated``: cut off
+template or the API — and what ``_start`` put in ``self.start_facts`` (a game's first seat). ``terminated``: the task ended (answer graded); ``truncated``: cut off
 from outside — ``max_turns`` behaves as Gymnasium's ``TimeLimit`` (``truncated=True`` on
 the step that reaches it), ``max_tokens`` likewise, and a turn that overruns ``max_wall_s``
 is cancelled; ``info["truncated_by"]`` names the limit. The limits are enforced inside the
@@ -207,6 +207,7 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
         self.action_space = Text()
         self.toolbox: ToolBox | None = None  # set by envs with tools; schemas go to reset's info
         self.task: dict[str, Any] | None = None
+        self.start_facts: dict[str, Any] = {}  # set by _start: facts for reset's info
         self.transcript: list[Message] = []
         self._turns = 0
         self._tokens = 0
@@ -250,7 +251,7 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
         if not isinstance(task, Mapping):
             raise EnvError(f"options['task'] must be a dataset row (a dict), got {type(task).__name__}")
         self.task = dict(task)
-        self.transcript, self._turns, self._over, self._facts = [], 0, False, {}
+        self.transcript, self._turns, self._over, self._facts, self.start_facts = [], 0, False, {}, {}
         self._t0 = time.monotonic()
         try:
             messages = await self._start(self.task)
@@ -260,7 +261,7 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
             raise
         self.transcript.extend(copy.deepcopy(messages))
         self._tokens = sum(self.count_tokens(m["content"]) for m in messages)
-        info: dict[str, Any] = {"turn": 0}
+        info: dict[str, Any] = {"turn": 0, **copy.deepcopy(self.start_facts)}
         if self.toolbox is not None:
             info["tools"] = self.toolbox.schemas()  # for the chat template's / API's `tools=`
         return copy.deepcopy(messages), info

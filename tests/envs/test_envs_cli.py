@@ -7,18 +7,20 @@ import sys
 from pathlib import Path
 
 AGENTRL = str(Path(sys.executable).parent / "agentrl")
+ECOSYSTEM_FORMS = ["reasoning_gym/<task>", "textarena/<Game-vN>", "skyrl_gym/<id>", "openenv:<URL>", "verifiers:<taskset>"]
 
 
 def agentrl(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([AGENTRL, *args], capture_output=True, text=True, timeout=300)
 
 
-def test_list_prints_one_line_per_env():
+def test_list_prints_one_line_per_env_then_one_per_ecosystem():
     r = agentrl("envs")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["agentrl/Arith-v0", "agentrl/ArithRetry-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0",
-                                                   "agentrl/Math-v1", "agentrl/MathRetry-v1", "agentrl/ToolUse-v0"]
+                                                   "agentrl/Math-v1", "agentrl/MathRetry-v1", "agentrl/ToolUse-v0",
+                                                   *ECOSYSTEM_FORMS]
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # each has a summary
 
 

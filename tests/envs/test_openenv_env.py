@@ -1,0 +1,68 @@
+"""An OpenEnv ``Environment`` this test defines, served by OpenEnv's own ``create_app`` on 127.0.0.1 and
+named ``openenv:http://127.0.0.1:PORT`` (or ``openenv:module:Class`` in process): checked, played by the
+tiny model through a real ``agentrl serve``, and trained on with ``agentrl train``.
+
+The bug story: an adapter that drops the server's reward or ``done`` (episodes that never end,
+or that end with the adapter's guess at a score).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from agentrl.api import SamplingParams, TrajectoryStatus
+from agentrl.client.remote_engine import RemoteEngine
+from agentrl.env.checks import check_text_env
+from agentrl.rollout.conversation import sampled_spans
+from workflows.env import EnvWorkflow
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTRL = str(Path(sys.executable).parent / "agentrl")
+
+
+def test_envs_check_passes_on_the_server_and_on_the_class(openenv_sum_server, monkeypatch):
+    url, folder = openenv_sum_server
+    r = subprocess.run([AGENTRL, "envs", "check", f"openenv:{url}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith(f"openenv:{url}: ok"), r.stdout + r.stderr
+    monkeypatch.syspath_prepend(str(folder))
+    assert check_text_env("openenv:sum_env:SumEnv") == []
+
+
+async def test_episodes_through_a_real_server_carry_the_envs_reward(openenv_sum_server, tiny_server, tiny_model_dir):
+    url, _ = openenv_sum_server
+    wf = EnvWorkflow(f"openenv:{url}", tiny_model_dir, SamplingParams(max_new_tokens=12, temperature=1.0))
+    async with RemoteEngine(tiny_server.url) as engine:
+        for seed in range(6):
+            (traj,) = await wf.arun_episode(engine, {"seed": seed})
+            assert traj.status == TrajectoryStatus.OK, traj.error
+            text = wf.renderer.decode(traj.input_ids)
+            a, b, c = map(int, re.search(r"What is (\d+)\+(\d+)\+(\d+)\?", text).groups())
+            (start, end), = sampled_spans(traj.loss_mask)
+            reply = wf.renderer.decode(traj.input_ids[start:end], skip_special_tokens=True)
+            assert traj.reward == float(f"\\boxed{{{a + b + c}}}" in reply)
+    await wf.aclose()
+
+
+def test_a_short_train_on_an_openenv_server(openenv_sum_server, tmp_path):
+    url, _ = openenv_sum_server
+    config = {
+        "model": str(ROOT / "examples" / "tiny-model"), "run_dir": str(tmp_path / "run"), "steps": 2,
+        "max_minutes": None, "world_size": 1, "threads": 1, "inference": {"num_servers": 1, "threads": 1},
+        "rollout": {"workflow": "workflows.env:EnvWorkflow", "workflow_args": {"env_id": f"openenv:{url}"},
+                    "dataset": "envs.interop.openenv_env:train_rows", "group_size": 4, "batch_size": 2,
+                    "sampling": {"temperature": 1.0, "max_new_tokens": 12}},
+        "eval": {"dataset": "envs.interop.openenv_env:eval_rows", "limit": 8,
+                 "sampling": {"temperature": 0.0, "max_new_tokens": 12}},
+        "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False, "trajectories_per_step": 2},
+    }
+    (tmp_path / "oe.yaml").write_text(json.dumps(config))
+    out = subprocess.run([AGENTRL, "train", str(tmp_path / "oe.yaml")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0, summary
+    assert summary["eval_after"] is not None
