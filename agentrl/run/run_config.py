@@ -100,6 +100,9 @@ class EvalConfig:
     every_steps: int = option(0, ge=0, help="evaluate every N steps too (0: only before and after)")
     k: int = option(1, ge=1, help="samples per problem (pass@k for every k' <= k is reported)")
     workflow_args: dict[str, Any] = option({}, help="workflow arguments that differ for evaluation")
+    figures: dict[str, str] = option({}, help="summary keys read from the evaluation's scores: NAME: SCORE puts "
+                                             "SCORE of the first evaluation in NAME_before and of the last in NAME, "
+                                             "e.g. {tool_use_rate: successes/reward/used_tool_result}")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256, temperature=0.0),
                                      metadata={"help": "sampling for evaluation (greedy by default)"})
 

@@ -26,6 +26,23 @@ def test_report_interval_and_table():
     assert set(summary) >= {"pass@1", "pass@2", "pass@4", "pass@1_ci95"} and summary["pass@4"] == 0.75
 
 
+def test_report_averages_named_reward_terms_over_episodes_and_over_successes():
+    """tool_use_rate is successes/reward/used_tool_result: the term's mean over the successful
+    episodes only (failed episodes and other metrics are not averaged)."""
+    def episode(reward, used):
+        return [Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=reward,
+                           metrics={"reward/used_tool_result": used, "turns": 2.0})]
+
+    report = EvalReport(k=1)
+    for reward, used in ((1.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0), (0.0, 0.0)):
+        report.add_terms(episode(reward, used), success=reward > 0)
+    report.add_terms([Trajectory.failed(TrajectoryStatus.ENV_ERROR)], success=False)
+    summary = report.summary()
+    assert summary["successes/reward/used_tool_result"] == pytest.approx(2 / 3)
+    assert summary["episodes/reward/used_tool_result"] == pytest.approx(3 / 5)
+    assert not any("turns" in key for key in summary)
+
+
 def test_success_reads_the_env_metric_else_the_reward():
     t = Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=0.3, metrics={"success": 0.0})
     assert not episode_success([t])
