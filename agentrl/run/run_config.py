@@ -11,6 +11,7 @@ What it is not: the launcher (``agentrl.run.local_launcher``) or the loop (``age
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -91,6 +92,10 @@ class RolloutConfig:
                                      metadata={"help": "sampling during rollouts"})
 
 
+EVAL_SCORE = re.compile(r"pass@\d+(_ci95)?|problems|failed_episodes|(episodes|successes)/reward/\S+")
+"""The keys of ``EvalReport.summary()``: what ``eval.figures`` may name."""
+
+
 @dataclass
 class EvalConfig:
     """Held-out evaluation (greedy by default) before training, every N steps, and at the end."""
@@ -105,6 +110,13 @@ class EvalConfig:
                                              "e.g. {tool_use_rate: successes/reward/used_tool_result}")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256, temperature=0.0),
                                      metadata={"help": "sampling for evaluation (greedy by default)"})
+
+    def __post_init__(self) -> None:
+        for name, score in self.figures.items():  # a misspelt score would read None at every evaluation
+            if not EVAL_SCORE.fullmatch(str(score)):
+                raise ConfigError(f"config key 'eval.figures.{name}': got {score!r}, expected an evaluation score: "
+                                  "pass@K, pass@K_ci95, problems, failed_episodes, episodes/reward/NAME or "
+                                  "successes/reward/NAME (NAME: a reward term of the env)")
 
 
 @dataclass
