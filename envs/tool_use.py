@@ -78,6 +78,8 @@ class ToolUseEnv(TextEnv):
     ## Rewards
     ``correct`` (weight 1): 1.0 when the final reply's last box holds the answer.
     ``tool_errors`` (weight ``tool_error_weight``, default 0): number of failed calls.
+    ``used_tool_result`` (weight 0, reported only): 1.0 when the final answer is the result of
+    a call that succeeded in this episode (``tool_use_rate``: its share among right answers).
 
     ## Episode End
     Terminated by a reply without tool calls. Truncated after ``max_turns`` replies
@@ -87,7 +89,7 @@ class ToolUseEnv(TextEnv):
     Reset: ``tools`` (the OpenAI schemas, for the chat template; only the calculator when
     ``kinds`` is ``("calc",)``, the prompt the tiny model was trained on). Step: ``turn``,
     ``tool_calls`` and ``tool_errors`` (totals so far), ``correct`` and ``answer`` on the
-    final reply, ``rewards`` on the last step.
+    final reply, ``used_tool_result`` on the final reply, ``rewards`` on the last step.
 
     ## Arguments
     ``kinds`` (default all of ``KINDS``), ``system_prompt`` (default None, as the tiny
@@ -111,7 +113,8 @@ class ToolUseEnv(TextEnv):
     ) -> None:
         super().__init__(
             rubric=Rubric([Reward("correct", fact("correct")),
-                           Reward("tool_errors", fact("tool_errors"), tool_error_weight)]),
+                           Reward("tool_errors", fact("tool_errors"), tool_error_weight),
+                           Reward("used_tool_result", fact("used_tool_result"), 0.0)]),
             limits=EpisodeLimits(max_turns=max_turns, max_tokens=max_tokens, max_wall_s=max_wall_s),
             render_mode=render_mode,
         )
@@ -125,6 +128,7 @@ class ToolUseEnv(TextEnv):
         self.toolbox = ToolBox(tools, timeout_s=tool_timeout_s)
         self._store: dict[str, Any] = {}
         self._calls = self._errors = 0
+        self._results: list[str] = []
 
     def lookup(self, key: str) -> str:
         """Look up the price of an item."""
@@ -144,6 +148,7 @@ class ToolUseEnv(TextEnv):
             raise EnvError(f"a tool-use task's 'store' must map item names to values, got {type(store).__name__}")
         self._store = dict(store)
         self._calls = self._errors = 0
+        self._results = []
         messages: list[Message] = []
         if self.system_prompt:
             messages.append({"role": "system", "content": self.system_prompt})
@@ -155,9 +160,11 @@ class ToolUseEnv(TextEnv):
         handled = await self.toolbox.handle(action, turn=self._turns)
         self._calls += len(handled.calls)
         self._errors += handled.num_errors
+        self._results += [r.strip() for r in handled.results]
         facts: dict[str, Any] = {"tool_calls": self._calls, "tool_errors": self._errors}
         if handled.attempted:
             return Turn(handled.messages, done=False, facts=facts)
         answer = extract_answer(action)
-        facts.update(answer=answer, correct=answer is not None and str(answer) == str(self.task["answer"]).strip())
+        facts.update(answer=answer, correct=answer is not None and str(answer) == str(self.task["answer"]).strip(),
+                     used_tool_result=answer is not None and str(answer) in self._results)
         return Turn([], done=True, facts=facts)

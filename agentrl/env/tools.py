@@ -230,13 +230,15 @@ def _check_value(schema: Mapping[str, Any], value: Any) -> str | None:
 @dataclass
 class ToolTurn:
     """What one reply's tool calls produced. ``messages``: one tool message per call and per
-    malformed block, in order. ``content``: the reply with well-formed call blocks removed."""
+    malformed block, in order. ``content``: the reply with well-formed call blocks removed.
+    ``results``: the contents of the calls that succeeded (what a later answer may use)."""
 
     content: str
     calls: list[ToolCall] = field(default_factory=list)
     reasoning: str | None = None  # the reply's reasoning, when a reasoning parser is set
     messages: list[Message] = field(default_factory=list)
     num_errors: int = 0
+    results: list[str] = field(default_factory=list)  # the contents of the calls that succeeded, in order
 
     @property
     def attempted(self) -> bool:
@@ -295,6 +297,8 @@ class ToolBox:
             else:
                 content, ok = await self.run(call)
             out.num_errors += not ok
+            if ok:
+                out.results.append(content)
             out.messages.append({"role": "tool", "name": call.name, "tool_call_id": call.id, "content": content})
         return out
 

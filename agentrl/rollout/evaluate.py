@@ -3,6 +3,8 @@
 What it is: ``evaluate(workflow, engine, rows, k=...)`` plays ``k`` episodes of every row
 (concurrently, bounded), scores each by its success (``metrics["success"]`` when the env
 reports one, else ``reward > 0``) and returns an ``EvalReport``: per-problem success counts,
+the mean of each named reward term (``reward/NAME``) over all episodes and over the successful
+ones (``episodes/reward/NAME``, ``successes/reward/NAME``),
 pass@k' for every k' ≤ k with the unbiased estimator of Chen et al. 2021 (``1 − C(n−c, k')/C(n, k')``
 averaged over problems) and a normal-approximation 95% interval over problems. With ``out``
 (a JSONL path), each finished problem is appended as it completes and a rerun skips the
@@ -65,6 +67,21 @@ class EvalReport:
     successes: dict[int, int] = field(default_factory=dict)  # row index -> successes out of k
     failed_episodes: int = 0
     first_error: str | None = None  # "status: error" of the first failed episode met
+    terms: dict[str, list[float]] = field(default_factory=dict)  # reward/NAME -> [sum, episodes]
+    terms_of_successes: dict[str, list[float]] = field(default_factory=dict)  # the same, successful episodes
+
+    def add_terms(self, trajectories: Sequence[Trajectory] | None, success: bool) -> None:
+        """Count an episode's named reward terms (``reward/NAME`` of its last trajectory's
+        metrics, e.g. ToolUse's ``used_tool_result``) in ``terms`` and, if it succeeded, in
+        ``terms_of_successes``."""
+        if not trajectories:
+            return
+        for key, value in trajectories[-1].metrics.items():
+            if key.startswith("reward/"):
+                for table in (self.terms, self.terms_of_successes) if success else (self.terms,):
+                    total = table.setdefault(key, [0.0, 0.0])
+                    total[0] += float(value)
+                    total[1] += 1
 
     @property
     def problems(self) -> int:
@@ -84,6 +101,9 @@ class EvalReport:
         for k in sorted({1, self.k} | {2 ** i for i in range(1, 10) if 2 ** i < self.k}):
             mean, ci = self.pass_at(k)
             out[f"pass@{k}"], out[f"pass@{k}_ci95"] = mean, ci
+        for prefix, table in (("episodes", self.terms), ("successes", self.terms_of_successes)):
+            for key, (total, n) in sorted(table.items()):
+                out[f"{prefix}/{key}"] = total / n  # e.g. successes/reward/used_tool_result
         return out
 
 
@@ -121,6 +141,8 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
     async def problem(index: int, row: Mapping[str, Any]) -> None:
         results = await asyncio.gather(*(episode(row) for _ in range(k)))
         c = sum(episode_success(r) for r in results)
+        for r in results:
+            report.add_terms(r, episode_success(r))
         failures = [t for r in results for t in r or [] if t.status is not TrajectoryStatus.OK]
         failed = sum(1 for r in results if r and any(t.status is not TrajectoryStatus.OK for t in r))
         error = f"{failures[0].status.value}: {(failures[0].error or '')[:500]}" if failures else None

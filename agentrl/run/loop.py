@@ -219,8 +219,13 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         scores = report.summary()
         summary["eval_s"] = time.perf_counter() - t0
         runlog.log(step, {f"eval/{k}": v for k, v in scores.items()} | {"eval/seconds": time.perf_counter() - t0})
+        figures = {name: scores.get(key) for name, key in cfg.eval.figures.items()}
+        for name, value in figures.items():  # NAME_before from the first evaluation, NAME from the last
+            summary.setdefault(f"{name}_before", value)
+            summary[name] = value
         console.print(f"eval {label} (step {step}): pass@1 [bold]{scores['pass@1']:.3f}[/] "
-                      f"± {scores['pass@1_ci95']:.3f} on {report.problems} held-out problems")
+                      f"± {scores['pass@1_ci95']:.3f} on {report.problems} held-out problems"
+                      + "".join(f", {name} {'n/a' if v is None else f'{v:.3f}'}" for name, v in figures.items()))
         return scores["pass@1"]
 
     async def publish(cmd: bool = True) -> Any:

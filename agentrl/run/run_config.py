@@ -11,6 +11,7 @@ What it is not: the launcher (``agentrl.run.local_launcher``) or the loop (``age
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -106,6 +107,10 @@ class RolloutConfig:
             self.episode_timeout_s = None
 
 
+EVAL_SCORE = re.compile(r"pass@\d+(_ci95)?|problems|failed_episodes|(episodes|successes)/reward/\S+")
+"""The keys of ``EvalReport.summary()``: what ``eval.figures`` may name."""
+
+
 @dataclass
 class EvalConfig:
     """Held-out evaluation (greedy by default) before training, every N steps, and at the end."""
@@ -115,8 +120,18 @@ class EvalConfig:
     every_steps: int = option(0, ge=0, help="evaluate every N steps too (0: only before and after)")
     k: int = option(1, ge=1, help="samples per problem (pass@k for every k' <= k is reported)")
     workflow_args: dict[str, Any] = option({}, help="workflow arguments that differ for evaluation")
+    figures: dict[str, str] = option({}, help="summary keys read from the evaluation's scores: NAME: SCORE puts "
+                                             "SCORE of the first evaluation in NAME_before and of the last in NAME, "
+                                             "e.g. {tool_use_rate: successes/reward/used_tool_result}")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256, temperature=0.0),
                                      metadata={"help": "sampling for evaluation (greedy by default)"})
+
+    def __post_init__(self) -> None:
+        for name, score in self.figures.items():  # a misspelt score would read None at every evaluation
+            if not EVAL_SCORE.fullmatch(str(score)):
+                raise ConfigError(f"config key 'eval.figures.{name}': got {score!r}, expected an evaluation score: "
+                                  "pass@K, pass@K_ci95, problems, failed_episodes, episodes/reward/NAME or "
+                                  "successes/reward/NAME (NAME: a reward term of the env)")
 
 
 @dataclass

@@ -157,7 +157,33 @@ def test_tool_use_malformed_calls_are_explained_and_turns_are_limited():
     obs, reward, terminated, truncated, info = env.step(tool_call_text("lookup", {"key": "tea"}))
     assert obs[0]["content"] == "7"
     assert (reward, terminated, truncated, info["truncated_by"]) == (0.0, False, True, "max_turns")
-    assert info["rewards"] == {"correct": 0.0, "tool_errors": 2.0}
+    assert info["rewards"] == {"correct": 0.0, "tool_errors": 2.0, "used_tool_result": 0.0}
+    env.close()
+
+
+def test_tool_use_says_whether_the_final_answer_is_a_tool_result():
+    """tool_use_rate (examples/tool_agent.yaml) is read from this term: 1 when the final answer
+    is the result of a call that succeeded in the episode; a right answer given without one, or
+    a number a failed call printed, counts 0. Its weight is 0: the reward stays `correct`."""
+    task = {"question": "What is 37*48?", "answer": "1776"}
+    env = gymnasium.make("agentrl/ToolUse-v0", kinds=("calc",))
+    env.reset(options={"task": task})
+    obs, *_ = env.step(tool_call_text("calculator", {"expression": "37*48"}))
+    assert obs[0]["content"] == "1776"
+    *_, reward, terminated, _, info = env.step("\\boxed{1776}")
+    assert (reward, terminated, info["used_tool_result"], info["rewards"]["used_tool_result"]) == (1.0, True, True, 1.0)
+    env.reset(options={"task": task})  # right, but not from the calculator
+    *_, reward, _, _, info = env.step("\\boxed{1776}")
+    assert reward == 1.0 and info["rewards"]["used_tool_result"] == 0.0
+    env.reset(options={"task": task})  # a call that failed: its message is no result to use
+    obs, *_ = env.step(tool_call_text("calculator", {"expression": "37/48"}))
+    assert obs[0]["content"].startswith("error:")
+    *_, reward, _, _, info = env.step("\\boxed{37}")
+    assert reward == 0.0 and info["rewards"]["used_tool_result"] == 0.0
+    env.reset(options={"task": task})  # the wrong expression's result, used: a tool result, not right
+    env.step(tool_call_text("calculator", {"expression": "37*47"}))
+    *_, reward, _, _, info = env.step("\\boxed{1739}")
+    assert reward == 0.0 and info["rewards"]["used_tool_result"] == 1.0
     env.close()
 
 

@@ -26,6 +26,40 @@ def test_report_interval_and_table():
     assert set(summary) >= {"pass@1", "pass@2", "pass@4", "pass@1_ci95"} and summary["pass@4"] == 0.75
 
 
+def test_report_averages_named_reward_terms_over_episodes_and_over_successes():
+    """tool_use_rate is successes/reward/used_tool_result: the term's mean over the successful
+    episodes only (failed episodes and other metrics are not averaged)."""
+    def episode(reward, used):
+        return [Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=reward,
+                           metrics={"reward/used_tool_result": used, "turns": 2.0})]
+
+    report = EvalReport(k=1)
+    for reward, used in ((1.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0), (0.0, 0.0)):
+        report.add_terms(episode(reward, used), success=reward > 0)
+    report.add_terms([Trajectory.failed(TrajectoryStatus.ENV_ERROR)], success=False)
+    summary = report.summary()
+    assert summary["successes/reward/used_tool_result"] == pytest.approx(2 / 3)
+    assert summary["episodes/reward/used_tool_result"] == pytest.approx(3 / 5)
+    assert not any("turns" in key for key in summary)
+
+
+def test_eval_figures_name_report_scores_and_a_misspelt_one_is_refused():
+    """eval.figures reads EvalReport.summary() keys: every key the report writes is accepted, and
+    one it never writes (which would read None at every evaluation) is refused naming the key."""
+    from agentrl.config import load_config
+    from agentrl.errors import ConfigError
+    from agentrl.run.run_config import EVAL_SCORE, RunConfig
+
+    report = EvalReport(k=4, successes={0: 1})
+    report.add_terms([Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=1.0,
+                                 metrics={"reward/correct": 1.0})], success=True)
+    assert all(EVAL_SCORE.fullmatch(key) for key in report.summary()), report.summary()
+    cfg = load_config(RunConfig, None, ["model=m", "eval.figures={tool_use_rate: successes/reward/used_tool_result}"])
+    assert cfg.eval.figures == {"tool_use_rate": "successes/reward/used_tool_result"}
+    with pytest.raises(ConfigError, match="'eval.figures.rate': got 'success/reward/x'"):
+        load_config(RunConfig, None, ["model=m", "eval.figures={rate: success/reward/x}"])
+
+
 def test_success_reads_the_env_metric_else_the_reward():
     t = Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=0.3, metrics={"success": 0.0})
     assert not episode_success([t])
