@@ -10,9 +10,23 @@ What it is not: the server's state (``agentrl.inference.state``) or the command'
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from agentrl.config import option
 from agentrl.toolcalls import DEFAULT_TOOL_PARSER, REASONING_PARSERS, TOOL_PARSERS
+
+
+def tool_call_parser_option(what: str) -> Any:
+    """The one declaration of a ``tool_call_parser`` setting (serve, the gateway, a run's rollouts)."""
+    return option(DEFAULT_TOOL_PARSER, choices=sorted(TOOL_PARSERS),
+                  help=f"format of the model's tool calls, by SGLang's name (agentrl.toolcalls): {what}")
+
+
+def reasoning_parser_option(what: str) -> Any:
+    """The one declaration of a ``reasoning_parser`` setting (serve, the gateway, a run's rollouts)."""
+    return option(None, choices=sorted(REASONING_PARSERS),
+                  help=f"format of the model's reasoning, by SGLang's name (default: none): {what}")
+
 
 DEFAULT_CONTEXT_LENGTH = 4096
 """The context of a server not given ``--context-length``: the model's, up to this many tokens."""
@@ -52,10 +66,6 @@ class ServeConfig:
         4096, help="most requests waiting or running at once; more are refused with 503 (SGLang's "
         "--max-queued-requests)", ge=1)
     max_request_bytes: int = option(64 << 20, help="largest request body in bytes (413 above)", ge=1024)
-    tool_call_parser: str = option(
-        DEFAULT_TOOL_PARSER, choices=sorted(TOOL_PARSERS),
-        help="format of the model's tool calls, by SGLang's name (agentrl.toolcalls): read into message.tool_calls")
-    reasoning_parser: str | None = option(
-        None, choices=sorted(REASONING_PARSERS),
-        help="format of the model's reasoning, by SGLang's name: read into message.reasoning_content, and a "
-             "tool call written in it is never returned (default: no reasoning parser)")
+    tool_call_parser: str = tool_call_parser_option("read into message.tool_calls")
+    reasoning_parser: str | None = reasoning_parser_option("read into message.reasoning_content, and a tool call "
+                                                           "written in it is never returned")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentrl.config import option
-from agentrl.toolcalls import DEFAULT_TOOL_PARSER, REASONING_PARSERS, TOOL_PARSERS
+from agentrl.inference.serve_config import reasoning_parser_option, tool_call_parser_option
 
 
 @dataclass
@@ -39,10 +39,6 @@ class GatewayConfig:
                                                       "tokenizer's directory (--model, a run's model)")
     max_body_bytes: int = option(4 << 20, ge=1, help="largest request body in bytes (413 above)")
     keep_ended: int = option(10_000, ge=0, help="summaries of ended sessions kept for GET /v1/sessions/ID")
-    tool_call_parser: str = option(
-        DEFAULT_TOOL_PARSER, choices=sorted(TOOL_PARSERS),
-        help="format of the model's tool calls, by SGLang's name (agentrl.toolcalls): read into message.tool_calls")
-    reasoning_parser: str | None = option(
-        None, choices=sorted(REASONING_PARSERS),
-        help="format of the model's reasoning, by SGLang's name: read into message.reasoning_content, and a "
-             "tool call written in it is never returned (default: no reasoning parser)")
+    tool_call_parser: str = tool_call_parser_option("read into message.tool_calls")
+    reasoning_parser: str | None = reasoning_parser_option("read into message.reasoning_content, and a tool call "
+                                                           "written in it is never returned")

@@ -21,8 +21,8 @@ from agentrl.api import SamplingParams
 from agentrl.client.remote_engine import RemoteEngineConfig
 from agentrl.config import option
 from agentrl.errors import ConfigError
+from agentrl.inference.serve_config import reasoning_parser_option, tool_call_parser_option
 from agentrl.rollout.gateway_config import GatewayConfig
-from agentrl.toolcalls import DEFAULT_TOOL_PARSER, REASONING_PARSERS, TOOL_PARSERS
 from agentrl.trainer.trainer_config import TrainerConfig
 
 ROUTERS = ("client", "sglang")
@@ -90,12 +90,9 @@ class RolloutConfig:
     max_failed_fraction: float = option(0.9, gt=0, le=1, help="agentrl train (and agentrl eval) exits with code 1 "
                                                               "when this share of the episodes or more failed (saying "
                                                               "the first error)")
-    tool_call_parser: str = option(DEFAULT_TOOL_PARSER, choices=sorted(TOOL_PARSERS),
-                                   help="format of the model's tool calls, by SGLang's name (agentrl.toolcalls), "
-                                        "for the env's tools and the workflow (when it takes tool_call_parser)")
-    reasoning_parser: str | None = option(None, choices=sorted(REASONING_PARSERS),
-                                          help="format of the model's reasoning, by SGLang's name; a tool call "
-                                               "written in it is never run (default: none)")
+    tool_call_parser: str = tool_call_parser_option("for the env's tools and the workflow (when it takes "
+                                                    "tool_call_parser)")
+    reasoning_parser: str | None = reasoning_parser_option("a tool call written in it is never run")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
                                      metadata={"help": "sampling during rollouts"})
 

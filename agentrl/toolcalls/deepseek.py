@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from agentrl.toolcalls.output import CallsFound, ToolCall, Tools, call_from_json, load_json
+from agentrl.toolcalls.output import CallsFound, ToolCall, Tools, call_from_json, load_json, one, scan_section
 
 BEGIN, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -27,35 +27,20 @@ EXAMPLE_V31 = f'{BEGIN}{CALL_BEGIN}tool_name{SEP}{{"arg": "value"}}{CALL_END}{EN
 
 
 def parse_v3(text: str, tools: Tools = None) -> CallsFound:
-    return _parse(text, tools, _v3_call)
+    return _parse(text, tools, _v3_call, EXAMPLE_V3)
 
 
 def parse_v31(text: str, tools: Tools = None) -> CallsFound:
-    return _parse(text, tools, _v31_call)
+    return _parse(text, tools, _v31_call, EXAMPLE_V31)
 
 
-def _parse(text: str, tools: Tools, read_call) -> CallsFound:
-    if BEGIN not in text:
-        return CallsFound(text.strip(), [], [])
-    before, _, section = text.partition(BEGIN)
-    section, closed, after = section.partition(END)
-    calls, errors = [], []
-    for match in _CALL.finditer(section):
-        if not match.group(0).endswith(CALL_END):
-            errors.append(f"tool call is missing its closing {CALL_END}")
-            continue
-        call, error = read_call(match.group(1), tools)
-        if call is None:
-            errors.append(error)
-        else:
-            calls.append(call)
-    if not calls and not errors:
-        errors.append(f"the tool calls section holds no {CALL_BEGIN} ... {CALL_END} call")
-    if not closed and not errors:
-        errors.append(f"the tool calls section is missing its closing {END}")
-    if errors:
-        return CallsFound(text.strip(), [], errors)
-    return CallsFound((before.strip() + " " + after.strip()).strip(), calls, [])
+def _parse(text: str, tools: Tools, read_call, example: str) -> CallsFound:
+    def read(body: str, closed: bool) -> tuple[list[ToolCall], str]:
+        if not closed:
+            return [], f"tool call is missing its closing {CALL_END}"
+        return one(*read_call(body, tools))
+
+    return scan_section(text, BEGIN, END, _CALL, CALL_END, read, example)
 
 
 def _v3_call(body: str, tools: Tools) -> tuple[ToolCall | None, str]:

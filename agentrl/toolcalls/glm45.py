@@ -20,7 +20,9 @@ from agentrl.toolcalls.output import (
     CallsFound,
     ToolCall,
     Tools,
+    one,
     parameter_types,
+    scan_blocks,
     typed_value,
     unknown_tool_error,
 )
@@ -33,21 +35,7 @@ _PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", r
 
 
 def parse_calls(text: str, tools: Tools = None) -> CallsFound:
-    calls: list[ToolCall] = []
-    errors: list[str] = []
-    kept: list[str] = []
-    pos = 0
-    for match in _BLOCK.finditer(text):
-        kept.append(text[pos : match.start()])
-        pos = match.end()
-        call, error = _read_call(match.group(1), match.group(0).endswith(CLOSE), tools)
-        if call is None:
-            errors.append(error)
-            kept.append(match.group(0))
-        else:
-            calls.append(call)
-    kept.append(text[pos:])
-    return CallsFound("".join(kept).strip(), calls, errors)
+    return scan_blocks(text, _BLOCK, CLOSE, lambda body, closed: one(*_read_call(body, closed, tools)))
 
 
 def _read_call(body: str, closed: bool, tools: Tools) -> tuple[ToolCall | None, str]:

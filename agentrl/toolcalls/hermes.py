@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentrl.toolcalls.output import CallsFound, ToolCall, Tools, call_from_json, load_json
+from agentrl.toolcalls.output import CallsFound, ToolCall, Tools, call_from_json, load_json, one, scan_blocks
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
@@ -30,21 +30,7 @@ class ParsedToolCalls:
 
 def parse_calls(text: str, tools: Tools = None) -> CallsFound:
     """Split text into plain content, well-formed calls and malformed-call errors."""
-    calls: list[ToolCall] = []
-    errors: list[str] = []
-    kept: list[str] = []
-    pos = 0
-    for match in _BLOCK.finditer(text):
-        kept.append(text[pos : match.start()])
-        pos = match.end()
-        call, error = _parse_one(match.group(1).strip(), match.group(0).endswith(CLOSE), tools)
-        if call is not None:
-            calls.append(call)
-        else:
-            errors.append(error)
-            kept.append(match.group(0))
-    kept.append(text[pos:])
-    return CallsFound("".join(kept).strip(), calls, errors)
+    return scan_blocks(text, _BLOCK, CLOSE, lambda body, closed: one(*_parse_one(body.strip(), closed, tools)))
 
 
 def parse_tool_calls(text: str) -> ParsedToolCalls:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from agentrl.toolcalls.output import CallsFound, ToolCall, Tools, call_from_json, load_json
+from agentrl.toolcalls.output import CallsFound, ToolCall, Tools, call_from_json, load_json, one, scan_section
 
 BEGIN, END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, ARGS, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
@@ -26,24 +26,8 @@ _ID = re.compile(r"^(?:functions\.)?([\w.\-]+):\d+$")
 
 
 def parse_calls(text: str, tools: Tools = None) -> CallsFound:
-    if BEGIN not in text:
-        return CallsFound(text.strip(), [], [])
-    before, _, section = text.partition(BEGIN)
-    section, closed, after = section.partition(END)
-    calls, errors = [], []
-    for match in _CALL.finditer(section):
-        call, error = _read_call(match.group(1), match.group(0).endswith(CALL_END), tools)
-        if call is None:
-            errors.append(error)
-        else:
-            calls.append(call)
-    if not calls and not errors:
-        errors.append(f"the tool calls section holds no call; write {EXAMPLE}")
-    if not closed and not errors:
-        errors.append(f"the tool calls section is missing its closing {END}")
-    if errors:
-        return CallsFound(text.strip(), [], errors)
-    return CallsFound((before.strip() + " " + after.strip()).strip(), calls, [])
+    return scan_section(text, BEGIN, END, _CALL, CALL_END, lambda body, closed: one(*_read_call(body, closed, tools)),
+                        EXAMPLE)
 
 
 def _read_call(body: str, closed: bool, tools: Tools) -> tuple[ToolCall | None, str]:

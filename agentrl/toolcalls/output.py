@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,64 @@ class CallsFound:
     content: str
     calls: list[ToolCall]
     errors: list[str]
+
+
+ReadCall = Callable[[str, bool], tuple[list[ToolCall], str]]
+"""A family's reader of one call's body (and whether its closing marker came): (its calls, an
+error for the model; empty when the calls are good)."""
+
+
+def scan_blocks(text: str, block: re.Pattern, close: str, read: ReadCall) -> CallsFound:
+    """Calls written as tagged blocks anywhere in the text (Hermes' ``<tool_call>``, GLM-4.5's,
+    Qwen3-Coder's): each ``block`` match — closed by ``close``, or cut off at the end — read by
+    ``read``; the good ones leave the content, a block with an error stays in it."""
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    kept: list[str] = []
+    pos = 0
+    for match in block.finditer(text):
+        kept.append(text[pos : match.start()])
+        pos = match.end()
+        found, error = read(match.group(1), match.group(0).endswith(close))
+        if error:
+            errors.append(error)
+            kept.append(match.group(0))
+        else:
+            calls.extend(found)
+    kept.append(text[pos:])
+    return CallsFound("".join(kept).strip(), calls, errors)
+
+
+def scan_section(text: str, begin: str, end: str, call: re.Pattern, call_end: str, read: ReadCall,
+                 example: str) -> CallsFound:
+    """Calls inside one section of special tokens (DeepSeek's, Kimi-K2's): each ``call`` match
+    in ``begin`` ... ``end`` read by ``read``. A section with any error is refused whole (left
+    in the content, every error said), so the model writes it again; the content is the text
+    outside the section."""
+    if begin not in text:
+        return CallsFound(text.strip(), [], [])
+    before, _, section = text.partition(begin)
+    section, closed, after = section.partition(end)
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for match in call.finditer(section):
+        found, error = read(match.group(1), match.group(0).endswith(call_end))
+        if error:
+            errors.append(error)
+        else:
+            calls.extend(found)
+    if not calls and not errors:
+        errors.append(f"the tool calls section holds no call; write {example}")
+    if not closed and not errors:
+        errors.append(f"the tool calls section is missing its closing {end}")
+    if errors:
+        return CallsFound(text.strip(), [], errors)
+    return CallsFound((before.strip() + " " + after.strip()).strip(), calls, [])
+
+
+def one(call: ToolCall | None, error: str) -> tuple[list[ToolCall], str]:
+    """A reader's single call as ``ReadCall``'s (calls, error)."""
+    return ([call] if call is not None else []), error
 
 
 def tool_names(tools: Tools) -> list[str] | None:

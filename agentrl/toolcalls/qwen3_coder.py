@@ -25,6 +25,7 @@ from agentrl.toolcalls.output import (
     ToolCall,
     Tools,
     parameter_types,
+    scan_blocks,
     typed_value,
     unknown_tool_error,
 )
@@ -38,21 +39,7 @@ _PARAMETER = re.compile(r"<parameter=([^>\n]*)>(.*?)(?:</parameter>|(?=<paramete
 
 
 def parse_calls(text: str, tools: Tools = None) -> CallsFound:
-    calls: list[ToolCall] = []
-    errors: list[str] = []
-    kept: list[str] = []
-    pos = 0
-    for match in _BLOCK.finditer(text):
-        kept.append(text[pos : match.start()])
-        pos = match.end()
-        found, error = _parse_block(match.group(1), match.group(0).endswith(CLOSE), tools)
-        if error:
-            errors.append(error)
-            kept.append(match.group(0))
-        else:
-            calls.extend(found)
-    kept.append(text[pos:])
-    return CallsFound("".join(kept).strip(), calls, errors)
+    return scan_blocks(text, _BLOCK, CLOSE, lambda body, closed: _parse_block(body, closed, tools))
 
 
 def _parse_block(body: str, closed: bool, tools: Tools) -> tuple[list[ToolCall], str]:

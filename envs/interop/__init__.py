@@ -12,3 +12,26 @@ and time limits (``agentrl.env.EpisodeLimits``) and failure typing. Ids are reso
 gymnasium the first time it is named, so nothing here is imported until then. A missing
 package is one ``ConfigError`` naming the extra to install (``pip install 'agentrl[textarena]'``).
 """
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+
+def register_named(env_id: str, prefix: str, name: str, names: list[str], what: str, entry_point: str,
+                   kwargs: dict[str, Any], where: str) -> str:
+    """Register ``env_id`` (``prefix + name``) with gymnasium once, after checking ``name`` is
+    one of the ecosystem's ``names`` (else a ``ConfigError`` with a "did you mean", naming
+    ``what`` it is and ``where`` the list comes from)."""
+    import gymnasium
+
+    from agentrl.errors import ConfigError
+
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean {prefix + close[0]!r}? " if close else ""
+        raise ConfigError(f"{what} {name!r}; {hint}{where}")
+    if env_id not in gymnasium.registry:
+        gymnasium.register(env_id, entry_point=entry_point, kwargs=kwargs)
+    return env_id

@@ -24,17 +24,15 @@ Main hook::
 from __future__ import annotations
 
 import asyncio
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
 
-import gymnasium
-
 from agentrl.api import Message
 from agentrl.env import EpisodeLimits, Reward, Rubric, TextEnv, Turn, fact
-from agentrl.errors import ConfigError, EnvError
+from agentrl.errors import EnvError
 from agentrl.plugins import import_optional
+from envs.interop import register_named
 
 ID_FORM = "reasoning_gym/<task>"
 PREFIX = "reasoning_gym/"
@@ -57,16 +55,9 @@ def tasks() -> list[str]:
 
 def register(env_id: str) -> str:
     """Register ``reasoning_gym/<task>`` with gymnasium (its entry point: ``ReasoningGymEnv``)."""
-    task = env_id.removeprefix(PREFIX)
-    names = tasks()
-    if task not in names:
-        close = difflib.get_close_matches(task, names, n=1)
-        hint = f"did you mean {PREFIX + close[0]!r}? " if close else ""
-        raise ConfigError(f"reasoning-gym has no task {task!r}; {hint}`agentrl envs` counts its {len(names)} tasks "
-                          "(reasoning_gym.factory.DATASETS)")
-    if env_id not in gymnasium.registry:
-        gymnasium.register(env_id, entry_point=f"{__name__}:ReasoningGymEnv", kwargs={"task": task})
-    return env_id
+    task, names = env_id.removeprefix(PREFIX), tasks()
+    return register_named(env_id, PREFIX, task, names, "reasoning-gym has no task", f"{__name__}:ReasoningGymEnv",
+                          {"task": task}, f"`agentrl envs` counts its {len(names)} tasks (reasoning_gym.factory.DATASETS)")
 
 
 def listing() -> str:

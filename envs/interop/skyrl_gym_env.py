@@ -24,7 +24,6 @@ reliability guard, and ``text2sql`` runs its SQL on the database file — not in
 from __future__ import annotations
 
 import asyncio
-import difflib
 import functools
 import re
 import sqlite3
@@ -33,12 +32,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import gymnasium
-
 from agentrl.api import Message
 from agentrl.env import EpisodeLimits, Reward, Rubric, TextEnv, Turn, data_path, fact, load_rows
-from agentrl.errors import ConfigError, EnvError
+from agentrl.errors import EnvError
 from agentrl.plugins import import_optional
+from envs.interop import register_named
 
 ID_FORM = "skyrl_gym/<id>"
 PREFIX = "skyrl_gym/"
@@ -57,15 +55,9 @@ def env_names() -> list[str]:
 
 
 def register(env_id: str) -> str:
-    name = env_id.removeprefix(PREFIX)
-    names = env_names()
-    if name not in names:
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f"did you mean {PREFIX + close[0]!r}? " if close else ""
-        raise ConfigError(f"SkyRL-Gym has no env {name!r}; {hint}it has {names}")
-    if env_id not in gymnasium.registry:
-        gymnasium.register(env_id, entry_point=f"{__name__}:SkyRLGymEnv", kwargs={"name": name})
-    return env_id
+    name, names = env_id.removeprefix(PREFIX), env_names()
+    return register_named(env_id, PREFIX, name, names, "SkyRL-Gym has no env", f"{__name__}:SkyRLGymEnv",
+                          {"name": name}, f"it has {names}")
 
 
 def listing() -> str:

@@ -26,19 +26,17 @@ newer Python fail at construction with an ``EnvError`` that says which.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import random
 import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-import gymnasium
-
 from agentrl.api import Message
 from agentrl.env import EpisodeLimits, Reward, Rubric, TextEnv, Turn, fact
-from agentrl.errors import ConfigError, EnvError
+from agentrl.errors import EnvError
 from agentrl.plugins import import_optional
+from envs.interop import register_named
 
 ID_FORM = "textarena/<Game-vN>"
 PREFIX = "textarena/"
@@ -65,14 +63,8 @@ def register(env_id: str) -> str:
     """Register ``textarena/<Game-vN>`` with gymnasium (entry point: ``TextArenaEnv``)."""
     game = env_id.removeprefix(PREFIX)
     _package()
-    every = games(base_only=False)
-    if game not in every:
-        close = difflib.get_close_matches(game, every, n=1)
-        hint = f"did you mean {PREFIX + close[0]!r}? " if close else ""
-        raise ConfigError(f"TextArena has no game {game!r}; {hint}(textarena.envs.registration.ENV_REGISTRY)")
-    if env_id not in gymnasium.registry:
-        gymnasium.register(env_id, entry_point=f"{__name__}:TextArenaEnv", kwargs={"game": game})
-    return env_id
+    return register_named(env_id, PREFIX, game, games(base_only=False), "TextArena has no game",
+                          f"{__name__}:TextArenaEnv", {"game": game}, "(textarena.envs.registration.ENV_REGISTRY)")
 
 
 def listing() -> str:
