@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
+.PHONY: install demo demo-tools test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -149,6 +149,15 @@ test: install vllm verifiers sandbox-image sandbox-tools browser compose sglang-
 demo: model
 	rm -rf runs/demo
 	$(BIN)/agentrl train examples/arith_grpo.yaml run_dir=runs/demo
+
+# The multi-turn agent: tool use learned by RL (examples/tool_agent.yaml). Its first stage is
+# `agentrl sft` on calculator conversations (runs/tool_agent_sft/), then GRPO on agentrl/ToolUse-v0
+# from that model (runs/tool_agent/); about 10 minutes on 2 cores. The last line printed is the
+# run's summary as JSON (eval_before, eval_after, tool_use_rate_before, tool_use_rate, minutes).
+demo-tools: model
+	rm -rf runs/tool_agent_sft runs/tool_agent
+	$(BIN)/agentrl sft examples/tool_agent_sft.yaml
+	$(BIN)/agentrl train examples/tool_agent.yaml
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) build *.egg-info
