@@ -114,14 +114,15 @@ def test_tool_agent_configs_run_the_sft_stage_then_rl_on_calculator_episodes(tmp
     masked tool turn inside the one token stream; the summary carries tool_use_rate (before, after)."""
     agentrl = Path(sys.executable).parent / "agentrl"
     sft_dir, run_dir = tmp_path / "sft", tmp_path / "run"
-    # 20 short SFT steps: the model calls the calculator in about one sample of five (2 steps: never)
-    sft = subprocess.run([str(agentrl), "sft", "examples/tool_agent_sft.yaml", f"run_dir={sft_dir}", "steps=20",
+    # 30 short SFT steps: the model calls the calculator in some samples (2 steps: never)
+    sft = subprocess.run([str(agentrl), "sft", "examples/tool_agent_sft.yaml", f"run_dir={sft_dir}", "steps=30",
                           "batch_size=16", "eval_every_steps=0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
     assert (sft_dir / "model" / "config.json").is_file()
     out = subprocess.run([str(agentrl), "train", "examples/tool_agent.yaml", f"model={sft_dir / 'model'}",
-                          f"run_dir={run_dir}", "steps=2", "rollout.batch_size=4", "rollout.group_size=4",
-                          "eval.limit=16", "checkpoint.every_steps=0", "logging.tensorboard=false"],
+                          f"run_dir={run_dir}", "steps=2", "rollout.batch_size=8", "rollout.group_size=8",
+                          "logging.trajectories_per_step=64", "eval.limit=16", "checkpoint.every_steps=0",
+                          "logging.tensorboard=false"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
@@ -130,6 +131,7 @@ def test_tool_agent_configs_run_the_sft_stage_then_rl_on_calculator_episodes(tmp
     assert "tool_use_rate" in summary and "tool_use_rate_before" in summary  # None when nothing was right
     sampled = [json.loads(line) for path in sorted((run_dir / "trajectories").glob("step_*.jsonl"))
                for line in path.read_text().splitlines()]
+    assert len(sampled) == 128  # every episode of both steps
     called = [r for r in sampled if r["num_turns"] > 1]
     assert called, [r["num_turns"] for r in sampled]  # the model called the calculator in some episodes
     for r in called:  # the tool turn is in the stream, not trained on
