@@ -111,3 +111,11 @@ def test_renamed_run_keys_are_still_accepted_with_a_warning_naming_the_new_key()
     assert cfg.rollout.workflow_args == {"timeout_s": 30.0, "env_id": "agentrl/Arith-v0"}
     assert cfg.rollout.episode_timeout_s is None
     assert cfg.inference.client.timeout == 7.0 and cfg.inference.request_timeout_s is None
+
+
+def test_a_workflow_argument_the_workflow_does_not_take_is_one_line_naming_the_key(tmp_path):
+    out = subprocess.run([str(Path(sys.executable).parent / "agentrl"), "train", "examples/arith_grpo.yaml",
+                          f"run_dir={tmp_path / 'run'}", "rollout.workflow_args.colour=blue"],
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "rollout.workflow_args" in out.stderr and "colour" in out.stderr and "Traceback" not in out.stderr

@@ -243,7 +243,25 @@ def build_workflow(cfg: Any, sampling: Any, overrides: dict[str, Any] | None = N
             kwargs[key] = getattr(cfg.rollout, key)
     if cfg.sandbox.spec() and "env_kwargs" in params:
         kwargs["env_kwargs"] = {"sandbox": cfg.sandbox.spec(), **(kwargs.get("env_kwargs") or {})}
+    check_workflow_args(cls, cfg.rollout.workflow, kwargs, "rollout.workflow_args")
     return cls(**kwargs)
+
+
+def check_workflow_args(cls: Any, name: str, args: dict[str, Any], key: str) -> None:
+    """Refuse arguments the workflow ``cls`` does not take, naming the config key."""
+    import inspect
+
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # no signature to read: the call itself will say
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted(set(args) - set(params))
+    if unknown:
+        raise ConfigError(f"config key '{key}': {name} takes no argument {unknown} (its arguments: "
+                          f"{[k for k in params if k != 'self']}); an episode's time budget is the workflow's own "
+                          "timeout_s")
 
 
 def dataset_rows(spec: str, seed: int) -> list[dict[str, Any]]:
@@ -285,9 +303,11 @@ def check_run_config(cfg: RunConfig) -> None:
         raise ConfigError("config key 'rollout.dataset' is required: a .jsonl file or 'module:function' "
                           "giving the rows to play (e.g. envs.arith:training_rows)")
     try:
-        load_object(cfg.rollout.workflow)
+        workflow = load_object(cfg.rollout.workflow)
     except ConfigError as e:
         raise ConfigError(f"config key 'rollout.workflow': {e}") from e
+    for key, args in (("rollout.workflow_args", cfg.rollout.workflow_args), ("eval.workflow_args", cfg.eval.workflow_args)):
+        check_workflow_args(workflow, cfg.rollout.workflow, args, key)
     # the datasets first: a module that provides rows may also register its environment
     for key, spec in (("rollout.dataset", cfg.rollout.dataset), ("eval.dataset", cfg.eval.dataset)):
         if not spec:
