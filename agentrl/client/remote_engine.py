@@ -498,6 +498,7 @@ class RemoteEngine:
             await asyncio.to_thread(checkpoint_check.check_checkpoint, path, self._reference)
             for route, body in self._vllm_load(str(path), int(version)):
                 await self._control(route, body)
+            await self._reset_vllm_prefix_cache()
         else:
             answers = await self._control("/update_weights_from_disk",
                                           {"model_path": str(path), "weight_version": str(version)})
@@ -510,8 +511,21 @@ class RemoteEngine:
     @staticmethod
     def _vllm_load(path: str, version: int) -> list[tuple[str, dict[str, Any]]]:
         """vLLM's calls that load a checkpoint from disk and label what it samples next."""
-        return [(vllm_wire.RPC, vllm_wire.reload_body(path)), (vllm_wire.VERSION, {"new_version": str(version)}),
-                (vllm_wire.RESET_PREFIX_CACHE, {})]
+        return [(vllm_wire.RPC, vllm_wire.reload_body(path)), (vllm_wire.VERSION, {"new_version": str(version)})]
+
+    async def _reset_vllm_prefix_cache(self) -> None:
+        """Empty every vLLM server's prefix cache after an update. vLLM answers ``{"success":
+        false}`` while the aborted requests still hold their blocks; a kept block would serve a
+        resumed request keys and values of the old weights, so ask again until every one empties."""
+        deadline = time.monotonic() + self.control_timeout
+        while True:
+            answers = await self._control(vllm_wire.RESET_PREFIX_CACHE, {})
+            if all(not isinstance(a, dict) or a.get("success", True) for a in answers):
+                return
+            if time.monotonic() > deadline:
+                raise ServerError(f"a vLLM server still held its prefix cache {self.control_timeout:.0f} s after a "
+                                  "weight update (/reset_prefix_cache kept answering success: false)")
+            await asyncio.sleep(0.05)
 
     async def _served_checkpoint(self) -> str | None:
         """The directory the first server was started on (``/v1/models``' ``root``): new
