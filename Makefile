@@ -141,7 +141,7 @@ verifiers: $(VERIFIERS_VENV)/.installed
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers.
 test: install vllm verifiers sandbox-image sandbox-tools browser compose sglang-frontend
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,
 # an `agentrl serve` process and one trainer rank under torchrun. Outputs in runs/demo/ (started

@@ -4,7 +4,8 @@ What it is: ``LLMJudge``, an async reward function for a ``Rubric`` term. It fil
 prompt with the task and the reply, sends it to ``POST {base_url}/chat/completions`` (any URL
 and key: a hosted model, the run's own ``agentrl serve``, or a second one), reads the grade from
 the answer (the last number, or the one after ``score_pattern``) and returns it divided by
-``max_score``, clipped to [0, 1]. Each request has a timeout; failed requests (connection errors,
+``max_score``, clipped to [0, 1]. One HTTP client per event loop serves every grade (its
+connections kept alive; ``aclose()`` ends it). Each request has a timeout; failed requests (connection errors,
 timeouts, 5xx, 429) are retried with backoff; grades are cached by prompt (an LRU of
 ``cache_size``), so a group of equal replies is graded once. A judge that cannot be reached, or
 whose answer holds no grade, raises ``VerifierError``: the episode is recorded as failed (data),
@@ -26,6 +27,7 @@ import asyncio
 import collections
 import hashlib
 import re
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +71,8 @@ class LLMJudge:
         if not base_url.startswith(("http://", "https://")):
             raise VerifierError(f"the judge's base_url must be an http(s) URL (…/v1), got {base_url!r}")
         self.transport = transport
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = \
+            weakref.WeakKeyDictionary()  # rewards may be computed on more than one loop (env threads)
         self.cache: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.requests = 0  # requests sent (a measure of the cache)
         self.__name__ = "llm_judge"
@@ -106,32 +110,46 @@ class LLMJudge:
             raise VerifierError(f"the judge's answer holds no grade ({pattern!r}): {answer[:200]!r}")
         return min(1.0, max(0.0, float(found[-1]) / self.config.max_score))
 
+    async def aclose(self) -> None:
+        """Close the HTTP client of the running event loop (the judge opens a new one if asked again)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            client = self._clients[loop] = httpx.AsyncClient(
+                timeout=self.config.timeout_s, transport=self.transport,
+                headers={"Authorization": f"Bearer {self.config.api_key}"})
+        return client
+
     async def _ask(self, prompt: str) -> str:
         cfg = self.config
         body = {"model": cfg.model, "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": cfg.max_tokens, "temperature": 0.0}
         url = cfg.base_url.rstrip("/") + "/chat/completions"
+        client = self._client()
         last = ""
-        async with httpx.AsyncClient(timeout=cfg.timeout_s, transport=self.transport,
-                                     headers={"Authorization": f"Bearer {cfg.api_key}"}) as client:
-            for attempt in range(cfg.retries + 1):
-                if attempt:
-                    await asyncio.sleep(cfg.backoff_s * 2 ** (attempt - 1))
-                self.requests += 1
-                try:
-                    r = await client.post(url, json=body)
-                except httpx.HTTPError as e:  # connection refused, timeout: safe to retry
-                    last = f"{type(e).__name__}: {e}"
-                    continue
-                if r.status_code == 429 or r.status_code >= 500:
-                    last = f"HTTP {r.status_code}: {r.text[:200]}"
-                    continue
-                if r.status_code != 200:
-                    raise VerifierError(f"the judge at {url} refused the request: HTTP {r.status_code}: {r.text[:300]}")
-                try:
-                    return r.json()["choices"][0]["message"]["content"] or ""
-                except (KeyError, IndexError, TypeError, ValueError) as e:
-                    raise VerifierError(f"the judge at {url} answered no chat completion: {r.text[:300]}") from e
+        for attempt in range(cfg.retries + 1):
+            if attempt:
+                await asyncio.sleep(cfg.backoff_s * 2 ** (attempt - 1))
+            self.requests += 1
+            try:
+                r = await client.post(url, json=body)
+            except httpx.HTTPError as e:  # connection refused, timeout: safe to retry
+                last = f"{type(e).__name__}: {e}"
+                continue
+            if r.status_code == 429 or r.status_code >= 500:
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                continue
+            if r.status_code != 200:
+                raise VerifierError(f"the judge at {url} refused the request: HTTP {r.status_code}: {r.text[:300]}")
+            try:
+                return r.json()["choices"][0]["message"]["content"] or ""
+            except (KeyError, IndexError, TypeError, ValueError) as e:
+                raise VerifierError(f"the judge at {url} answered no chat completion: {r.text[:300]}") from e
         raise VerifierError(f"the judge at {url} failed {cfg.retries + 1} times; last: {last}")
 
 

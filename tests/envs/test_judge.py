@@ -12,6 +12,7 @@ import gymnasium
 import httpx
 import pytest
 
+from agentrl.client.transport import KeepAliveTransport
 from agentrl.env import RewardInput
 from agentrl.env.judge import LLMJudge
 from agentrl.errors import VerifierError
@@ -32,6 +33,18 @@ async def test_the_grade_is_the_judges_answer_cached_by_prompt(tiny_server):
     expected = min(1.0, float(re.findall(r"-?\d+(?:\.\d+)?", said)[-1]) / 300)
     assert await judge(inp) == pytest.approx(expected) and judge.requests == 1
     assert await judge(inp) == pytest.approx(expected) and judge.requests == 1  # cached
+
+
+async def test_one_connection_serves_every_grade(tiny_server):
+    transport = KeepAliveTransport()  # counts the connections it opens
+    judge = LLMJudge(tiny_server.url + "/v1", prompt=PROMPT, max_score=300, max_tokens=12, transport=transport)
+    for reply in ("1", "2", "3"):
+        await judge(RewardInput(reply, task={"a": 1, "b": 2}))
+    assert judge.requests == 3 and transport.connections_opened == 1
+    await judge.aclose()
+    await judge(RewardInput("4", task={"a": 1, "b": 2}))  # a closed judge opens a new client when asked again
+    assert judge.requests == 4 and transport.connections_opened == 2
+    await judge.aclose()
 
 
 async def test_an_unreachable_judge_fails_the_episode_after_its_retries():

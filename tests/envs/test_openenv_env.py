@@ -8,7 +8,6 @@ or that end with the adapter's guess at a score).
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from agentrl.client.remote_engine import RemoteEngine
 from agentrl.env.checks import check_text_env
 from agentrl.rollout.conversation import sampled_spans
 from workflows.env import EnvWorkflow
+
+from ..short_runs import short_train
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTRL = str(Path(sys.executable).parent / "agentrl")
@@ -49,20 +50,10 @@ async def test_episodes_through_a_real_server_carry_the_envs_reward(openenv_sum_
 
 def test_a_short_train_on_an_openenv_server(openenv_sum_server, tmp_path):
     url, _ = openenv_sum_server
-    config = {
-        "model": str(ROOT / "examples" / "tiny-model"), "run_dir": str(tmp_path / "run"), "steps": 2,
-        "max_minutes": None, "world_size": 1, "threads": 1, "inference": {"num_servers": 1, "threads": 1},
-        "rollout": {"workflow": "workflows.env:EnvWorkflow", "workflow_args": {"env_id": f"openenv:{url}"},
-                    "dataset": "envs.interop.openenv_env:train_rows", "group_size": 4, "batch_size": 2,
-                    "sampling": {"temperature": 1.0, "max_new_tokens": 12}},
-        "eval": {"dataset": "envs.interop.openenv_env:eval_rows", "limit": 8,
-                 "sampling": {"temperature": 0.0, "max_new_tokens": 12}},
-        "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False, "trajectories_per_step": 2},
-    }
-    (tmp_path / "oe.yaml").write_text(json.dumps(config))
-    out = subprocess.run([AGENTRL, "train", str(tmp_path / "oe.yaml")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0, summary
+    summary = short_train(tmp_path / "run", {
+        "workflow": "workflows.env:EnvWorkflow", "workflow_args": {"env_id": f"openenv:{url}"},
+        "dataset": "envs.interop.openenv_env:train_rows", "group_size": 4, "batch_size": 2,
+        "sampling": {"temperature": 1.0, "max_new_tokens": 12}},
+        eval={"dataset": "envs.interop.openenv_env:eval_rows", "limit": 8,
+              "sampling": {"temperature": 0.0, "max_new_tokens": 12}})
     assert summary["eval_after"] is not None

@@ -26,6 +26,8 @@ from agentrl.rollout.conversation import sampled_spans
 from envs.interop.skyrl_gym_env import gsm8k_multi_turn_rows, text2sql_rows
 from workflows.env import EnvWorkflow
 
+from ..short_runs import short_train
+
 AGENTRL = str(Path(sys.executable).parent / "agentrl")
 SAMPLING = SamplingParams(max_new_tokens=16, temperature=1.0)
 QUESTIONS = [("How many planets have rings?", "SELECT COUNT(*) FROM planets WHERE rings = 1"),
@@ -108,22 +110,9 @@ async def test_text2sql_through_a_real_server(sql_root, tiny_server, tiny_model_
 
 
 def test_a_short_train_on_gsm8k_multi_turn(tmp_path):
-    import json
-
-    root = Path(__file__).resolve().parents[2]
-    config = {
-        "model": str(root / "examples" / "tiny-model"), "run_dir": str(tmp_path / "run"), "steps": 2,
-        "max_minutes": None, "world_size": 1, "threads": 1, "inference": {"num_servers": 1, "threads": 1},
-        "rollout": {"workflow": "workflows.env:EnvWorkflow",
-                    "workflow_args": {"env_id": "skyrl_gym/gsm8k_multi_turn", "env_kwargs": {"max_turns": 2},
-                                      "max_context_tokens": 1024},
-                    "dataset": "envs.interop.skyrl_gym_env:gsm8k_multi_turn_rows", "group_size": 2, "batch_size": 2,
-                    "sampling": {"temperature": 1.0, "max_new_tokens": 16}},
-        "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False, "trajectories_per_step": 2},
-    }
-    (tmp_path / "skyrl.yaml").write_text(json.dumps(config))
-    out = subprocess.run([AGENTRL, "train", str(tmp_path / "skyrl.yaml")], cwd=root, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0, summary
+    short_train(tmp_path / "run", {
+        "workflow": "workflows.env:EnvWorkflow",
+        "workflow_args": {"env_id": "skyrl_gym/gsm8k_multi_turn", "env_kwargs": {"max_turns": 2},
+                          "max_context_tokens": 1024},
+        "dataset": "envs.interop.skyrl_gym_env:gsm8k_multi_turn_rows", "group_size": 2, "batch_size": 2,
+        "sampling": {"temperature": 1.0, "max_new_tokens": 16}})

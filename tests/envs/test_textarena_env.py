@@ -25,6 +25,8 @@ from envs.interop.textarena_env import EVAL_SEED, eval_rows, train_rows
 from workflows.env import EnvWorkflow
 from workflows.self_play import SelfPlayWorkflow
 
+from ..short_runs import short_train
+
 AGENTRL = str(Path(sys.executable).parent / "agentrl")
 SAMPLING = SamplingParams(max_new_tokens=12, temperature=1.0)
 
@@ -113,23 +115,12 @@ def test_a_short_self_play_train(tmp_path):
     """Two seats' trajectories per game flow through the executor and the trainer (`agentrl train`)."""
     import json
 
-    root = Path(__file__).resolve().parents[2]
-    config = {
-        "model": str(root / "examples" / "tiny-model"), "run_dir": str(tmp_path / "run"), "steps": 2,
-        "max_minutes": None, "world_size": 1, "threads": 1, "inference": {"num_servers": 1, "threads": 1},
-        "rollout": {"workflow": "workflows.self_play:SelfPlayWorkflow",
-                    "workflow_args": {"env_id": "textarena/IteratedPrisonersDilemma-v0",
-                                      "env_kwargs": {"max_turns": 4}, "max_context_tokens": 1024},
-                    "dataset": "envs.interop.textarena_env:train_rows", "group_size": 2, "batch_size": 2,
-                    "sampling": {"temperature": 1.0, "max_new_tokens": 12}},
-        "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False, "trajectories_per_step": 2},
-    }
-    (tmp_path / "ta.yaml").write_text(json.dumps(config))
-    out = subprocess.run([AGENTRL, "train", str(tmp_path / "ta.yaml")], cwd=root, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0, summary
+    short_train(tmp_path / "run", {
+        "workflow": "workflows.self_play:SelfPlayWorkflow",
+        "workflow_args": {"env_id": "textarena/IteratedPrisonersDilemma-v0", "env_kwargs": {"max_turns": 4},
+                          "max_context_tokens": 1024},
+        "dataset": "envs.interop.textarena_env:train_rows", "group_size": 2, "batch_size": 2,
+        "sampling": {"temperature": 1.0, "max_new_tokens": 12}})
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/trajectories" in r]
     assert all(r["rollout/trajectories"] == 2 * 2 * 2 for r in steps), steps  # 2 games x 2 groups x 2 seats

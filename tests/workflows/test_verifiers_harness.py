@@ -16,6 +16,8 @@ from agentrl.errors import ConfigError
 from agentrl.rollout.conversation import sampled_spans
 from workflows.verifiers_harness import VerifiersWorkflow
 
+from ..short_runs import short_train
+
 SUM_TASKSET = '''
 import random
 
@@ -107,27 +109,13 @@ async def test_verifiers_own_openenv_taskset_through_the_gateway(openenv_sum_ser
 @pytest.mark.slow
 def test_a_short_train_on_a_verifiers_taskset(openenv_sum_server, tmp_path):
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
     url, _ = openenv_sum_server
-    root = Path(__file__).resolve().parents[2]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"index": i}) + "\n" for i in range(4)))
     taskset = {"id": "openenv", "base_url": url, "resets": [{"seed": s} for s in range(4)]}
-    config = {
-        "model": str(root / "examples" / "tiny-model"), "run_dir": str(tmp_path / "run"), "steps": 2,
-        "max_minutes": None, "world_size": 1, "threads": 1, "inference": {"num_servers": 1, "threads": 1},
-        "rollout": {"workflow": "workflows.verifiers_harness:VerifiersWorkflow",
-                    "workflow_args": {"taskset": "verifiers:openenv", "env_config": {"taskset": taskset},
-                                      "context_length": 1024, "timeout_s": 240},
-                    "dataset": str(tmp_path / "rows.jsonl"), "group_size": 2, "batch_size": 1,
-                    "max_concurrent": 2},  # every verifiers episode starts its harness program: a few at a time
-        "checkpoint": {"every_steps": 0}, "logging": {"tensorboard": False, "trajectories_per_step": 2},
-    }
-    (tmp_path / "vf.yaml").write_text(json.dumps(config))
-    out = subprocess.run([str(Path(sys.executable).parent / "agentrl"), "train", str(tmp_path / "vf.yaml")],
-                         cwd=root, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0, summary
+    short_train(tmp_path / "run", {
+        "workflow": "workflows.verifiers_harness:VerifiersWorkflow",
+        "workflow_args": {"taskset": "verifiers:openenv", "env_config": {"taskset": taskset},
+                          "context_length": 1024, "timeout_s": 240},
+        "dataset": str(tmp_path / "rows.jsonl"), "group_size": 2, "batch_size": 1,
+        "max_concurrent": 2})  # every verifiers episode starts its harness program: a few at a time
