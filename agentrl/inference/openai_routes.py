@@ -257,9 +257,9 @@ async def _chat_stream(state: ServerState, body, prompt, parsed, reading: dict[s
         message, kind, matched = _message(text, reading, req)
         if reader is not None:
             if text.startswith(sent):  # else what streamed stands: it cannot be taken back
-                reader.feed(text[len(sent):])
-                for d in _reader_deltas(reader.close()[0]):
-                    yield sse(chunk(base, d))
+                for part in (reader.feed(text[len(sent):]), reader.close()[0]):  # the held-back tail, then the rest
+                    for d in _reader_deltas(part):
+                        yield sse(chunk(base, d))
             if message.get("tool_calls"):
                 delta = {"tool_calls": message["tool_calls"]}
         else:  # read whole: reasoning, content and calls in one delta

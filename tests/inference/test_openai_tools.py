@@ -3,7 +3,7 @@
 The committed demo model calls the calculator in the right format but with an expression of
 its own making (its build_info: ``tool_call_rate`` 1.0, ``tool_expression_rate`` 0.0), so this
 test starts from it and fine-tunes a few seconds on one two-turn calculator trace (call, then
-answer after the tool result) to know exactly what the model should say. The server renders
+answer after the tool result) and one reply with reasoning to know exactly what the model should say. The server renders
 the SDK's request with the tokenizer's chat template, the model generates the call, and the
 server parses it into ``tool_calls`` — if the template, the generation or the parser
 disagree, the test fails.
@@ -21,6 +21,7 @@ from agentrl.model.tokenizer import END, tool_call_text
 
 QUESTION = "What is 90+85+80?"
 CALL = {"expression": "90+85+80"}
+THINK_QUESTION, REASONING, ANSWER = "Think first: what is 1+2+3?", "one and two make three, and three", "\\boxed{6}"
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,10 @@ def tool_model_dir(tiny_model_dir, tmp_path_factory):
         prompt = tok.apply_chat_template(history, tools=[CALCULATOR_TOOL], add_generation_prompt=True, tokenize=False)
         p, r = tok.encode(prompt, add_special_tokens=False), tok.encode(reply + END, add_special_tokens=False)
         rows.append((p, r))
+    think = tok.apply_chat_template([{"role": "user", "content": THINK_QUESTION}], add_generation_prompt=True,
+                                    tokenize=False)  # a reply with reasoning: the tiny model never writes <think>
+    rows.append((tok.encode(think, add_special_tokens=False),
+                 tok.encode(f"<think>{REASONING}</think>{ANSWER}{END}", add_special_tokens=False)))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(150):
@@ -112,3 +117,25 @@ def test_the_parser_flags_read_the_answer(tool_model_dir, serve_factory):
                                                      temperature=0, max_tokens=96, stream=True))
         streamed = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
         assert [json.loads(tc.function.arguments) for tc in streamed] == [CALL]
+
+
+def test_reasoning_comes_back_as_reasoning_content_whole_and_streamed(tool_model_dir, serve_factory):
+    proc = serve_factory(tool_model_dir, "--reasoning-parser", "qwen3")
+    with openai.OpenAI(base_url=proc.url + "/v1", api_key="unused", timeout=60, max_retries=0) as client:
+        messages = [{"role": "user", "content": THINK_QUESTION}]
+        choice = client.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                                max_tokens=64).choices[0]
+        assert choice.finish_reason == "stop"
+        assert choice.message.model_extra["reasoning_content"] == REASONING and choice.message.content == ANSWER
+        chunks = list(client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=64,
+                                                     stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == REASONING
+        assert "".join(d.content or "" for d in deltas) == ANSWER  # its last character too
+        assert chunks[-1].choices[0].finish_reason == "stop"
+    # without a reasoning parser the same reply is all content, as before
+    plain = serve_factory(tool_model_dir)
+    with openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", timeout=60, max_retries=0) as client:
+        message = client.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                                 max_tokens=64).choices[0].message
+        assert message.content == f"<think>{REASONING}</think>{ANSWER}"
