@@ -24,7 +24,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -37,6 +36,7 @@ from agentrl.client.batcher import GroupBatcher
 from agentrl.client.transport import KeepAliveTransport, Origin
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ResumeLimit, ServerError, ServerUnavailable
+from agentrl.ids import unique_hex
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class RemoteEngine:
         reason they came with, if they came from a request already answered by ``server``.
         Each request goes through the batcher (with the others of its tick)."""
         tokens, logprobs, versions = done.tokens, done.logprobs, done.versions
-        base_rid = uuid.uuid4().hex
+        base_rid = unique_hex()
         resumes = failures = attempt = 0
         if server is not None:
             server.inflight += 1

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -25,6 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from agentrl.api import SamplingParams
 from agentrl.errors import ModelError, Refused
 from agentrl.http_edge import body_schema, json_body, parse_body
+from agentrl.ids import unique_hex
 from agentrl.inference import openapi
 from agentrl.inference.control_bodies import (
     AbortRequest,
@@ -166,7 +166,7 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.get("/health_generate")
     async def health_generate():
-        req = GenRequest(rid=f"HEALTH_CHECK_{uuid.uuid4().hex}", input_ids=[0],
+        req = GenRequest(rid=f"HEALTH_CHECK_{unique_hex()}", input_ids=[0],
                             sampling=SamplingParams(max_new_tokens=1, temperature=0.0))
         try:
             async with asyncio.timeout(HEALTH_CHECK_TIMEOUT_S):
@@ -264,10 +264,10 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     rid = body.get("rid")
     expanded = batch or n > 1
     if rid is None:
-        rids = [uuid.uuid4().hex for _ in range(len(prompts) * n)]
+        rids = [unique_hex() for _ in range(len(prompts) * n)]
     elif isinstance(rid, str):
         if n > 1:
-            rids = [uuid.uuid4().hex for _ in range(len(prompts) * n)]
+            rids = [unique_hex() for _ in range(len(prompts) * n)]
         else:
             rids = [f"{rid}_{i}" for i in range(len(prompts))] if batch else [rid]
     elif isinstance(rid, list) and len(rid) == len(prompts) and all(isinstance(r, str) for r in rid) and n == 1:

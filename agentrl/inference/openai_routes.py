@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -30,6 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentrl.errors import Refused
 from agentrl.http_edge import error_response, json_body
+from agentrl.ids import unique_hex
 from agentrl.inference import openapi
 from agentrl.inference.chat_format import (
     assistant_message,
@@ -53,7 +53,7 @@ async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], 
     parsed = parse_sampling(sampling_fields(body, default_max), prompt_len=len(prompt), bounds=state.bounds)
     n = _n(state, body)
     state.admit(n)
-    base = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex
+    base = body.get("rid") if isinstance(body.get("rid"), str) else unique_hex()
     reqs = [GenRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
                           top_logprobs_num=top_n) for i in range(n)]
     done = await state.run_all(reqs, http)
@@ -229,7 +229,7 @@ async def _chat_stream(state: ServerState, body, prompt, parsed, reading: dict[s
     it comes (``agentrl.toolcalls.StreamParser``): ``reasoning_content`` and ``content`` deltas as
     soon as they are final, the calls in one delta at the end; a request with stop strings or
     stop patterns is read whole at the end (the text they cut is known only then)."""
-    req = GenRequest(rid=uuid.uuid4().hex, input_ids=list(prompt), sampling=parsed["sampling"],
+    req = GenRequest(rid=unique_hex(), input_ids=list(prompt), sampling=parsed["sampling"],
                         top_logprobs_num=top_n)
     base = {"id": req.rid, "created": int(time.time()), "model": body.get("model") or state.served_model_name}
     yield sse(chunk(base, {"role": "assistant", "content": ""}))

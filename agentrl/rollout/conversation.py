@@ -38,12 +38,12 @@ Main hook::
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
 from agentrl.api import NOT_SAMPLED, Completion, Trajectory
 from agentrl.errors import RolloutError
+from agentrl.ids import unique_hex
 from agentrl.rollout.renderer import ChatRenderer
 
 ExportStyle = Literal["concat", "individual"]
@@ -189,7 +189,7 @@ class TokenConversation:
         seg.logprobs += [float(x) for x in completion.logprobs]
         seg.versions += [int(v) for v in completion.versions]
         seg.text += self.renderer.decode(completion.tokens)
-        call = Call(f"chatcmpl-{uuid.uuid4().hex}", len(self.calls), seg, start, len(seg.ids), len(seg.text),
+        call = Call(f"chatcmpl-{unique_hex()}", len(self.calls), seg, start, len(seg.ids), len(seg.text),
                     completion, base, base_text)
         seg.calls.append(call)
         self.calls.append(call)

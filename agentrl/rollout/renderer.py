@@ -10,6 +10,9 @@ tokens across turns (``agentrl.rollout.conversation``).
 Rendering is Python (Jinja) and grows with the conversation; ``arender`` and ``aencode`` run
 it (and tokenization) in a worker thread once the text passes ``offload_chars`` characters,
 so long conversations never hold the event loop while short ones skip the thread hop.
+Short conversations are rendered once per distinct value (an LRU of ``CACHE_SIZE``): the
+episodes of a GRPO group share their prompt. A template that reads the clock (a date in its
+system prompt) keeps the first rendering's date for such a conversation.
 ``min_tokens(text)`` is a lower bound on a text's token count from its UTF-8 size alone, so a
 budget can refuse a huge text before any of it is tokenized.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,6 +37,7 @@ from agentrl.api import Message
 from agentrl.errors import ModelError
 
 _load_lock = threading.Lock()
+CACHE_SIZE = 1024
 
 
 @functools.lru_cache(maxsize=8)
@@ -66,7 +71,7 @@ class ChatRenderer:
     """Messages -> text -> token ids and back, for one tokenizer and chat template."""
 
     def __init__(self, tokenizer: str | Path | Any, *, chat_template_kwargs: Mapping[str, Any] | None = None,
-                 offload_chars: int = 32_768) -> None:
+                 offload_chars: int = 32_768, cache_chars: int = 4096) -> None:
         self.tokenizer = load_tokenizer(tokenizer)
         if not getattr(self.tokenizer, "chat_template", None):
             raise ModelError(f"the tokenizer {getattr(self.tokenizer, 'name_or_path', '')!r} has no chat template; "
@@ -76,13 +81,28 @@ class ChatRenderer:
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self.eos_token_id = self.tokenizer.eos_token_id
         self._bytes_per_token: int | None = None
+        self.cache_chars = cache_chars
+        self._render_cached = functools.lru_cache(maxsize=CACHE_SIZE)(lambda key: self._render(*json.loads(key)))
 
     # ------------------------------------------------------------------ text
 
     def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None, *,
                add_generation_prompt: bool = True) -> str:
         """The template's text for ``messages`` (and ``tools``), ending with the generation
-        prompt unless ``add_generation_prompt`` is False."""
+        prompt unless ``add_generation_prompt`` is False. Short conversations (under
+        ``cache_chars``) are remembered by value (the last ``CACHE_SIZE``): a GRPO group's episodes
+        all start from one prompt, rendered once."""
+        if _size(messages) < self.cache_chars:
+            try:
+                key = json.dumps([messages, tools, add_generation_prompt], ensure_ascii=False)
+            except (TypeError, ValueError):  # objects that are not plain JSON: rendered as they are
+                key = None
+            if key is not None:
+                return self._render_cached(key)
+        return self._render(messages, tools, add_generation_prompt)
+
+    def _render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None,
+                add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
             list(messages), tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt,
             tokenize=False, **self.chat_template_kwargs)

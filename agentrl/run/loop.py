@@ -47,8 +47,9 @@ LATEST = "latest"
 TRUNCATION_WARNING = 0.2
 """A step whose completions stopped at the token budget this often or more is warned about (once)."""
 PLOT_EVERY_S = 30.0
-"""curves.png is redrawn at most this often during a run (matplotlib takes a core for a second or
-two, which a short step on few cores feels), and once at the end."""
+"""curves.png is redrawn at most this often during a run, by a process of its own that the steps
+never wait for (matplotlib takes a core for a second or two; in the trainer's process it also
+held the GIL the training step needs), and once at the end."""
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -254,6 +255,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     gen_busy_last = executor.generation_busy_s()
     warned_truncation = False
     plotted = time.perf_counter()
+    plotter: asyncio.subprocess.Process | None = None  # the redraw of curves.png in progress
     step = start_step
     trained: list = []  # groups trained on since the last checkpoint: the log forgets them there
     try:
@@ -317,13 +319,17 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 await run_eval(step, "at")
             if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
                 await save(tr, executor, episode_log, step, summary, trained)
-            if now - plotted >= PLOT_EVERY_S:  # off the loop, which serves the rollouts and the gateway
+            if now - plotted >= PLOT_EVERY_S and (plotter is None or plotter.returncode is not None):
                 plotted = now
-                await asyncio.to_thread(plot_curves, run_dir)
+                plotter = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "agentrl.run.metrics", str(run_dir),
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         await executor.stop()
         summary["eval_after"] = await run_eval(step, "after")
         await save(tr, executor, episode_log, step, summary, trained)
     finally:
+        if plotter is not None and plotter.returncode is None:
+            await plotter.wait()  # its curves.png is redrawn below, after the summary
         await executor.stop()
         await stack.aclose()
         if tr.world_size > 1:

@@ -196,3 +196,9 @@ def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> Path | No
     path = Path(out) if out is not None else Path(run_dir) / "curves.png"
     fig.savefig(path, dpi=90)
     return path
+
+
+if __name__ == "__main__":  # `python -m agentrl.run.metrics RUN_DIR`: redraw curves.png (the loop's plotter)
+    import sys
+
+    plot_curves(sys.argv[1])
