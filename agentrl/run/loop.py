@@ -110,21 +110,17 @@ class Trainer:
         t1 = time.perf_counter()
         sample: dict[int, dict[str, Any]] = {}
         n = min(self.cfg.logging.trajectories_per_step, len(batch))
-        if n:
-            from agentrl.trainer.batch import TrainBatch
-
-            head = TrainBatch(batch.sequences[:n], batch.version)
-            for i, (lp, ent) in self.actor.compute_token_stats(head).items():
-                sample[i] = {"trainer_logprobs": lp.tolist(), "entropy": ent.tolist()}
-            for i, seq in enumerate(batch.sequences[:n]):
-                on = seq["loss_mask"] > 0  # the advantage is one number on the loss tokens
-                sample.setdefault(i, {})["advantage"] = float(seq["advantages"][on][0]) if bool(on.any()) else 0.0
+        for i, seq in enumerate(batch.sequences[:n]):
+            on = seq["loss_mask"] > 0  # the advantage is one number on the loss tokens
+            sample[i] = {"advantage": float(seq["advantages"][on][0]) if bool(on.any()) else 0.0}
         t2 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            stats = self.actor.train_step(batch)
+            stats = self.actor.train_step(batch, token_stats=n)  # the samples' trainer log-probs, before the update
         for w in caught:
             log.warning("step %d: %s", self.actor.version, w.message)
+        for i, (lp, ent) in self.actor.last_token_stats.items():
+            sample[i].update(trainer_logprobs=lp.tolist(), entropy=ent.tolist())
         stats.update({"perf/train_prepare_s": t1 - t0, "perf/train_sample_s": t2 - t1,
                       "perf/train_update_s": time.perf_counter() - t2})
         return stats, batch.trajectories, sample

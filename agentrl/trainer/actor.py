@@ -234,9 +234,15 @@ class Actor:
 
     # ------------------------------------------------------------------ update
 
-    def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        """One policy update over ``batch`` (a collective); returns reduced statistics."""
+    def train_step(self, batch: TrainBatch, *, token_stats: int = 0) -> dict[str, float]:
+        """One policy update over ``batch`` (a collective); returns reduced statistics.
+
+        ``token_stats=n``: also keep, in ``last_token_stats``, what ``compute_token_stats`` gives
+        for the first ``n`` sequences under the weights before the update (the run's logged
+        samples). A batch of one mini-batch takes them from the update's own forward pass
+        (those of the sequences this rank trains on); otherwise a pass of its own runs first."""
         cfg = self.config
+        self.last_token_stats: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         stats: dict[str, float] = {f"batch/{k}": v for k, v in batch.stats.items()}
         if len(batch) == 0 or batch.num_loss_tokens == 0:
             # No weight changes, but the step counts: the version is the number of steps taken,
@@ -247,6 +253,9 @@ class Actor:
             stats.update(empty_batch=1.0, version=float(self.version))
             return stats
         minis = self._mini_batches(batch)
+        keep = token_stats if len(minis) == 1 else 0  # the forward of a lone mini-batch is pre-update
+        if token_stats and not keep:
+            self.last_token_stats = self.compute_token_stats(TrainBatch(batch.sequences[:token_stats], batch.version))
         kind = cfg.loss.kind
         prox = None
         if kind == "decoupled_ppo" and len(minis) > 1:
@@ -266,6 +275,10 @@ class Actor:
                     (self._dummy_forward(self.model)).backward()
                     continue
                 packed, logp, ent = self._forward(self.model, batch, mb, with_entropy=True)
+                if keep and min(packed.indices) < keep:
+                    lps, ents = packed.split(logp.detach().float().cpu()), packed.split(ent.detach().float().cpu())
+                    self.last_token_stats.update((i, (lp, e)) for i, lp, e in zip(packed.indices, lps, ents, strict=True)
+                                                 if i < keep)
                 f = packed.fields
                 mask = f["loss_mask"].to(self.device)
                 prox_t = (packed.join([prox[i] for i in packed.indices]).to(self.device)

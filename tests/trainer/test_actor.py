@@ -174,3 +174,21 @@ def test_bfloat16_compute_keeps_float32_master_weights(group, small_model):
     after = _weights(actor)
     assert all(v.dtype == torch.float32 for v in after.values())
     assert any(not torch.equal(v, before[k]) for k, v in after.items())
+
+
+@pytest.mark.parametrize("minis", [1, 2])
+def test_the_logged_samples_token_stats_are_those_before_the_update(group, small_model, minis):
+    # one mini-batch: taken from the update's own forward pass (no pass of their own); two: a pass first
+    actor = Actor(small_model, _config(num_mini_batches=minis))
+    batch = _batch(actor.config)
+    from agentrl.trainer.batch import TrainBatch
+
+    expected = actor.compute_token_stats(TrainBatch(batch.sequences[:3], batch.version))
+    before = _weights(actor)
+    actor.train_step(batch, token_stats=3)
+    assert any(not torch.equal(v, before[k]) for k, v in _weights(actor).items())  # it did update
+    got = actor.last_token_stats
+    assert sorted(got) == sorted(expected) == [0, 1, 2]
+    for i, (lp, ent) in expected.items():
+        torch.testing.assert_close(got[i][0], lp, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got[i][1], ent, atol=1e-5, rtol=0)
