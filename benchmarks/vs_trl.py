@@ -6,10 +6,9 @@ The recipe is the demo's: the committed tiny model, the prompts of ``envs.arith:
 the model's chat template like agentrl's env workflow does), the reward of ``agentrl/Arith-v0``
 (TRL's reward function resets and steps ``envs.arith.ArithEnv`` on each completion), 16 prompts x
 16 samples per optimizer step, T = 1, 12 new tokens, AdamW lr 2e-5 with betas (0.9, 0.99) and a
-cosine to 2e-6, no KL, float32. agentrl runs as the demo does (``placement: auto``: on 2 cores,
-colocated — generation and training take turns, each with both cores), without its evaluations
-every 10 steps (``eval.every_steps=0``) so that its steps
-are timed alone; TRL runs in one process with 2 torch threads, in ``.venv-trl`` (``make trl``).
+cosine to 2e-6, no KL, float32. agentrl runs as the demo does (``placement: auto``: on a CPU,
+decoupled — the server and the trainer rank at once, a thread each), without its evaluations
+every 10 steps (``eval.every_steps=0``) so that its steps are timed alone; TRL runs in one process with 2 torch threads, in ``.venv-trl`` (``make trl``).
 
 Three runs, one after another (never two at once):
 
