@@ -18,7 +18,11 @@ run killed mid-save leaves the previous checkpoint intact and no half-written on
     <dir>/dcp/            model + optimizer shards (torch.distributed.checkpoint)
     <dir>/rng_rank{r}.pt  RNG state of rank r
     <dir>/trainer.pt      scheduler state and counters (version, optimizer steps, ...)
-    <dir>/meta.json       written last: step counters and world size, human-readable
+    <dir>/adapter/        a LoRA run's adapter in peft's format (``agentrl.trainer.lora``)
+    <dir>/meta.json       written last: step counters, world size and the LoRA settings, human-readable
+
+A LoRA run's shards hold the adapters and their optimizer state only: the frozen base is the
+run's model directory, which a resume loads again.
 """
 
 from __future__ import annotations
@@ -58,7 +62,6 @@ def _set_rng_state(state: dict) -> None:
 def save_checkpoint(actor: Actor, path: str | Path) -> Path:
     """Write ``actor``'s full training state to ``path`` (replacing an older one there)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -67,18 +70,24 @@ def save_checkpoint(actor: Actor, path: str | Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
+    lora = actor.config.lora.enabled
     try:
-        model_sd, optim_sd = get_state_dict(actor.model, actor.optimizer)
+        model_sd, optim_sd = _state_dicts(actor)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
         torch.save(_rng_state(), tmp / f"rng_rank{rank}.pt")
     except (OSError, RuntimeError) as e:
         raise CheckpointError(f"cannot write checkpoint {str(path)!r}: {e}") from e
+    if lora:
+        from agentrl.trainer.lora import export_adapter
+
+        export_adapter(actor.model, tmp / "adapter")
     dist.barrier()
     if rank == 0:
         counters = {"version": actor.version, "optimizer_steps": actor.optimizer_steps,
                     "skipped_steps": actor.skipped_steps}
         torch.save({"scheduler": actor.scheduler.state_dict(), **counters}, tmp / "trainer.pt")
-        (tmp / "meta.json").write_text(json.dumps({**counters, "world_size": dist.get_world_size()}))
+        (tmp / "meta.json").write_text(json.dumps({**counters, "world_size": dist.get_world_size(),
+                                                   "lora": _lora_meta(actor)}))
         if path.exists():
             shutil.rmtree(path)
         tmp.rename(path)
@@ -92,7 +101,7 @@ def load_checkpoint(actor: Actor, path: str | Path) -> dict:
     The world size may differ from the saving run's (the shards are resharded); each rank then
     restores the RNG state of the rank with its number if there was one."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import set_state_dict
 
     path = Path(path)
     if not (path / "meta.json").is_file():
@@ -101,12 +110,16 @@ def load_checkpoint(actor: Actor, path: str | Path) -> dict:
         raise CheckpointError(f"{str(path)!r} is not a complete checkpoint: no meta.json{hint}; "
                               "pass a directory written by save_checkpoint")
     meta = json.loads((path / "meta.json").read_text())
+    saved, ours = meta.get("lora"), _lora_meta(actor)
+    if saved != ours:
+        raise CheckpointError(f"{str(path)!r} was saved with trainer.lora {saved} and this trainer has {ours}; "
+                              "resume with the settings the run was saved with")
     try:
-        model_sd, optim_sd = get_state_dict(actor.model, actor.optimizer)
+        model_sd, optim_sd = _state_dicts(actor)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(path / "dcp"))
         set_state_dict(actor.model, actor.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+                       optim_state_dict=state["optim"], options=_options(actor))
         trainer = torch.load(path / "trainer.pt", weights_only=False)
     except (OSError, RuntimeError, KeyError) as e:
         raise CheckpointError(f"cannot restore checkpoint {str(path)!r}: {e}") from e
@@ -119,6 +132,32 @@ def load_checkpoint(actor: Actor, path: str | Path) -> dict:
         _set_rng_state(torch.load(rng, weights_only=False))
     dist.barrier()
     return meta
+
+
+def _state_dicts(actor: Actor) -> tuple[dict, dict]:
+    """The model's and the optimizer's state dicts as the shards hold them (``_options``)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(actor.model, actor.optimizer, options=_options(actor))
+    if actor.config.lora.enabled:  # a tied output layer is the frozen embedding under a second name
+        trained = {n for n, p in actor.model.named_parameters(remove_duplicate=False) if p.requires_grad}
+        model_sd = {k: v for k, v in model_sd.items() if k in trained}
+    return model_sd, optim_sd
+
+
+def _options(actor: Actor):
+    """What the shards hold: everything, or with LoRA the adapters alone (the base is frozen; not
+    strict when loading, as the base is not in the shards — ``dcp.load`` still refuses a missing adapter)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    lora = actor.config.lora.enabled
+    return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
+
+
+def _lora_meta(actor: Actor) -> dict | None:
+    """The LoRA settings that shape the shards (None without LoRA), as meta.json records them."""
+    lora = actor.config.lora
+    return {"rank": lora.rank, "target_modules": sorted(lora.target_modules)} if lora.enabled else None
 
 
 def export_hf(model: torch.nn.Module, out_dir: str | Path, *, source_dir: str | Path,
