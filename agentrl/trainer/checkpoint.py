@@ -166,10 +166,14 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path, *, source_dir: str | 
 
     ``source_dir`` is the model directory training started from; its tokenizer and other
     non-weight files (chat template, generation config) are copied. ``dtype`` casts floating
-    weights (default: as trained). Tied input/output embeddings are written once."""
+    weights (default: as trained). Tied input/output embeddings are written once. Not for a LoRA
+    model: its export is the adapter (``agentrl.trainer.lora``), merged by ``merge_adapter``."""
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+    if hasattr(model, "peft_config"):
+        raise CheckpointError("export_hf writes full models; a LoRA model's export is its adapter "
+                              "(agentrl.trainer.lora.export_adapter; merged into an HF model by merge_adapter)")
     out = Path(out_dir)
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from agentrl.errors import RequestRejected
 from agentrl.process_group import DEFAULT_TIMEOUT_S, UpdateGroup, host_store, open_process_group
 from agentrl.trainer.checkpoint import export_hf
+from agentrl.trainer.lora import export_adapter, is_lora
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ class WeightTransport(Protocol):
 class DiskTransport(WeightTransport):
     """HF directories ``<root>/v000042`` on a filesystem the servers can read: ``stage`` writes
     the directory (before the pause, so nothing is left to ``deliver``), ``send`` has the servers
-    load it in the pause."""
+    load it in the pause. A LoRA model's directory is its adapter alone, in peft's format
+    (``agentrl.trainer.lora.export_adapter``), which ``agentrl serve`` merges into its base."""
 
     def __init__(self, root: str | Path, *, source_dir: str | Path, dtype: torch.dtype | None = None,
                  keep_last: int = 2) -> None:
@@ -118,7 +120,10 @@ class DiskTransport(WeightTransport):
         return self.root / f"v{version:06d}"
 
     def stage(self, model: torch.nn.Module, version: int) -> str:
-        out = export_hf(model, self.path_for(version), source_dir=self.source_dir, dtype=self.dtype)
+        if is_lora(model):
+            out = export_adapter(model, self.path_for(version))
+        else:
+            out = export_hf(model, self.path_for(version), source_dir=self.source_dir, dtype=self.dtype)
         if dist.get_rank() == 0:
             self._prune(keep=version)
         return str(out)

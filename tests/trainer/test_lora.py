@@ -104,3 +104,96 @@ def test_lora_settings_are_checked():
         LoraConfig(rank=4, target_modules=["q_proj", "embed_tokens"])
     with pytest.raises(ConfigError, match="weight_sync.transport"):
         TrainerConfig(lora=LORA, weight_sync=WeightSyncConfig(transport="distributed"))
+
+
+PROMPT = [1, 2, 3, 4, 5]
+LONG = 500
+
+
+def _teacher_forced(model_dir, tokens):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids = torch.tensor([PROMPT + tokens])
+    with torch.no_grad():
+        logp = model(input_ids=ids).logits[0, :-1].log_softmax(-1)
+    return logp.gather(-1, ids[0, 1:, None])[:, 0][len(PROMPT) - 1:]
+
+
+def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_model, tmp_path):
+    """The trainer publishes adapters only; the server serves base + the newest adapter — what
+    the merged checkpoint serves when loaded from disk — a request interrupted by the update
+    loses no token and carries each token's version, and a broken adapter is refused while the
+    old weights keep serving."""
+    import asyncio
+
+    import httpx
+    from safetensors.torch import load_file, save_file
+
+    from agentrl.api import SamplingParams
+    from agentrl.client.remote_engine import RemoteEngine
+    from agentrl.errors import RequestRejected
+    from agentrl.process.services import ServerProcess
+    from agentrl.trainer.lora import merge_adapter
+    from agentrl.trainer.publish import DiskTransport, WeightPublisher
+
+    from ..serving import until_generating
+
+    actor = Actor(small_model, _config())
+    root = tmp_path / "weights"
+    long = SamplingParams(max_new_tokens=LONG, temperature=1.0, ignore_eos=True, seed=5)
+    greedy = SamplingParams(max_new_tokens=24, temperature=0.0, ignore_eos=True)
+
+    async def scenario(url: str):
+        async with RemoteEngine([url], timeout=120) as engine:
+            publisher = WeightPublisher(DiskTransport(root, source_dir=small_model, keep_last=2), engine)
+            actor.train_step(_batch(actor.config, 0))
+            await publisher.apublish(actor.model, 1)
+            actor.train_step(_batch(actor.config, 1))
+            job = asyncio.create_task(engine.generate(PROMPT, long))
+            await until_generating(url, min_tokens=20)
+            await publisher.apublish(actor.model, 2)
+            interrupted = await job
+            served = await engine.generate(PROMPT, greedy)
+            merged = merge_adapter(root / "v000002", tmp_path / "merged", base_dir=small_model)
+            await engine.update_weights(str(merged), 3)
+            from_disk = await engine.generate(PROMPT, greedy)
+
+            bad = tmp_path / "bad"
+            bad.mkdir()
+            (bad / "adapter_config.json").write_bytes((root / "v000002" / "adapter_config.json").read_bytes())
+            tensors = load_file(root / "v000002" / "adapter_model.safetensors")
+            name = next(k for k in tensors if "lora_B" in k)
+            tensors[name][0, 0] = float("nan")
+            save_file(tensors, bad / "adapter_model.safetensors")
+            with pytest.raises(RequestRejected, match="NaN"):
+                await engine.update_weights(str(bad), 4)
+            async with httpx.AsyncClient(timeout=30) as client:
+                info = (await client.get(url + "/model_info")).json()
+            still = await engine.generate(PROMPT, greedy)
+            return interrupted, served, from_disk, info, still
+
+    with ServerProcess(small_model, "--context-length", "512", "--weight-version", "0") as proc:
+        interrupted, served, from_disk, info, still = asyncio.run(scenario(proc.url))
+
+    # only the adapter went to disk, never the full weights
+    for v in root.iterdir():
+        assert sorted(p.name for p in v.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    # the same greedy tokens and log-probabilities as the merged checkpoint loaded from disk
+    assert served.tokens == from_disk.tokens and served.versions == [2] * 24 and from_disk.versions == [3] * 24
+    torch.testing.assert_close(torch.tensor(served.logprobs), torch.tensor(from_disk.logprobs), rtol=0, atol=1e-5)
+    # ... which the base model does not give (the check above could fail)
+    base = _teacher_forced(small_model, served.tokens)
+    assert (base - torch.tensor(served.logprobs)).abs().max() > 1e-3
+    # the interrupted request: every token, each from the weights its version names (v2 = base + adapter 2,
+    # not adapter 1 merged on top of adapter 1)
+    out = interrupted
+    assert out.finish_reason == "length" and len(out.tokens) == LONG
+    k = out.versions.index(2)
+    assert 20 <= k < LONG and out.versions == [1] * k + [2] * (LONG - k)
+    v1 = merge_adapter(root / "v000001", tmp_path / "merged1", base_dir=small_model)
+    torch.testing.assert_close(torch.tensor(out.logprobs[:k]), _teacher_forced(v1, out.tokens)[:k], rtol=0, atol=1e-4)
+    torch.testing.assert_close(torch.tensor(out.logprobs[k:]), _teacher_forced(tmp_path / "merged", out.tokens)[k:],
+                               rtol=0, atol=1e-4)
+    # the broken adapter was refused; version 3 kept serving
+    assert info["weight_version"] == "3" and still.tokens == from_disk.tokens and still.versions == [3] * 24
