@@ -87,6 +87,20 @@ def export_adapter(model: torch.nn.Module, out_dir: str | Path) -> Path:
     return out
 
 
+def find_adapter(path: str | Path) -> Path:
+    """The adapter directory ``path`` names: an adapter directory itself, a LoRA checkpoint
+    (``<step>/trainer/adapter``, also given as ``<step>/trainer``) or a run directory (its latest
+    checkpoint's adapter)."""
+    p = Path(path)
+    latest = p / "checkpoints" / "latest"
+    step = p / "checkpoints" / latest.read_text().strip() if latest.is_file() else None
+    for candidate in (p, p / "adapter", p / "trainer" / "adapter", *([step / "trainer" / "adapter"] if step else [])):
+        if (candidate / ADAPTER_CONFIG).is_file():
+            return candidate
+    raise ModelError(f"{str(p)!r} holds no LoRA adapter: expected an adapter directory ({ADAPTER_CONFIG} + "
+                     f"{ADAPTER_WEIGHTS}), a LoRA run's checkpoint (RUN_DIR/checkpoints/step_N) or its run directory")
+
+
 def adapter_base(adapter_dir: str | Path) -> str:
     """The base model directory an adapter was trained on (its ``base_model_name_or_path``)."""
     path = Path(adapter_dir) / ADAPTER_CONFIG
