@@ -4,13 +4,10 @@ trainer does. (The two-rank run and --resume are in tests/run/test_train.py.)"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
+from agentrl.cli import main as cli_main
 from agentrl.errors import CheckpointError, ConfigError, ModelError
 from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import prepare_batch
@@ -21,7 +18,6 @@ from agentrl.trainer.trainer_config import LoraConfig, TrainerConfig, WeightSync
 from .dist_worker import make_trajectories
 
 LORA = LoraConfig(rank=4, alpha=8.0)
-AGENTRL = str(Path(sys.executable).parent / "agentrl")
 
 
 def _config(**kw):
@@ -85,11 +81,9 @@ def test_a_checkpoint_holds_a_peft_adapter_that_computes_what_the_trainer_does(g
         with torch.no_grad():
             lp = peft_model(input_ids=ids[None]).logits[0, :-1].log_softmax(-1).gather(-1, ids[1:, None])[:, 0]
         torch.testing.assert_close(ours[i][1:], lp, rtol=0, atol=1e-5)
-    # `agentrl model merge` on the checkpoint: a plain HF model that computes the same
+    # `agentrl model merge` (its entry point, in this process) on the checkpoint: a plain HF model that computes the same
     merged_dir = tmp_path / "merged"
-    r = subprocess.run([AGENTRL, "model", "merge", str(tmp_path / "ckpt"), "--out", str(merged_dir)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert cli_main(["model", "merge", str(tmp_path / "ckpt"), "--out", str(merged_dir)]) == 0
     assert not list(merged_dir.glob("adapter*")) and (merged_dir / "tokenizer.json").is_file()
     merged = AutoModelForCausalLM.from_pretrained(str(merged_dir), dtype=torch.float32).eval()
     for i in (0, 7):
