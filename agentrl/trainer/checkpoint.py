@@ -5,12 +5,16 @@ needs to continue as if never stopped — model and optimizer shards (torch.dist
 one file per rank, reshardable), the LR schedule, each rank's RNG state and the step counters;
 and ``export_hf``, which gathers the full weights to rank 0 and writes a directory that
 ``transformers.AutoModelForCausalLM.from_pretrained``, ``agentrl serve`` and SGLang load
-(``model.safetensors`` + ``config.json`` + the tokenizer files of the source model).
+(``model.safetensors`` + ``config.json`` + the tokenizer files of the source model), or for a
+LoRA model ``export_adapter``: the adapter alone in peft's format (``adapter_config.json`` +
+``adapter_model.safetensors``, what ``peft.PeftModel.from_pretrained`` and vLLM's and SGLang's
+LoRA loaders read).
 What it is not: the schedule of when to save (the training loop's), or weight publishing
 (``agentrl.trainer.publish``, which uses ``export_hf``).
 
 Main hooks: ``save_checkpoint(actor, dir)``, ``load_checkpoint(actor, dir)``,
-``export_hf(model, dir, source_dir=...)``. All are collectives: every rank calls them.
+``export_hf(model, dir, source_dir=...)``, ``export_adapter(model, dir)``. All are collectives:
+every rank calls them.
 
 Layout of a checkpoint directory (written under ``<dir>.tmp`` and renamed when complete, so a
 run killed mid-save leaves the previous checkpoint intact and no half-written one)::
@@ -78,8 +82,6 @@ def save_checkpoint(actor: Actor, path: str | Path) -> Path:
     except (OSError, RuntimeError) as e:
         raise CheckpointError(f"cannot write checkpoint {str(path)!r}: {e}") from e
     if lora:
-        from agentrl.trainer.lora import export_adapter
-
         export_adapter(actor.model, tmp / "adapter")
     dist.barrier()
     if rank == 0:
@@ -203,5 +205,36 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path, *, source_dir: str | 
             tmp.rename(out)
         except OSError as e:
             raise CheckpointError(f"cannot export HF weights to {str(out)!r}: {e}") from e
+    dist.barrier()
+    return out
+
+
+def export_adapter(model: torch.nn.Module, out_dir: str | Path) -> Path:
+    """Gather the adapter's full tensors (every rank calls this) and write it on rank 0 in peft's
+    format at ``out_dir`` (under ``<out_dir>.tmp``, renamed when complete). Nothing of the
+    frozen base is gathered or written."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from agentrl.trainer.lora import ADAPTER_WEIGHTS, peft_module
+
+    peft = peft_module()
+    out = Path(out_dir)
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
+                                                              ignore_frozen_params=True))
+    if dist.get_rank() == 0:
+        tensors = peft.get_peft_model_state_dict(model, state_dict=sd)
+        tensors = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
+        tmp = out.with_name(out.name + ".tmp")
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+            model.peft_config["default"].save_pretrained(str(tmp))
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
+        except OSError as e:
+            raise CheckpointError(f"cannot write the LoRA adapter to {str(out)!r}: {e}") from e
     dist.barrier()
     return out

@@ -2,17 +2,16 @@
 
 What it is: ``apply_lora`` wraps an HF causal LM in peft's ``PeftModel`` (before FSDP2 shards
 it, so every rank wraps the same modules) and freezes all but the adapters' ``lora_A``/``lora_B``
-— so only they get gradients and AdamW state; ``export_adapter`` gathers the adapter (every rank
-joins) and writes it in peft's own format (``adapter_config.json`` + ``adapter_model.safetensors``,
-what ``peft.PeftModel.from_pretrained`` and vLLM's and SGLang's LoRA loaders read);
-``merge_adapter`` lays an adapter directory into its base model with peft's ``merge_and_unload``
-and writes a plain HF checkpoint (``agentrl model merge``).
+— so only they get gradients and AdamW state; ``merge_adapter`` lays an adapter directory into its
+base model with peft's ``merge_and_unload`` and writes a plain HF checkpoint (``agentrl model
+merge``). The adapter's files themselves (peft's ``adapter_config.json`` +
+``adapter_model.safetensors``) are written by ``agentrl.trainer.checkpoint.export_adapter``.
 
 What it is not: the settings (``trainer_config.LoraConfig``), nor the server's side: ``agentrl
 serve`` merges an adapter into its own fused weights without peft (``agentrl.inference.lora_adapter``).
 
-Main hooks: ``apply_lora(model, LoraConfig(rank=16))``, ``export_adapter(model, dir)`` (a
-collective), ``merge_adapter(adapter_dir, out_dir)``. peft comes with the ``lora`` extra.
+Main hooks: ``apply_lora(model, LoraConfig(rank=16))``, ``merge_adapter(adapter_dir, out_dir)``.
+peft comes with the ``lora`` extra.
 """
 
 from __future__ import annotations
@@ -23,25 +22,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from agentrl.errors import CheckpointError, ModelError
+from agentrl.errors import ModelError
 from agentrl.plugins import import_optional
-from agentrl.trainer.checkpoint import WEIGHT_SUFFIXES
 from agentrl.trainer.trainer_config import LoraConfig
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
-def _peft() -> Any:
+def peft_module() -> Any:
     return import_optional("peft", extra="lora", purpose="trainer.lora")
 
 
 def apply_lora(model: torch.nn.Module, config: LoraConfig) -> torch.nn.Module:
     """``model`` wrapped in a ``PeftModel`` with an adapter on each of ``config.target_modules``
     (B starts at zero: the wrapped model computes what ``model`` did); only adapters train."""
-    peft = _peft()
+    peft = peft_module()
     peft_config = peft.LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
                                   target_modules=list(config.target_modules), bias="none")
     try:
@@ -56,35 +53,6 @@ def apply_lora(model: torch.nn.Module, config: LoraConfig) -> torch.nn.Module:
 def is_lora(model: torch.nn.Module) -> bool:
     """Whether ``model`` is an ``apply_lora`` model (its publishes and exports are adapters)."""
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
-
-
-def export_adapter(model: torch.nn.Module, out_dir: str | Path) -> Path:
-    """Gather the adapter's full tensors (every rank calls this) and write it on rank 0 in peft's
-    format at ``out_dir`` (under ``<out_dir>.tmp``, renamed when complete). Nothing of the
-    frozen base is gathered or written."""
-    from safetensors.torch import save_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    peft = _peft()
-    out = Path(out_dir)
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
-                                                              ignore_frozen_params=True))
-    if dist.get_rank() == 0:
-        tensors = peft.get_peft_model_state_dict(model, state_dict=sd)
-        tensors = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-            model.peft_config["default"].save_pretrained(str(tmp))
-            if out.exists():
-                shutil.rmtree(out)
-            tmp.rename(out)
-        except OSError as e:
-            raise CheckpointError(f"cannot write the LoRA adapter to {str(out)!r}: {e}") from e
-    dist.barrier()
-    return out
 
 
 def find_adapter(path: str | Path) -> Path:
@@ -118,9 +86,9 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base_dir: str
     """Load ``base_dir`` (default: the adapter's ``base_model_name_or_path``), apply the adapter
     with peft, merge it (``merge_and_unload``) and write a plain HF checkpoint — weights,
     ``config.json`` and the base's tokenizer files — at ``out_dir``."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    peft = _peft()
+    peft = peft_module()
     adapter = Path(adapter_dir)
     if not (adapter / ADAPTER_CONFIG).is_file():
         raise ModelError(f"{str(adapter)!r} has no {ADAPTER_CONFIG}; pass a LoRA adapter directory (a LoRA run's "
@@ -138,9 +106,7 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base_dir: str
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     merged.save_pretrained(str(tmp))
-    for f in base.iterdir():
-        if f.is_file() and f.name != "config.json" and not f.name.endswith(WEIGHT_SUFFIXES) and not (tmp / f.name).exists():
-            shutil.copy2(f, tmp / f.name)
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tmp))  # and its chat template
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

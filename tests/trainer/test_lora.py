@@ -181,6 +181,8 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
             name = next(k for k in tensors if "lora_B" in k)
             tensors[name][0, 0] = float("nan")
             save_file(tensors, bad / "adapter_model.safetensors")
+            with pytest.raises(RequestRejected, match="NaN"):  # staged before a pause, as a LoRA run does
+                await engine.stage_weights(str(bad))
             with pytest.raises(RequestRejected, match="NaN"):
                 await engine.update_weights(str(bad), 4)
             async with httpx.AsyncClient(timeout=30) as client:
