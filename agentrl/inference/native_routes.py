@@ -108,7 +108,7 @@ def native_routes(state: ServerState) -> APIRouter:
                                                     "model_path serves them.", "num_paused_requests": 0}
             await asyncio.wrap_future(state.scheduler.install_weights(weights, version, abort_all))
         state.model_path = path
-        message = "Succeeded to update model weights."
+        message = "Succeeded to update model weights" + (" (staged before)." if staged else ".")
         if version is not None:
             message += f" Weight version updated to {version}."
         return {"success": True, "message": message, "num_paused_requests": 0}

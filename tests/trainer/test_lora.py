@@ -158,9 +158,15 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
     root = tmp_path / "weights"
     long = SamplingParams(max_new_tokens=LONG, temperature=1.0, ignore_eos=True, seed=5)
     greedy = SamplingParams(max_new_tokens=24, temperature=0.0, ignore_eos=True)
+    # greedy answers carry the log-probability of the one-hot choice (0); a seeded sample at
+    # temperature 1 carries the model's own, which is what is compared
+    sampled = SamplingParams(max_new_tokens=24, temperature=1.0, ignore_eos=True, seed=7)
 
     async def scenario(url: str):
         async with RemoteEngine([url], timeout=120) as engine:
+            async def both():
+                return await engine.generate(PROMPT, greedy), await engine.generate(PROMPT, sampled)
+
             publisher = WeightPublisher(DiskTransport(root, source_dir=small_model, keep_last=2), engine)
             actor.train_step(_batch(actor.config, 0))
             await publisher.apublish(actor.model, 1)
@@ -169,10 +175,10 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
             await until_generating(url, min_tokens=20)
             await publisher.apublish(actor.model, 2)
             interrupted = await job
-            served = await engine.generate(PROMPT, greedy)
+            served = await both()
             merged = merge_adapter(root / "v000002", tmp_path / "merged", base_dir=small_model)
             await engine.update_weights(str(merged), 3)
-            from_disk = await engine.generate(PROMPT, greedy)
+            from_disk = await both()
 
             bad = tmp_path / "bad"
             bad.mkdir()
@@ -187,21 +193,39 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
                 await engine.update_weights(str(bad), 4)
             async with httpx.AsyncClient(timeout=30) as client:
                 info = (await client.get(url + "/model_info")).json()
-            still = await engine.generate(PROMPT, greedy)
-            return interrupted, served, from_disk, info, still
+            still = await both()
+
+            # a staged adapter serves when the same path is updated, as reading it then would; a
+            # staged copy of another path is dropped (the base is now the merged checkpoint)
+            async with httpx.AsyncClient(timeout=60) as client:
+                async def update(path, **extra):
+                    r = await client.post(url + "/update_weights_from_disk", json={"model_path": str(path), **extra})
+                    assert r.status_code == 200, r.text
+                    return r.json()["message"]
+                await update(root / "v000002", agentrl_stage_only=True)
+                assert "staged before" in await update(root / "v000002", weight_version="5")
+                restaged = await both()
+                await update(root / "v000001", agentrl_stage_only=True)
+                assert "staged before" not in await update(root / "v000002", weight_version="6")
+                refreshed = await both()
+                assert "staged before" not in await update(root / "v000001", weight_version="7")
+            return interrupted, served, from_disk, info, still, restaged, refreshed
 
     with ServerProcess(small_model, "--context-length", "512", "--weight-version", "0") as proc:
-        interrupted, served, from_disk, info, still = asyncio.run(scenario(proc.url))
+        interrupted, served, from_disk, info, still, restaged, refreshed = asyncio.run(scenario(proc.url))
 
     # only the adapter went to disk, never the full weights
     for v in root.iterdir():
         assert sorted(p.name for p in v.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
     # the same greedy tokens and log-probabilities as the merged checkpoint loaded from disk
-    assert served.tokens == from_disk.tokens and served.versions == [2] * 24 and from_disk.versions == [3] * 24
-    torch.testing.assert_close(torch.tensor(served.logprobs), torch.tensor(from_disk.logprobs), rtol=0, atol=1e-5)
-    # ... which the base model does not give (the check above could fail)
-    base = _teacher_forced(small_model, served.tokens)
-    assert (base - torch.tensor(served.logprobs)).abs().max() > 1e-3
+    (g2, s2), (g3, s3) = served, from_disk
+    assert g2.tokens == g3.tokens and s2.tokens == s3.tokens
+    assert g2.versions == s2.versions == [2] * 24 and g3.versions == s3.versions == [3] * 24
+    torch.testing.assert_close(torch.tensor(s2.logprobs), torch.tensor(s3.logprobs), rtol=0, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(s2.logprobs), _teacher_forced(tmp_path / "merged", s2.tokens),
+                               rtol=0, atol=1e-4)
+    # ... which the base model does not give (the checks above could fail)
+    assert (_teacher_forced(small_model, s2.tokens) - torch.tensor(s2.logprobs)).abs().max() > 1e-3
     # the interrupted request: every token, each from the weights its version names (v2 = base + adapter 2,
     # not adapter 1 merged on top of adapter 1)
     out = interrupted
@@ -213,4 +237,8 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
     torch.testing.assert_close(torch.tensor(out.logprobs[k:]), _teacher_forced(tmp_path / "merged", out.tokens)[k:],
                                rtol=0, atol=1e-4)
     # the broken adapter was refused; version 3 kept serving
-    assert info["weight_version"] == "3" and still.tokens == from_disk.tokens and still.versions == [3] * 24
+    assert info["weight_version"] == "3" and still[1].tokens == s3.tokens and still[1].logprobs == s3.logprobs
+    # staged or read in the pause, the same weights: base (now the merged checkpoint) + adapter 2
+    assert restaged[0].tokens == refreshed[0].tokens and restaged[1].logprobs == refreshed[1].logprobs
+    assert restaged[1].versions == [5] * 24 and refreshed[1].versions == [6] * 24
+    assert (torch.tensor(restaged[1].logprobs) - torch.tensor(s2.logprobs)).abs().max() > 1e-3
