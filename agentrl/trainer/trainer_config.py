@@ -98,7 +98,7 @@ class LoraConfig:
     def __post_init__(self) -> None:
         unknown = [m for m in self.target_modules if m not in LORA_TARGETS]
         if unknown or not self.target_modules or len(set(self.target_modules)) != len(self.target_modules):
-            raise ConfigError(f"config key 'lora.target_modules': expected distinct names among "
+            raise ConfigError(f"config key 'trainer.lora.target_modules': expected distinct names among "
                               f"{', '.join(LORA_TARGETS)}, got {self.target_modules!r}")
 
     @property
@@ -145,5 +145,5 @@ class TrainerConfig:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"config key 'betas': expected two numbers in [0, 1), got {self.betas!r}")
         if self.lora.enabled and self.weight_sync.transport != "disk":
-            raise ConfigError("config key 'weight_sync.transport': a LoRA run (lora.rank > 0) publishes its adapter "
+            raise ConfigError("config key 'trainer.weight_sync.transport': a LoRA run (trainer.lora.rank > 0) publishes its adapter "
                               "through 'disk' only (broadcasting adapters is not built); set it to disk")
