@@ -1,12 +1,16 @@
-"""``agentrl model``: build the tiny demo model, or evaluate any saved model on arithmetic.
+"""``agentrl model``: build the tiny demo model, evaluate any saved model on arithmetic, or merge
+a LoRA adapter into its base model.
 
     agentrl model tiny --out DIR [--config FILE.yaml] [key=value ...]
     agentrl model eval DIR [--problems N] [--seed S] [--tool-problems N]
+    agentrl model merge RUN_DIR/checkpoints/step_N --out DIR [--base MODEL_DIR] [--dtype bfloat16]
 
 ``tiny`` trains the demo model (``agentrl.model.tinymodel.TinyModelConfig`` lists every key; the
 defaults build the committed ``examples/tiny-model``), then prints its held-out accuracy.
 ``eval`` prints the greedy accuracy on held-out ``a+b+c`` problems as a line, then one JSON
-line with every figure.
+line with every figure. ``merge`` writes a plain Hugging Face checkpoint (base + adapter, merged by
+peft) that transformers, ``agentrl serve`` and SGLang load; it takes an adapter directory, a LoRA
+checkpoint or a LoRA run directory (its latest checkpoint), and the base the adapter names.
 """
 
 from __future__ import annotations
@@ -35,6 +39,16 @@ def register(subparsers) -> None:
                     help="also ask this many with the calculator tool offered (default 0)")
     ev.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     ev.set_defaults(func=run_eval)
+
+    merge = sub.add_parser("merge", help="merge a LoRA run's adapter into its base model: an HF checkpoint")
+    merge.add_argument("adapter", metavar="PATH", help="an adapter directory, a LoRA checkpoint "
+                                                      "(RUN_DIR/checkpoints/step_N) or a LoRA run directory")
+    merge.add_argument("--out", required=True, help="output directory (replaced if it exists)")
+    merge.add_argument("--base", default=None, help="the base model directory (default: the adapter's "
+                                                    "base_model_name_or_path, the run's model)")
+    merge.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                       help="dtype of the merged weights (default float32)")
+    merge.set_defaults(func=run_merge)
 
 
 def run_tiny(args) -> int:
@@ -71,4 +85,15 @@ def run_eval(args) -> int:
                               tool_problems=args.tool_problems, threads=args.threads)
     print(f"held-out a+b+c greedy accuracy {info['accuracy']:.3f} on {args.problems} problems (seed {args.seed})")
     print(json.dumps({"model": str(args.model_dir), **info}))
+    return 0
+
+
+def run_merge(args) -> int:
+    import torch
+
+    from agentrl.trainer.lora import find_adapter, merge_adapter
+
+    adapter = find_adapter(args.adapter)
+    out = merge_adapter(adapter, args.out, base_dir=args.base, dtype=getattr(torch, args.dtype))
+    print(f"wrote {out}: the adapter {adapter} merged into its base model")
     return 0

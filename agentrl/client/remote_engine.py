@@ -508,6 +508,17 @@ class RemoteEngine:
         self._last_update = (str(path), int(version))
         self._version = int(version)
 
+    async def stage_weights(self, path: str) -> None:
+        """Before a pause (``agentrl serve`` only: ``can_stage_weights``): every server reads and
+        checks the checkpoint or LoRA adapter at ``path`` into a staging copy while it keeps
+        generating (``agentrl_stage_only``), so ``update_weights`` of the same path in the pause
+        only swaps it in. Refused weights raise ``RequestRejected``, nothing served changes."""
+        answers = await self._control("/update_weights_from_disk", {"model_path": str(path),
+                                                                    "agentrl_stage_only": True})
+        bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
+        if bad:
+            raise RequestRejected(f"staging the weights at {path} failed: {bad[0].get('message')}")
+
     @staticmethod
     def _vllm_load(path: str, version: int) -> list[tuple[str, dict[str, Any]]]:
         """vLLM's calls that load a checkpoint from disk and label what it samples next."""

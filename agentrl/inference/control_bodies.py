@@ -35,11 +35,15 @@ class AbortRequest:
 class UpdateWeightsFromDisk:
     """``POST /update_weights_from_disk``."""
 
-    model_path: str = option(help="the directory of an HF checkpoint to load")
+    model_path: str = option(help="the directory of an HF checkpoint to load, or of a LoRA adapter to merge "
+                                  "into the base weights (agentrl serve)")
     weight_version: str | None = option(None, help="the version the new weights serve as (default: unchanged)")
     abort_all_requests: bool = option(False, help="abort the running requests first")
     flush_cache: bool = option(True, help="empty the prefix cache (agentrl serve always does)")
     load_format: str | None = option(None, help="accepted for SGLang's clients; the checkpoint's own is used")
+    agentrl_stage_only: bool = option(False, help="ours, not SGLang's: load and check the checkpoint (or LoRA "
+                                                  "adapter) into a staging copy while generation goes on; the next "
+                                                  "update of the same model_path swaps it in without reading it again")
 
 
 @dataclass

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from agentrl.errors import ModelError
 from agentrl.inference.hf_weights import (
+    MERGED_ON,
     SUPPORTED_MODEL_TYPES,
     assemble,
     canonical,
@@ -43,6 +44,7 @@ from agentrl.inference.hf_weights import (
     receive_targets,
     spec_of,
 )
+from agentrl.inference.lora_adapter import is_adapter_dir, merge_adapter, read_adapter
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "Decoder", "Step", "read_config"]
 
@@ -119,6 +121,7 @@ class Decoder:
         self.tied = bool(getattr(self.config, "tie_word_embeddings", False))
         self.slots = layout(self.spec, self.tied)
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
+        self.base = self.weights  # what a LoRA adapter merges on: the weights of the last full update
         self._spares: list[torch.Tensor] = []  # fused tensors of replaced weights, reused by staging
         self.num_slots, self.max_len = num_slots, max_len
         s = self.spec
@@ -155,7 +158,12 @@ class Decoder:
         """Load and validate a same-architecture checkpoint into a staging copy without
         installing it: the engine assigns the result to ``self.weights`` between two steps
         (the slot cache is kept; the engine empties the prefix cache). Raises ``ModelError``
-        naming what is wrong; the served weights are untouched either way."""
+        naming what is wrong; the served weights are untouched either way. A LoRA adapter
+        directory (peft's ``adapter_config.json`` + ``adapter_model.safetensors``) is merged
+        into the base weights (``lora_adapter``): the adapter alone travels, and the result is
+        base + this adapter whatever adapter was served before."""
+        if is_adapter_dir(model_dir):
+            return merge_adapter(read_adapter(model_dir, self.slots), self.base, self.slots, alloc=self._alloc)
         config = read_config(model_dir)
         spec = spec_of(config)
         if spec != self.spec:
@@ -198,13 +206,13 @@ class Decoder:
         """The fused tensors of the staging copy ``onto`` that the served weights do not hold."""
         if onto is None:
             return {}
-        served = {id(t) for t in _fused(self.weights)}
+        served = {id(t) for t in _fused(self.weights)} | {id(t) for t in _fused(self.base)}
         return {k: t for k, t in fused_tensors(onto, self.slots).items() if id(t) not in served}
 
     def discard(self, weights: dict) -> None:
         """Drop a staging copy that will not be installed: its tensors become spares (under the
         server's weight lock, as staging)."""
-        held = {id(t) for t in _fused(self.weights)} | {id(t) for t in self._spares}
+        held = {id(t) for t in _fused(self.weights)} | {id(t) for t in self._spares} | {id(t) for t in _fused(self.base)}
         self._spares += [t for t in _fused(weights) if id(t) not in held]
 
     def swap_weights(self, weights: dict) -> None:
@@ -213,10 +221,14 @@ class Decoder:
         spares: the next staging copy is written into them (``_alloc``) instead of fresh memory,
         whose first touch costs a page fault per 4 KiB — on a 100 M-parameter model on CPU, a
         quarter of a second of each update. So the server holds two copies of the weights from
-        the first update on, where it needed two at each update anyway."""
-        old, self.weights = self.weights, weights
-        kept = {id(t) for t in _fused(weights)}
-        self._spares = [t for t in _fused(old) if id(t) not in kept]
+        the first update on, where it needed two at each update anyway. Merged LoRA weights
+        keep their base (``MERGED_ON``) beside them, and its tensors are never spares: a third
+        copy of the projections while an adapter is served."""
+        old, old_base = self.weights, self.base
+        self.weights, self.base = weights, weights.get(MERGED_ON, weights)
+        kept = {id(t) for t in _fused(weights)} | {id(t) for t in _fused(self.base)}
+        gone = {id(t): t for t in _fused(old) + _fused(old_base) if id(t) not in kept}
+        self._spares = list(gone.values())
 
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
         """An uninitialised fused tensor: a spare of that shape if there is one (staging runs on

@@ -232,11 +232,29 @@ def assemble(tensors: dict[str, torch.Tensor], slots: dict[str, Slot], spec: Dec
         fresh[slot.key][slot.start : slot.stop] = t.to(device=device, dtype=dtype)
     if base is None:
         weights: dict = {"layers": [{"qkv_bias": None} for _ in range(spec.num_layers)]}
+        for key, t in fresh.items():
+            _set(weights, key, t)
     else:
-        weights = {**base, "layers": [dict(layer) for layer in base["layers"]]}
+        weights = with_fused(base, fresh)
+    if ("lm_head",) not in _shapes(slots):  # tied
+        weights["lm_head"] = weights["embed"]
+    return weights
+
+
+MERGED_ON = "merged_on"
+"""The key of a weights dict made by merging a LoRA adapter (``lora_adapter.merge_adapter``)
+that holds the base weights it was merged on: the next adapter merges on them too. A weights
+dict without it is a base of its own (a full checkpoint, or tensors laid over the served ones)."""
+
+
+def with_fused(base: dict, fresh: dict[tuple, torch.Tensor]) -> dict:
+    """A new weights dict: ``base``'s tensors, but the fused tensors ``fresh`` holds (by key);
+    not ``base``'s ``MERGED_ON`` (what is laid over merged weights is a new base)."""
+    weights = {**base, "layers": [dict(layer) for layer in base["layers"]]}
+    weights.pop(MERGED_ON, None)
     for key, t in fresh.items():
         _set(weights, key, t)
-    if ("lm_head",) not in _shapes(slots):  # tied
+    if base.get("lm_head") is base.get("embed") and ("embed",) in fresh:  # tied: the output layer is the embedding
         weights["lm_head"] = weights["embed"]
     return weights
 

@@ -92,15 +92,23 @@ def native_routes(state: ServerState) -> APIRouter:
         path = body.model_path
         if not path:
             raise Refused("model_path is required: the directory of an HF checkpoint to load")
+        if body.agentrl_stage_only and (version is not None or abort_all):
+            raise Refused("weight_version and abort_all_requests go with the update that serves the staged weights, "
+                          "not with agentrl_stage_only")
         async with state.weight_lock:  # one staging copy at a time
+            staged = state.take_staged(path)
             try:
-                weights = await asyncio.to_thread(state.decoder.prepare_weights, path)
+                weights = staged or await asyncio.to_thread(state.decoder.prepare_weights, path)
             except (ModelError, OSError) as e:
                 return JSONResponse({"success": False, "message": f"Failed to update weights: {e}",
                                      "num_paused_requests": 0}, status_code=400)
+            if body.agentrl_stage_only:
+                state.stage(path, weights)
+                return {"success": True, "message": "Staged the weights; /update_weights_from_disk with the same "
+                                                    "model_path serves them.", "num_paused_requests": 0}
             await asyncio.wrap_future(state.scheduler.install_weights(weights, version, abort_all))
         state.model_path = path
-        message = "Succeeded to update model weights."
+        message = "Succeeded to update model weights" + (" (staged before)." if staged else ".")
         if version is not None:
             message += f" Weight version updated to {version}."
         return {"success": True, "message": message, "num_paused_requests": 0}

@@ -5,7 +5,9 @@ the engine (started and stopped by the app's lifespan), the tokenizer, the serve
 facts and the ``Bounds`` requests are checked against — plus the ways a handler reaches the engine: ``tokenize``
 (a long text on a worker thread, one too long for the context refused before it is
 tokenized), ``admit`` (the queue limit), ``run`` (until a request finishes) and ``stream``
-(token by token). A client that disconnects aborts its requests. What it is not: the
+(token by token). A client that disconnects aborts its requests. It also holds the copy that
+``/update_weights_from_disk``'s ``agentrl_stage_only`` prepared before a pause (``stage``,
+``take_staged``) until the update of the same path serves it. What it is not: the
 routes (``native_routes``, ``openai_routes``) or the app (``app``).
 """
 
@@ -15,6 +17,8 @@ import asyncio
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import Request
 
@@ -72,7 +76,27 @@ class ServerState:
         longest = max((len(str(t).encode()) for t in self.tokenizer.get_vocab()), default=1)
         self.bytes_per_token_bound = 2 * max(longest, 4)
         self.weight_lock = asyncio.Lock()  # weight updates one at a time (each stages on the served weights)
+        self._staged: StagedFromDisk | None = None  # /update_weights_from_disk's agentrl_stage_only copy
         self.started = time.time()
+
+    def stage(self, path: str, weights: dict) -> None:
+        """Keep ``weights`` (prepared from ``path`` over the served weights) for the update of the
+        same path that follows (under ``weight_lock``); a copy staged before is dropped."""
+        self.take_staged(None)
+        self._staged = StagedFromDisk(path, _files_signature(path), weights, self.decoder.weights)
+
+    def take_staged(self, path: str | None) -> dict | None:
+        """The staged copy if it was prepared from ``path``, the directory's files are unchanged
+        and the served weights are still those it was laid over; else None, and a staged copy
+        is dropped (under ``weight_lock``)."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return None
+        if (staged.path == path and staged.origin is self.decoder.weights
+                and staged.signature == _files_signature(path)):
+            return staged.weights
+        self.decoder.discard(staged.weights)
+        return None
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -157,6 +181,24 @@ class ServerState:
         finally:
             if not finished:
                 self.scheduler.abort_requests([req], message="client disconnected")
+
+
+@dataclass
+class StagedFromDisk:
+    """Weights prepared before the pause (``agentrl_stage_only``), awaiting the update that serves them."""
+
+    path: str
+    signature: tuple  # the directory's files (name, size, mtime) when they were read
+    weights: dict
+    origin: dict  # the served weights they were laid over: another update since voids them
+
+
+def _files_signature(path: str | None) -> tuple:
+    try:
+        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in Path(path).iterdir()
+                            if f.is_file())) if path else ()
+    except OSError:
+        return ()
 
 
 def _generation_config(cls, path: str):

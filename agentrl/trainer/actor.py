@@ -11,7 +11,9 @@ shards by broadcast (so a host holds the full model once, not once per rank; ran
 it to its device whole before sharding). Not there yet: a chunked log-softmax for very large
 vocabularies (the float32 [T, V] log-probabilities of one micro-batch are materialized).
 
-Main hook: ``Actor(model_dir, TrainerConfig(...)).train_step(prepare_batch(...))``.
+Main hook: ``Actor(model_dir, TrainerConfig(...)).train_step(prepare_batch(...))``. With
+``trainer.lora`` the model is a peft ``PeftModel`` (``agentrl.trainer.lora``): the base frozen,
+only the adapters in the optimizer; everything else here is the same.
 
 How a step runs. Every rank holds the same global ``TrainBatch``. It is split in order into
 ``num_mini_batches`` mini-batches; each is one optimizer step. A mini-batch's sequences are
@@ -108,8 +110,9 @@ class Actor:
 
         self.model = self._load(AutoModelForCausalLM, trainable=True)
         self.pad_id = self.model.config.pad_token_id or 0
+        # with LoRA only the adapters require grad: nothing else gets a gradient or AdamW state
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.adam_eps,
+            [p for p in self.model.parameters() if p.requires_grad], lr=config.lr, betas=tuple(config.betas), eps=config.adam_eps,
             weight_decay=config.weight_decay,
         )
         warm = config.warmup_steps
@@ -124,7 +127,9 @@ class Actor:
 
     def _load(self, auto_cls, *, trainable: bool) -> torch.nn.Module:
         """Rank 0 reads the checkpoint; the other ranks build the model on the meta device (no
-        memory) and receive their shards and the buffers from rank 0 after sharding."""
+        memory) and receive their shards and the buffers from rank 0 after sharding. The trained
+        model gets its LoRA adapters (``trainer.lora``) here, before sharding, on every rank;
+        rank 0's initial adapter weights are the ones every rank receives."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         from transformers import AutoConfig
@@ -143,6 +148,12 @@ class Actor:
         except (OSError, ValueError) as e:
             raise ModelError(f"cannot load a causal LM from {str(self.model_dir)!r}: {e}") from e
         model.config.use_cache = False
+        if trainable and self.config.lora.enabled:
+            from agentrl.trainer.lora import apply_lora
+
+            model = apply_lora(model, self.config.lora)
+            if self.rank == 0:
+                full_state = dict(model.state_dict())
         if trainable and self.config.gradient_checkpointing:
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
                 model.activation_checkpointing_enable({"use_reentrant": False})

@@ -33,7 +33,8 @@ import torch.distributed as dist
 
 from agentrl.errors import RequestRejected
 from agentrl.process_group import DEFAULT_TIMEOUT_S, UpdateGroup, host_store, open_process_group
-from agentrl.trainer.checkpoint import export_hf
+from agentrl.trainer.checkpoint import export_adapter, export_hf
+from agentrl.trainer.lora import is_lora
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,15 @@ class WeightUpdateTarget(Protocol):
     async def update_weights(self, path: str, version: int) -> None: ...
 
     async def resume(self) -> None: ...
+
+
+@runtime_checkable
+class StagingTarget(Protocol):
+    """What ``DiskTransport`` needs to stage an adapter before the pause (``RemoteEngine`` has it)."""
+
+    async def can_stage_weights(self) -> bool: ...
+
+    async def stage_weights(self, path: str) -> None: ...
 
 
 @runtime_checkable
@@ -103,7 +113,9 @@ class WeightTransport(Protocol):
 class DiskTransport(WeightTransport):
     """HF directories ``<root>/v000042`` on a filesystem the servers can read: ``stage`` writes
     the directory (before the pause, so nothing is left to ``deliver``), ``send`` has the servers
-    load it in the pause."""
+    load it in the pause. A LoRA model's directory is its adapter alone, in peft's format
+    (``agentrl.trainer.checkpoint.export_adapter``), which ``agentrl serve`` merges into its base —
+    before the pause (``deliver``), so the pause is a swap."""
 
     def __init__(self, root: str | Path, *, source_dir: str | Path, dtype: torch.dtype | None = None,
                  keep_last: int = 2) -> None:
@@ -113,15 +125,27 @@ class DiskTransport(WeightTransport):
         self.source_dir = Path(source_dir)
         self.dtype = dtype
         self.keep_last = keep_last
+        self.lora = False  # the last staged model was a LoRA model: its directory is an adapter
 
     def path_for(self, version: int) -> Path:
         return self.root / f"v{version:06d}"
 
     def stage(self, model: torch.nn.Module, version: int) -> str:
-        out = export_hf(model, self.path_for(version), source_dir=self.source_dir, dtype=self.dtype)
+        self.lora = is_lora(model)
+        if self.lora:
+            out = export_adapter(model, self.path_for(version))
+        else:
+            out = export_hf(model, self.path_for(version), source_dir=self.source_dir, dtype=self.dtype)
         if dist.get_rank() == 0:
             self._prune(keep=version)
         return str(out)
+
+    async def deliver(self, target: StagingTarget, staged: str, version: int) -> None:
+        """An adapter, where every server can stage (``agentrl serve``): read, checked and merged
+        into a staging copy before the pause, so the pause only swaps it in. A full checkpoint
+        is read in the pause, as SGLang's protocol has it."""
+        if self.lora and await target.can_stage_weights():
+            await target.stage_weights(staged)
 
     async def send(self, target: WeightUpdateTarget, staged: str, version: int) -> None:
         await target.update_weights(staged, version)

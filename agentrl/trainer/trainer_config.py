@@ -77,6 +77,35 @@ class WeightSyncConfig:
         return self.backend if self.backend != "auto" else ("nccl" if device == "cuda" else "gloo")
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The Llama/Qwen linear projections an adapter may target: attention, then MLP (the modules
+``agentrl serve`` merges an adapter into)."""
+
+
+@dataclass
+class LoraConfig:
+    """Low-rank adapters instead of full fine-tuning (``agentrl.trainer.lora``, built on peft): the
+    base weights stay frozen, only ``B @ A`` per targeted projection trains, and a publish moves
+    only the adapter."""
+
+    rank: int = option(0, ge=0, help="r, the adapters' rank; 0 = no LoRA (every weight trains)")
+    alpha: float = option(32.0, gt=0.0, help="lora_alpha: the update B @ A is scaled by alpha / rank")
+    dropout: float = option(0.0, ge=0.0, lt=1.0, help="dropout on the adapters' input while training (not in "
+                                                      "the no-grad π_prox pass; 0 keeps the two passes equal)")
+    target_modules: list[str] = option(list(LORA_TARGETS), help="the projections that get an adapter, of "
+                                       + ", ".join(LORA_TARGETS))
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.target_modules if m not in LORA_TARGETS]
+        if unknown or not self.target_modules or len(set(self.target_modules)) != len(self.target_modules):
+            raise ConfigError(f"config key 'trainer.lora.target_modules': expected distinct names among "
+                              f"{', '.join(LORA_TARGETS)}, got {self.target_modules!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
 @dataclass
 class TrainerConfig:
     """The ``trainer:`` section."""
@@ -110,7 +139,11 @@ class TrainerConfig:
     loss: LossConfig = option(LossConfig, help="the policy objective")
     advantages: AdvantageConfig = option(AdvantageConfig, help="rewards to advantages")
     weight_sync: WeightSyncConfig = option(WeightSyncConfig, help="how new weights reach the inference servers")
+    lora: LoraConfig = option(LoraConfig, help="LoRA adapters (off unless lora.rank > 0)")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"config key 'betas': expected two numbers in [0, 1), got {self.betas!r}")
+        if self.lora.enabled and self.weight_sync.transport != "disk":
+            raise ConfigError("config key 'trainer.weight_sync.transport': a LoRA run (trainer.lora.rank > 0) publishes its adapter "
+                              "through 'disk' only (broadcasting adapters is not built); set it to disk")

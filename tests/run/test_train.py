@@ -137,6 +137,29 @@ def test_a_short_run_with_weights_sent_by_broadcast(tmp_path):
     assert all(r["perf/weight_deliver_s"] > 0 for r in steps)
 
 
+def test_a_lora_run_on_two_ranks_publishes_adapters_and_resumes(tmp_path):
+    """trainer.lora on two FSDP ranks: every publish and checkpoint holds the adapter alone (peft's
+    files; the full weights are never written), and --resume continues the run from its checkpoint."""
+    run_dir = tmp_path / "run"
+    small = ["eval.dataset=null", "rollout.batch_size=2", "rollout.group_size=4", "max_minutes=null",
+             "logging.trajectories_per_step=0", "logging.tensorboard=false", "checkpoint.every_steps=1"]
+    out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "trainer.lora.rank=8", "world_size=2", "steps=1",
+                *small, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    adapter = ["adapter_config.json", "adapter_model.safetensors"]
+    assert sorted(f.name for f in (run_dir / "checkpoints" / "step_000001" / "trainer" / "adapter").iterdir()) == adapter
+    out = train("--resume", str(run_dir), "steps=2", timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "resumed from step_000001" in out.stdout
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2] and [r["train/optimizer_steps"] for r in steps] == [1, 2]
+    published = sorted((run_dir / "weights").iterdir())
+    assert [p.name for p in published] == ["v000001", "v000002"]
+    assert all(sorted(f.name for f in p.iterdir()) == adapter for p in published)
+    assert not list(run_dir.rglob("model.safetensors"))
+
+
 def test_bad_configs_fail_before_anything_starts(tmp_path):
     out = train("examples/arith_grpo.yaml", f"run_dir={tmp_path / 'a'}", "rollout.group_sise=4", timeout=120)
     assert out.returncode == 2 and "did you mean 'rollout.group_size'" in out.stderr

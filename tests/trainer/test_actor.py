@@ -5,45 +5,16 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
 
-from agentrl.process.services import free_port
 from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import prepare_batch
 from agentrl.trainer.trainer_config import LossConfig, TrainerConfig
 
 from .dist_worker import make_trajectories
-
-ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-@pytest.fixture(scope="module")
-def group():
-    saved = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    torch.set_num_threads(2)
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def small_model(tmp_path_factory):
-    from agentrl.model.tinymodel import init_tiny_model
-
-    out = tmp_path_factory.mktemp("small-model")
-    init_tiny_model(out, seed=0, hidden_size=32, num_layers=2)
-    return out
 
 
 def _config(**kw):

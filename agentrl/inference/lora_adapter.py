@@ -1,0 +1,158 @@
+"""LoRA adapters for ``agentrl serve``: a peft adapter directory, validated and merged into the
+served model's fused weights.
+
+What it is: ``read_adapter`` (``adapter_config.json`` + ``adapter_model.safetensors``, as peft
+writes them and a LoRA run publishes them) and ``merge_adapter`` (a new weights dict: each
+targeted projection ``W + (B @ A) * scale``, computed as peft's ``merge_and_unload`` does, in
+float32, over the *base* weights — the ones the server loaded from a full checkpoint — so
+adapter after adapter never accumulates: each update is base + its own delta). The decoder
+keeps the base beside what it serves (``Decoder.prepare_weights`` takes an adapter directory
+wherever it takes a checkpoint: ``/update_weights_from_disk``).
+
+Validation, before anything is served: the config is a plain LoRA (``peft_type`` LORA, a
+positive ``r`` and ``lora_alpha``; no DoRA, biases, ``modules_to_save``, per-module rank or
+alpha patterns, ``fan_in_fan_out``); every tensor is the ``lora_A``/``lora_B`` of one of the
+served architecture's linear projections (q, k, v, o, gate, up, down), both present, of the
+shapes ``[r, in]`` and ``[out, r]``, floating and finite. A refusal is a ``ModelError`` naming
+the key or the tensor; the served weights are untouched.
+
+What it is not: the trainer's side (``agentrl.trainer.lora``, built on peft), nor SGLang's
+per-request adapters (``/load_lora_adapter``, a request's ``lora_path``): not implemented here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.errors import ModelError
+from agentrl.inference.hf_weights import MERGED_ON, Slot, all_finite, canonical, fused_tensors, with_fused
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PROJECTIONS = ("qkv", "o", "gate_up", "down")
+"""The fused tensors an adapter may change (the linear projections; not norms, biases or embeddings)."""
+TENSOR_NAME = re.compile(r"(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])\.weight")
+UNSUPPORTED = {"use_dora": "DoRA", "fan_in_fan_out": "fan_in_fan_out", "modules_to_save": "modules_to_save",
+               "rank_pattern": "per-module ranks (rank_pattern)", "alpha_pattern": "per-module alphas (alpha_pattern)",
+               "lora_bias": "adapter biases (lora_bias)", "layer_replication": "layer_replication",
+               "target_parameters": "target_parameters", "trainable_token_indices": "trainable_token_indices"}
+
+
+@dataclass
+class Adapter:
+    """A validated adapter: for each target tensor name (``model.layers.0.self_attn.q_proj.weight``)
+    its ``(A [r, in], B [out, r])``, and the scale ``alpha / r`` (``alpha / sqrt(r)`` with rsLoRA)."""
+
+    pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    scale: float
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """A peft adapter directory (rather than a full checkpoint)."""
+    p = Path(path)
+    return (p / ADAPTER_CONFIG).is_file() and not (p / "config.json").is_file()
+
+
+def read_adapter(adapter_dir: str | Path, slots: dict[str, Slot]) -> Adapter:
+    """The adapter at ``adapter_dir``, checked against the served architecture's ``slots``."""
+    from safetensors.torch import load_file
+
+    path = Path(adapter_dir)
+    config = _read_config(path)
+    rank, alpha = config.get("r"), config.get("lora_alpha")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise ModelError(f"{path}/{ADAPTER_CONFIG}: r must be a positive integer, got {str(rank)[:40]}")
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha <= 0:
+        raise ModelError(f"{path}/{ADAPTER_CONFIG}: lora_alpha must be a positive number, got {str(alpha)[:40]}")
+    scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
+    weights = path / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise ModelError(f"{str(path)!r} has no {ADAPTER_WEIGHTS}; save the adapter with peft's save_pretrained")
+    try:
+        tensors = load_file(str(weights))
+    except Exception as e:  # the library's message may quote the file; ours names it
+        raise ModelError(f"{weights}: not a readable safetensors file ({type(e).__name__}); re-save the adapter") from None
+    halves: dict[str, dict[str, torch.Tensor]] = {}
+    for name, t in tensors.items():
+        m = TENSOR_NAME.fullmatch(name)
+        target = canonical(m.group("module") + ".weight") if m else None
+        slot = slots.get(target) if target else None
+        if slot is None or slot.key[-1] not in PROJECTIONS:
+            raise ModelError(f"{path}: tensor {name[:200]!r} is not the lora_A or lora_B of a linear projection of "
+                             "the served architecture")
+        halves.setdefault(target, {})[m.group("which")] = t
+    if not halves:
+        raise ModelError(f"{path}: the adapter holds no lora_A/lora_B tensors")
+    pairs = {}
+    for target, ab in halves.items():
+        if set(ab) != {"A", "B"}:
+            raise ModelError(f"{path}: {target!r} has lora_{next(iter(ab))} but not lora_{'AB'.replace(next(iter(ab)), '')}")
+        a, b = ab["A"], ab["B"]
+        out, inp = slots[target].shape
+        for which, t, shape in (("A", a, (rank, inp)), ("B", b, (out, rank))):
+            if tuple(t.shape) != shape:
+                raise ModelError(f"{path}: lora_{which} of {target!r} has shape {tuple(t.shape)}, expected {shape} "
+                                 f"(r={rank})")
+            if not t.is_floating_point():
+                raise ModelError(f"{path}: lora_{which} of {target!r} has dtype {t.dtype}, expected a floating dtype")
+            if not all_finite(t):
+                raise ModelError(f"{path}: lora_{which} of {target!r} holds NaN or infinite values")
+        pairs[target] = (a, b)
+    return Adapter(pairs, scale)
+
+
+def merge_adapter(adapter: Adapter, base: dict, slots: dict[str, Slot], *,
+                  alloc: Callable[[tuple[int, ...]], torch.Tensor]) -> dict:
+    """A new weights dict: ``base`` with every targeted projection ``W + (B @ A) * scale`` (in
+    float32, then the served dtype), in new fused tensors from ``alloc``; the rest shared with
+    ``base``. Raises ``ModelError`` if a merged tensor is not finite."""
+    by_key: dict[tuple, list[str]] = {}
+    for target in adapter.pairs:
+        by_key.setdefault(slots[target].key, []).append(target)
+    served = fused_tensors(base, slots)
+    fresh: dict[tuple, torch.Tensor] = {}
+    for key, targets in by_key.items():
+        old = served[key]
+        new = alloc(tuple(old.shape))
+        new.copy_(old)
+        for target in targets:
+            slot = slots[target]
+            a, b = adapter.pairs[target]
+            rows = new[slot.start : slot.stop]
+            delta = (b.to(device=rows.device, dtype=torch.float32) @ a.to(device=rows.device, dtype=torch.float32))
+            merged = rows.float() + delta * adapter.scale
+            if not all_finite(merged):
+                raise ModelError(f"the adapter makes {target!r} NaN or infinite once merged")
+            rows.copy_(merged)
+        fresh[key] = new
+    weights = with_fused(base, fresh)
+    weights[MERGED_ON] = base
+    return weights
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    file = path / ADAPTER_CONFIG
+    try:
+        config = json.loads(file.read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ModelError(f"{file}: not a readable JSON adapter config ({type(e).__name__})") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{file} must hold a JSON object")
+    if config.get("peft_type") != "LORA":
+        raise ModelError(f"{file}: peft_type is {str(config.get('peft_type'))[:40]!r}; only LoRA adapters (LORA) "
+                         "can be merged by agentrl serve")
+    for key, what in UNSUPPORTED.items():
+        if config.get(key):
+            raise ModelError(f"{file}: {what} ({key}) is not supported by agentrl serve's merge; train a plain LoRA")
+    if config.get("bias", "none") != "none":
+        raise ModelError(f"{file}: bias {str(config.get('bias'))[:40]!r} is not supported by agentrl serve's merge; "
+                         "train with bias 'none'")
+    return config
