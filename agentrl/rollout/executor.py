@@ -13,6 +13,9 @@ back as ``Trajectory.failed(...)`` and is counted; the trainer excludes it from 
 ``filter_equal_rewards`` (DAPO's dynamic sampling) a finished group whose rewards are all
 equal carries no GRPO signal: it is dropped, counted, and another prompt is admitted instead.
 
+Recorded: with ``record_max_bytes``, every episode runs inside an ``EpisodeRecord``
+(``agentrl.rollout.record``) that ends up on its first trajectory.
+
 Resumable: every episode runs with a ``ReplayClient`` over an ``EpisodeLog`` (see
 ``agentrl.rollout.journal``), so the generations of a crashed run are replayed, not redone;
 ``state()`` / ``restore(state)`` carry the data cursor, the counters and the groups admitted
@@ -40,6 +43,7 @@ from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus, Workflow
 from agentrl.errors import ConfigError
 from agentrl.rollout.episode import guarded
 from agentrl.rollout.journal import EpisodeLog, ReplayClient
+from agentrl.rollout.record import recording
 from agentrl.trainer.staleness import rollout_capacity
 
 log = logging.getLogger(__name__)
@@ -135,7 +139,8 @@ class RolloutExecutor:
     def __init__(self, workflow: Workflow | EpisodeFn | None, engine: InferenceClient, rows: RowSource | None, *,
                  group_size: int, batch_size: int, max_staleness: int, max_concurrent: int,
                  filter_equal_rewards: bool = False,
-                 episode_log: EpisodeLog | None = None, run_id: str = "run") -> None:
+                 episode_log: EpisodeLog | None = None, run_id: str = "run",
+                 record_max_bytes: int | None = None) -> None:
         if group_size < 1 or batch_size < 1:
             raise ConfigError(f"group_size and batch_size must be >= 1, got {group_size} and {batch_size}")
         if max_concurrent < group_size:
@@ -148,6 +153,7 @@ class RolloutExecutor:
         self.filter_equal_rewards = filter_equal_rewards
         self.episode_log = episode_log
         self.run_id = run_id
+        self.record_max_bytes = record_max_bytes
         self.version = 0
         self.cursor = 0  # next row index to admit
         self.accepted = 0  # groups put in the queue, ever (consumed ones included)
@@ -322,10 +328,15 @@ class RolloutExecutor:
         else:
             client = self.engine
         # the workflow's bug is the episode's failure, not the run's (its time budget is its own)
-        out = await guarded(self.run_episode(client, dict(row)), timeout_s=None, what=f"episode {episode_id}")
+        with contextlib.ExitStack() as stack:
+            record = (stack.enter_context(recording(self.record_max_bytes))
+                      if self.record_max_bytes is not None else None)
+            out = await guarded(self.run_episode(client, dict(row)), timeout_s=None, what=f"episode {episode_id}")
         if out is not None:
             for t in out:
                 t.episode_id = t.episode_id or episode_id
+            if out and record is not None and record.events and out[0].record is None:
+                out[0].record = record.to_dict()
             if self.episode_log is not None:
                 self.episode_log.record_episode(key, out)
         return out

@@ -179,7 +179,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                           version=actor.version)
     tr.engine = engine
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-                    trajectories_per_step=cfg.logging.trajectories_per_step,
+                    trajectories_per_step=cfg.logging.trajectories_per_step, record=cfg.logging.record,
                     resume_step=actor.version if resume_from else None)
     external = cfg.rollout.source == "gateway"
     workflow = rows = None
@@ -201,7 +201,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                                max_concurrent=cfg.rollout.max_concurrent,
                                filter_equal_rewards=cfg.rollout.filter_equal_rewards,
                                episode_log=episode_log,
-                               run_id=run_dir.name)
+                               run_id=run_dir.name, record_max_bytes=cfg.logging.record_max_bytes)
     tr.publisher = WeightPublisher(tr.transport, engine, before_pause=executor.pause_admission,
                                    after_resume=executor.resume_admission)
     eval_wf = eval_rows = None
@@ -298,6 +298,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             runlog.log(step, metrics)
             runlog.sample(step, kept, decode, sample,
                           failed=[t for t in trajectories if t.status is not TrajectoryStatus.OK])
+            runlog.record(step, trajectories)
             console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")

@@ -23,6 +23,7 @@ from agentrl.config import option
 from agentrl.errors import ConfigError
 from agentrl.inference.serve_config import reasoning_parser_option, tool_call_parser_option
 from agentrl.rollout.gateway_config import GatewayConfig
+from agentrl.rollout.record import RECORD_MAX_BYTES
 from agentrl.trainer.trainer_config import TrainerConfig
 
 ROUTERS = ("client", "sglang")
@@ -142,6 +143,14 @@ class LoggingConfig:
     tensorboard: bool = option(True, help="write TensorBoard event files to RUN_DIR/tensorboard")
     wandb_project: str | None = option(None, help="also log to this Weights & Biases project (needs wandb)")
     trajectories_per_step: int = option(16, ge=0, help="trajectories of each step kept in RUN_DIR/trajectories")
+    record: bool = option(True, help="write every trajectory of every step whole (tokens, behaviour logprobs, "
+                                     "versions, reward, status; the episode's environment record on its first) "
+                                     "to RUN_DIR/record/step_NNNNNN.jsonl: what agentrl replay re-scores and "
+                                     "rollout.source=RUN_DIR/record trains on")
+    record_max_bytes: int = option(RECORD_MAX_BYTES, ge=0,
+                                   help="bound of one episode's environment record (observations, actions, "
+                                        "rewards and their terms, facts, seeds) in bytes of JSON; what does not fit "
+                                        "is cut and marked (record.truncated, cut_events), never dropped silently")
     progress: bool = option(True, help="a live progress line on the terminal")
 
 
