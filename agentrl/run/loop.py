@@ -182,8 +182,13 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                     trajectories_per_step=cfg.logging.trajectories_per_step, record=cfg.logging.record,
                     resume_step=actor.version if resume_from else None)
     external = cfg.rollout.source == "gateway"
+    recorded = None
     workflow = rows = None
-    if not external:  # the rows first: a dataset's module may register the environment the workflow makes
+    if cfg.rollout.recorded is not None:  # off-policy: the recorded run's steps are this run's batches
+        from agentrl.rollout.recorded import RecordedEpisodes
+
+        recorded = RecordedEpisodes(cfg.rollout.recorded)
+    elif not external:  # the rows first: a dataset's module may register the environment the workflow makes
         rows = RowSource(dataset_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
         workflow = build_workflow(cfg, cfg.rollout.sampling)
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
@@ -247,6 +252,10 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     stack = contextlib.AsyncExitStack()
     if external:
         await serve_gateway(stack, cfg, run_dir, engine, executor, console)
+    elif recorded is not None:  # from the step after the checkpoint's: the earlier ones were trained on
+        recorded.feed(executor, first_step=actor.version, steps=cfg.steps)
+        console.print(f"training on the recorded steps of {cfg.rollout.recorded} ({len(recorded.steps)} steps; "
+                      "nothing generated)")
     else:
         await executor.start()
     t_last = time.perf_counter()

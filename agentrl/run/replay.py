@@ -30,34 +30,7 @@ from typing import Any
 
 from agentrl.errors import ConfigError
 from agentrl.rollout.record import reward_input
-
-RECORD_STEP = "step_*.jsonl"
-
-
-def recorded_steps(path: str | Path) -> list[Path]:
-    """The step files of a record: ``path`` is a run directory (its ``record/``) or a folder of
-    ``step_NNNNNN.jsonl`` files itself (a run's ``record/``, or what ``agentrl replay`` wrote)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(f"{str(path)!r} is not a directory; give the run_dir of an `agentrl train` run "
-                          "(or its record/ folder)")
-    folder = path / "record" if (path / "record").is_dir() else path
-    steps = sorted(folder.glob(RECORD_STEP))
-    if not steps:
-        raise ConfigError(f"{str(path)!r} holds no recorded steps (no record/step_NNNNNN.jsonl): runs record them "
-                          "with logging.record: true (the default)")
-    return steps
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of one recorded step (a torn last line, from a killed writer, is refused by name)."""
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-    return rows
+from agentrl.rollout.recorded import read_rows, recorded_steps
 
 
 def load_reward(spec: str) -> Callable[[Any], Any]:
