@@ -6,12 +6,15 @@ episodes per prompt run as a *group*, a cap on groups in flight, and admission b
 and bound η, at most ``(η + v + 1)·B`` groups are ever accepted or running, so no accepted
 sample can be more than η versions old when the trainer reaches it. Finished groups wait in a
 queue; ``next_batch()`` hands the trainer the oldest B as soon as they exist while generation
-goes on. η = 0 is synchronous RL with the same code.
+goes on, in row order (not finish order: the batch's order is fixed by the data, not timing). η = 0 is synchronous RL with the same code.
 
 Failures are data: an episode that raises, times out or returns failed trajectories comes
 back as ``Trajectory.failed(...)`` and is counted; the trainer excludes it from the loss. With
 ``filter_equal_rewards`` (DAPO's dynamic sampling) a finished group whose rewards are all
 equal carries no GRPO signal: it is dropped, counted, and another prompt is admitted instead.
+
+Seeded: a seed in the workflow's sampling settings becomes one seed per call of each episode
+(``agentrl.rollout.seeds``), so the samples do not depend on the order episodes run in.
 
 Recorded: with ``record_max_bytes``, every episode runs inside an ``EpisodeRecord``
 (``agentrl.rollout.record``) that ends up on its first trajectory.
@@ -44,6 +47,7 @@ from agentrl.errors import ConfigError
 from agentrl.rollout.episode import guarded
 from agentrl.rollout.journal import EpisodeLog, ReplayClient
 from agentrl.rollout.record import recording
+from agentrl.rollout.seeds import SeededClient
 from agentrl.trainer.staleness import rollout_capacity
 
 log = logging.getLogger(__name__)
@@ -234,7 +238,7 @@ class RolloutExecutor:
                     raise self._failure
                 self._changed.clear()
                 await self._changed.wait()
-        groups = [self._ready.popleft() for _ in range(self.batch_size)]
+        groups = sorted((self._ready.popleft() for _ in range(self.batch_size)), key=lambda g: g.index)
         self._changed.set()
         return Batch(groups, time.perf_counter() - t0)
 
@@ -327,6 +331,7 @@ class RolloutExecutor:
             client: InferenceClient = ReplayClient(self.engine, self.episode_log, key)
         else:
             client = self.engine
+        client = SeededClient(client, index, sample)  # a seeded sampling: a seed per call of this episode
         # the workflow's bug is the episode's failure, not the run's (its time budget is its own)
         with contextlib.ExitStack() as stack:
             record = (stack.enter_context(recording(self.record_max_bytes))
