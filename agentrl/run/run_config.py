@@ -98,7 +98,8 @@ class RolloutConfig:
                                                     "tool_call_parser)")
     reasoning_parser: str | None = reasoning_parser_option("a tool call written in it is never run")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
-                                     metadata={"help": "sampling during rollouts"})
+                                     metadata={"help": "sampling during rollouts (a seed here gives each call of each "
+                                                       "episode its own seed: agentrl.rollout.seeds)"})
 
     @property
     def recorded(self) -> str | None:
