@@ -53,7 +53,7 @@ class Trajectory:
         exactly where ``loss_mask`` is 0 (and a version >= 0 where it is 1);
       * ``logprobs`` are finite and <= 0 on sampled tokens and 0.0 elsewhere;
       * ``reward`` is a finite number, ``num_turns`` an int >= 0, ids and ``error`` strings,
-        ``metrics`` a dict of str to numbers.
+        ``metrics`` a dict of str to numbers, ``record`` a dict (JSON-like) or None.
 
     A trajectory with a failure ``status`` keeps whatever tokens it has (possibly none)
     and is counted, never trained on.
@@ -70,6 +70,8 @@ class Trajectory:
     status: TrajectoryStatus = TrajectoryStatus.OK
     metrics: dict[str, float] = field(default_factory=dict)
     error: str = ""  # what went wrong, when status is not OK
+    record: dict[str, Any] | None = None  # the episode's environment inputs and outputs (agentrl.rollout.record),
+    # on its first trajectory; None where nothing was recorded
 
     def __post_init__(self) -> None:
         try:
@@ -433,6 +435,8 @@ def _check_scalars(t: Trajectory) -> None:
         raise TrajectoryError(f"Trajectory.num_turns must be an int >= 0, got {_shown(t.num_turns)}")
     if not isinstance(t.metrics, dict):
         raise TrajectoryError(f"Trajectory.metrics must be a dict of str to float, got {_shown(t.metrics)}")
+    if t.record is not None and not isinstance(t.record, dict):
+        raise TrajectoryError(f"Trajectory.record must be a dict or None, got {_shown(t.record)}")
     for k, v in t.metrics.items():
         if not (isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)):
             raise TrajectoryError(f"Trajectory.metrics[{k!r}] must be a float under a str key, got {_shown(v)}")

@@ -8,22 +8,26 @@ What it runs, top to bottom:
   3. a greedy evaluation on the evaluation pool (``arith_data``'s ``split="eval"``): each
      episode is ``agentrl/Arith-v0`` played by ``workflows.env:EnvWorkflow`` through
      ``RemoteEngine`` (chat template → tokens → ``/generate`` → reply → env reward);
-  4. ``steps`` rounds of: ``prompts × samples`` episodes on problems of the RL pool (never
-     the evaluation pool) at temperature 1 (every token keeps the server's logprob and policy
-     version) → ``prepare_batch`` (group-relative advantages) → ``Actor.train_step`` (the
+  4. ``steps`` rounds of: ``prompts × samples`` episodes on the next ``prompts`` rows of
+     ``envs.arith:training_rows`` (the RL pool, never the evaluation pool) in the order
+     ``agentrl train`` visits them (``RowSource``), at temperature 1 (every token keeps the
+     server's logprob and policy version; with ``sampling_seed``, each call its own seed, as
+     ``agentrl train`` with ``rollout.sampling.seed``) → ``prepare_batch`` (group-relative advantages) → ``Actor.train_step`` (the
      decoupled PPO loss) → ``WeightPublisher`` (save → pause → update → continue) so the
      next round samples from the new policy; every ``eval_every`` steps the evaluation again;
   5. the evaluation again; metrics to ``OUT/metrics.jsonl``, a plot to ``OUT/demo.png``, the
      resolved config to ``OUT/config.yaml``, and a JSON summary as the last line.
 
 What it is not: the asynchronous loop (generation here waits for training, i.e. staleness
-η = 0; `agentrl train examples/arith_grpo.yaml`, which `make demo` runs, overlaps them).
+η = 0; `agentrl train examples/arith_grpo.yaml`, which `make demo` runs, overlaps them). With
+the same rows, seeds and trainer settings, `agentrl train` at ``trainer.max_staleness=0``
+gives this loop's losses, rewards and weights step by step (tests/run/test_sync_equivalence.py).
 
 The recipe: 16 prompts × 16 samples, at most 12 new tokens, temperature 1, reward 1 for the
 right boxed answer, (r − mean)/std advantages, PPO clip 0.2, no KL, AdamW lr 2e-5 with
 betas (0.9, 0.99) decayed along a cosine to 2e-6 over the 40 steps, gradient clip 1.0. On
 the committed model it took greedy accuracy on 1,000 evaluation problems from 15.1% to
-44.3% and 43.5% (seeds 0 and 1; 34.7% and 41.4% after 10 steps), ~8.7 minutes each on 2
+44.3% and 43.5% (seeds 0 and 1, measured when each step drew fresh problems of the RL pool; 34.7% and 41.4% after 10 steps), ~8.7 minutes each on 2
 cores shared with other work (one torch thread a side; rollout 7.7 s, train 2.0 s, publish
 0.2 s a step).
 
@@ -50,7 +54,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,23 +81,31 @@ class DemoConfig:
     eval_problems: int = option(1000, ge=1, help="problems of the evaluation pool, evaluated greedily before and after")
     eval_every: int = option(10, ge=0, help="also evaluate every this many steps (0: only before and after)")
     eval_seed: int = option(0, help="seed of the evaluation problems (the same set whatever `seed` is)")
-    seed: int = option(0, help="seed of the RL problems and of the trainer")
+    seed: int = option(0, help="seed of the RL problems' order (agentrl train's RowSource over "
+                                "envs.arith:training_rows) and of the trainer")
+    sampling_seed: int | None = option(None, help="seed the rollouts: call c of sample k of row i samples with "
+                                                  "agentrl.rollout.seeds.call_seed(sampling_seed, i, k, c), as "
+                                                  "agentrl train with rollout.sampling.seed (null: unseeded)")
     threads: int = option(2, ge=1, help="torch threads for the server and for the trainer, each (they take "
                           "turns in this synchronous loop, so each may use both cores of a 2-core machine)")
 
 
-async def run_episodes(engine, workflow, rows, repeats: int, tag: str):
-    """``repeats`` episodes of each row, all at once; group ids ``{tag}-{row index}``."""
+async def run_episodes(engine, workflow, rows, repeats: int, tag: str, first_index: int = 0):
+    """``repeats`` episodes of each row, all at once; row ``rows[j]`` is row ``first_index + j`` of
+    the run's order, its group ``{tag}-{index}`` and its episodes ``{tag}-{index}:{k}`` (the
+    executor's names), each sampling with its own seeds when the workflow's sampling is seeded."""
     from agentrl.api import Trajectory, TrajectoryStatus
+    from agentrl.rollout.seeds import SeededClient
 
-    async def one(i: int, row: dict) -> list[Trajectory]:
-        trajectories = await workflow.arun_episode(engine, row) or [Trajectory.failed(TrajectoryStatus.ENV_ERROR)]
-        episode_id = uuid.uuid4().hex
+    async def one(i: int, k: int, row: dict) -> list[Trajectory]:
+        trajectories = (await workflow.arun_episode(SeededClient(engine, i, k), row)
+                        or [Trajectory.failed(TrajectoryStatus.ENV_ERROR)])
         for t in trajectories:
-            t.group_id, t.episode_id = f"{tag}-{i}", episode_id
+            t.group_id, t.episode_id = f"{tag}-{i}", f"{tag}-{i}:{k}"
         return trajectories
 
-    episodes = await asyncio.gather(*(one(i, row) for i, row in enumerate(rows) for _ in range(repeats)))
+    episodes = await asyncio.gather(*(one(first_index + j, k, row) for j, row in enumerate(rows)
+                                      for k in range(repeats)))
     return [t for trajectories in episodes for t in trajectories]
 
 
@@ -150,6 +161,7 @@ async def main_async(cfg: DemoConfig) -> dict:
     from agentrl.model.arith_data import generate_problems
     from agentrl.plugins import load_object
     from agentrl.process.services import ServerProcess, free_port
+    from agentrl.rollout.executor import RowSource
     from agentrl.trainer.actor import Actor
     from agentrl.trainer.batch import prepare_batch
     from agentrl.trainer.publish import DiskTransport, WeightPublisher
@@ -166,7 +178,9 @@ async def main_async(cfg: DemoConfig) -> dict:
     workflow = load_object("workflows.env:EnvWorkflow")
     greedy = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0))
     sample = workflow("agentrl/Arith-v0", cfg.model, SamplingParams(max_new_tokens=cfg.max_new_tokens,
-                                                                     temperature=cfg.temperature, top_p=cfg.top_p))
+                                                                     temperature=cfg.temperature, top_p=cfg.top_p,
+                                                                     seed=cfg.sampling_seed))
+    training_rows = RowSource(load_object("envs.arith:training_rows")(cfg.seed), seed=cfg.seed)  # train's order
 
     console.print(f"[bold]agentrl demo[/]: GRPO on agentrl/Arith-v0 with {cfg.model}")
     with ServerProcess(cfg.model, "--weight-version", "0", "--max-running-requests",
@@ -197,9 +211,9 @@ async def main_async(cfg: DemoConfig) -> dict:
                 bar = progress.add_task("GRPO steps", total=cfg.steps, status="")
                 for step in range(cfg.steps):
                     t0 = time.perf_counter()
-                    rows = [p.to_row() for p in generate_problems(cfg.prompts, seed=cfg.seed + 1000 + step,
-                                                                  split="rl")]
-                    results = await run_episodes(engine, sample, rows, cfg.samples, f"s{step}")
+                    first = step * cfg.prompts  # the rows agentrl train admits for this step at η = 0
+                    rows = [training_rows[first + j] for j in range(cfg.prompts)]
+                    results = await run_episodes(engine, sample, rows, cfg.samples, out.name, first)
                     t1 = time.perf_counter()
                     batch = prepare_batch(informative_groups(results) if cfg.filter_groups else results,
                                           version=actor.version, config=trainer_cfg)

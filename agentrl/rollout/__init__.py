@@ -12,6 +12,9 @@
     episode.py       what every workflow shares: failures as data, sampling settings, metrics
     executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped
     journal.py       the episode log that replays finished generations on --resume
+    record.py        EpisodeRecord: an episode's environment inputs and outputs, bounded
+    recorded.py      RecordedEpisodes: a run's recorded steps as another run's batches
+    seeds.py         call_seed, SeededClient: a sampling seed per call of each episode
     evaluate.py      pass@k evaluation of a workflow
 
 Workflows (``workflows/``) are built on these. This package sits between the run (``agentrl.run``)

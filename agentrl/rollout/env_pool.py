@@ -11,7 +11,8 @@ another episode. The pool grows to the peak number of concurrent episodes and ke
 
 ``reset``/``step`` use the env's coroutines (``areset``/``astep``, which every
 ``agentrl.env.TextEnv`` has) and otherwise run the sync calls in a bounded thread pool; each
-call has a timeout. The rollout side reaches the env class itself (``env.unwrapped``):
+call has a timeout. Both note what went in and came out into the running episode's record
+(``agentrl.rollout.record``), when one is open. The rollout side reaches the env class itself (``env.unwrapped``):
 Gymnasium's wrappers do not forward ``areset``/``astep``, and TextEnv enforces its own limits.
 
 What it is not: an episode loop (the workflows in ``workflows/``).
@@ -29,6 +30,7 @@ from typing import Any
 from agentrl.api import Message
 from agentrl.errors import ConfigError, EnvError
 from agentrl.plugins import find_env
+from agentrl.rollout.record import current_record
 
 log = logging.getLogger(__name__)
 
@@ -92,16 +94,26 @@ class EnvPool:
         options = {"task": dict(task)} if task is not None else None
         async with asyncio.timeout(self.call_timeout_s):
             if hasattr(env, "areset"):
-                return await env.areset(options=options)
-            return await asyncio.get_running_loop().run_in_executor(
-                _executor(), lambda: env.reset(options=options))
+                obs, info = await env.areset(options=options)
+            else:
+                obs, info = await asyncio.get_running_loop().run_in_executor(
+                    _executor(), lambda: env.reset(options=options))
+        record = current_record()
+        if record is not None:
+            record.reset(task, obs, info)
+        return obs, info
 
     async def step(self, env: Any, action: str) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         """One reply of the model; Gymnasium's five-tuple."""
         async with asyncio.timeout(self.call_timeout_s):
             if hasattr(env, "astep"):
-                return await env.astep(action)
-            return await asyncio.get_running_loop().run_in_executor(_executor(), env.step, action)
+                out = await env.astep(action)
+            else:
+                out = await asyncio.get_running_loop().run_in_executor(_executor(), env.step, action)
+        record = current_record()
+        if record is not None:
+            record.step(action, *out)
+        return out
 
     async def aclose(self) -> None:
         """Close every idle env; envs on lease are closed when they come back."""

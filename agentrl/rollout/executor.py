@@ -6,12 +6,18 @@ episodes per prompt run as a *group*, a cap on groups in flight, and admission b
 and bound η, at most ``(η + v + 1)·B`` groups are ever accepted or running, so no accepted
 sample can be more than η versions old when the trainer reaches it. Finished groups wait in a
 queue; ``next_batch()`` hands the trainer the oldest B as soon as they exist while generation
-goes on. η = 0 is synchronous RL with the same code.
+goes on, in row order (not finish order: the batch's order is fixed by the data, not timing). η = 0 is synchronous RL with the same code.
 
 Failures are data: an episode that raises, times out or returns failed trajectories comes
 back as ``Trajectory.failed(...)`` and is counted; the trainer excludes it from the loss. With
 ``filter_equal_rewards`` (DAPO's dynamic sampling) a finished group whose rewards are all
 equal carries no GRPO signal: it is dropped, counted, and another prompt is admitted instead.
+
+Seeded: a seed in the workflow's sampling settings becomes one seed per call of each episode
+(``agentrl.rollout.seeds``), so the samples do not depend on the order episodes run in.
+
+Recorded: with ``record_max_bytes``, every episode runs inside an ``EpisodeRecord``
+(``agentrl.rollout.record``) that ends up on its first trajectory.
 
 Resumable: every episode runs with a ``ReplayClient`` over an ``EpisodeLog`` (see
 ``agentrl.rollout.journal``), so the generations of a crashed run are replayed, not redone;
@@ -40,6 +46,8 @@ from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus, Workflow
 from agentrl.errors import ConfigError
 from agentrl.rollout.episode import guarded
 from agentrl.rollout.journal import EpisodeLog, ReplayClient
+from agentrl.rollout.record import recording
+from agentrl.rollout.seeds import SeededClient
 from agentrl.trainer.staleness import rollout_capacity
 
 log = logging.getLogger(__name__)
@@ -135,7 +143,8 @@ class RolloutExecutor:
     def __init__(self, workflow: Workflow | EpisodeFn | None, engine: InferenceClient, rows: RowSource | None, *,
                  group_size: int, batch_size: int, max_staleness: int, max_concurrent: int,
                  filter_equal_rewards: bool = False,
-                 episode_log: EpisodeLog | None = None, run_id: str = "run") -> None:
+                 episode_log: EpisodeLog | None = None, run_id: str = "run",
+                 record_max_bytes: int | None = None) -> None:
         if group_size < 1 or batch_size < 1:
             raise ConfigError(f"group_size and batch_size must be >= 1, got {group_size} and {batch_size}")
         if max_concurrent < group_size:
@@ -148,6 +157,7 @@ class RolloutExecutor:
         self.filter_equal_rewards = filter_equal_rewards
         self.episode_log = episode_log
         self.run_id = run_id
+        self.record_max_bytes = record_max_bytes
         self.version = 0
         self.cursor = 0  # next row index to admit
         self.accepted = 0  # groups put in the queue, ever (consumed ones included)
@@ -228,7 +238,7 @@ class RolloutExecutor:
                     raise self._failure
                 self._changed.clear()
                 await self._changed.wait()
-        groups = [self._ready.popleft() for _ in range(self.batch_size)]
+        groups = sorted((self._ready.popleft() for _ in range(self.batch_size)), key=lambda g: g.index)
         self._changed.set()
         return Batch(groups, time.perf_counter() - t0)
 
@@ -321,11 +331,17 @@ class RolloutExecutor:
             client: InferenceClient = ReplayClient(self.engine, self.episode_log, key)
         else:
             client = self.engine
+        client = SeededClient(client, index, sample)  # a seeded sampling: a seed per call of this episode
         # the workflow's bug is the episode's failure, not the run's (its time budget is its own)
-        out = await guarded(self.run_episode(client, dict(row)), timeout_s=None, what=f"episode {episode_id}")
+        with contextlib.ExitStack() as stack:
+            record = (stack.enter_context(recording(self.record_max_bytes))
+                      if self.record_max_bytes is not None else None)
+            out = await guarded(self.run_episode(client, dict(row)), timeout_s=None, what=f"episode {episode_id}")
         if out is not None:
             for t in out:
                 t.episode_id = t.episode_id or episode_id
+            if out and record is not None and record.events and out[0].record is None:
+                out[0].record = record.to_dict()
             if self.episode_log is not None:
                 self.episode_log.record_episode(key, out)
         return out

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import Completion, InferenceClient, SamplingParams, Trajectory
+from agentrl.rollout.record import current_record
 
 
 def call_digest(input_ids: Sequence[int], sampling: SamplingParams) -> str:
@@ -158,13 +159,17 @@ class ReplayClient:
         digest = call_digest(input_ids, sampling)
         rec = self.log.call(self.key, index)
         prefix = None
-        if rec is not None and rec.digest == digest:
-            if not rec.partial:
-                self.replayed_tokens += len(rec.completion.tokens)
-                return rec.completion
-            prefix = rec.completion
-        completion = await self._generate(list(input_ids), sampling, prefix, index, digest, on_progress)
-        self.log.record_call(self.key, index, digest, completion, partial=False)
+        if rec is not None and rec.digest == digest and not rec.partial:
+            self.replayed_tokens += len(rec.completion.tokens)
+            completion = rec.completion
+        else:
+            if rec is not None and rec.digest == digest:
+                prefix = rec.completion
+            completion = await self._generate(list(input_ids), sampling, prefix, index, digest, on_progress)
+            self.log.record_call(self.key, index, digest, completion, partial=False)
+        record = current_record()  # the episode's record notes the call's seed and sizes
+        if record is not None:
+            record.generate(len(input_ids), sampling, completion)
         return completion
 
     async def _generate(self, prompt: list[int], sampling: SamplingParams, prefix: Completion | None,

@@ -6,7 +6,8 @@
     ray_launcher.py  the same as Ray actors on a running Ray cluster (``launcher: ray``)
     router.py        SGLang's router in front of the servers (``inference.router: sglang``)
     loop.py          ``python -m agentrl.run.loop RUN_DIR``: the asynchronous RL loop of one rank
-    metrics.py       RunLog: metrics.jsonl, TensorBoard, trajectory samples, curves.png
+    metrics.py       RunLog: metrics.jsonl, TensorBoard, trajectory samples, the record, curves.png
+    replay.py        ``agentrl replay``: recorded episodes re-scored with another reward function
     sft_config.py    SftConfig: every key of ``agentrl sft CONFIG``
     sft_data.py      conversations and recorded trajectories as SFT examples (ids + loss mask)
     sft.py           ``agentrl sft``'s run: the trainer's Actor on NLL batches, held-out loss, HF export

@@ -176,11 +176,16 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                           version=actor.version)
     tr.engine = engine
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-                    trajectories_per_step=cfg.logging.trajectories_per_step,
+                    trajectories_per_step=cfg.logging.trajectories_per_step, record=cfg.logging.record,
                     resume_step=actor.version if resume_from else None)
     external = cfg.rollout.source == "gateway"
+    recorded = None
     workflow = rows = None
-    if not external:  # the rows first: a dataset's module may register the environment the workflow makes
+    if cfg.rollout.recorded is not None:  # off-policy: the recorded run's steps are this run's batches
+        from agentrl.rollout.recorded import RecordedEpisodes
+
+        recorded = RecordedEpisodes(cfg.rollout.recorded)
+    elif not external:  # the rows first: a dataset's module may register the environment the workflow makes
         rows = RowSource(dataset_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
         workflow = build_workflow(cfg, cfg.rollout.sampling)
     state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
@@ -198,7 +203,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                                max_concurrent=cfg.rollout.max_concurrent,
                                filter_equal_rewards=cfg.rollout.filter_equal_rewards,
                                episode_log=episode_log,
-                               run_id=run_dir.name)
+                               run_id=run_dir.name, record_max_bytes=cfg.logging.record_max_bytes)
     tr.publisher = WeightPublisher(tr.transport, engine, before_pause=executor.pause_admission,
                                    after_resume=executor.resume_admission)
     eval_wf = eval_rows = None
@@ -244,6 +249,10 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     stack = contextlib.AsyncExitStack()
     if external:
         await serve_gateway(stack, cfg, run_dir, engine, executor, console)
+    elif recorded is not None:  # from the step after the checkpoint's: the earlier ones were trained on
+        recorded.feed(executor, first_step=actor.version, steps=cfg.steps)
+        console.print(f"training on the recorded steps of {cfg.rollout.recorded} ({len(recorded.steps)} steps; "
+                      "nothing generated)")
     else:
         await executor.start()
     t_last = time.perf_counter()
@@ -296,6 +305,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             runlog.log(step, metrics)
             runlog.sample(step, kept, decode, sample,
                           failed=[t for t in trajectories if t.status is not TrajectoryStatus.OK])
+            runlog.record(step, trajectories)
             console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")

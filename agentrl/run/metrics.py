@@ -5,7 +5,9 @@ object a line, ``step`` first), the same scalars as TensorBoard event files in
 ``RUN_DIR/tensorboard`` (and Weights & Biases when a project is configured), a bounded sample
 of each step's trajectories in ``RUN_DIR/trajectories/step_NNNNNN.jsonl`` (tokens, their text,
 loss mask, behaviour and trainer log-probabilities, the trainer's entropies, versions, reward
-and its parts, advantage; then the step's failed episodes, with their status and error), and
+and its parts, advantage; then the step's failed episodes, with their status and error), every
+trajectory of each step whole in ``RUN_DIR/record/step_NNNNNN.jsonl`` (with its episode's
+environment record: ``agentrl.rollout.record``), and
 ``RUN_DIR/curves.png`` redrawn from ``metrics.jsonl`` (``plot_curves``). ``batch_metrics``
 turns one step's trajectories into the rollout-side scalars (reward, success, lengths,
 staleness histogram). What it is not: the progress line (``agentrl.run.loop``) or the
@@ -27,6 +29,9 @@ from typing import Any
 from agentrl.api import Trajectory, TrajectoryStatus
 
 log = logging.getLogger(__name__)
+
+RECORD_DIR = "record"
+"""``RUN_DIR/record/``: every trajectory of every step, whole (``RunLog.record``)."""
 
 CURVES = (  # (panel title, metric keys) of curves.png
     ("reward", ("rollout/reward_mean", "rollout/success_rate")),
@@ -79,7 +84,7 @@ class RunLog:
     """Writes a run's metrics and samples; see the module docstring. One per run, on rank 0."""
 
     def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, wandb_project: str | None = None,
-                 trajectories_per_step: int = 16, config: Mapping[str, Any] | None = None,
+                 trajectories_per_step: int = 16, record: bool = False, config: Mapping[str, Any] | None = None,
                  resume_step: int | None = None) -> None:
         """``resume_step``: a resumed run drops what the crashed one logged after that step."""
         self.run_dir = Path(run_dir)
@@ -90,6 +95,7 @@ class RunLog:
             self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         self.samples_dir = self.run_dir / "trajectories"
         self.trajectories_per_step = trajectories_per_step
+        self.record_dir = self.run_dir / RECORD_DIR if record else None
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -140,6 +146,22 @@ class RunLog:
                 for key, value in ((extra or {}).get(i, {}) if i < len(kept) else {}).items():
                     row[key] = [float(x) for x in value] if isinstance(value, list) else value
                 f.write(json.dumps(row) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def record(self, step: int, trajectories: Sequence[Trajectory]) -> Path | None:
+        """Write every trajectory of step ``step`` whole — trained, dropped as stale or failed; each
+        row a ``Trajectory.to_dict()`` (the episode's environment record on its first trajectory)
+        — to ``record/step_NNNNNN.jsonl``, which ``agentrl replay`` re-scores and a run with
+        ``rollout.source`` set to this folder trains on. Appears whole (written aside, renamed)."""
+        if self.record_dir is None:
+            return None
+        self.record_dir.mkdir(exist_ok=True)
+        path = self.record_dir / f"step_{step:06d}.jsonl"
+        tmp = path.with_suffix(".jsonl.tmp")
+        with tmp.open("w") as f:
+            for t in trajectories:
+                f.write(json.dumps(t.to_dict(), separators=(",", ":")) + "\n")
         os.replace(tmp, path)
         return path
 

@@ -23,6 +23,8 @@ from agentrl.config import option
 from agentrl.errors import ConfigError
 from agentrl.inference.serve_config import reasoning_parser_option, tool_call_parser_option
 from agentrl.rollout.gateway_config import GatewayConfig
+from agentrl.rollout.record import RECORD_MAX_BYTES
+from agentrl.rollout.recorded import SOURCES
 from agentrl.trainer.trainer_config import TrainerConfig
 
 ROUTERS = ("client", "sglang")
@@ -72,9 +74,11 @@ class InferenceConfig:
 class RolloutConfig:
     """What is played, and how far generation may run ahead of training."""
 
-    source: str = option("workflow", choices=("workflow", "gateway"),
+    source: str = option("workflow",
                          help="workflow: the executor plays rows of the dataset with the workflow; gateway: "
-                              "agents play on their own through the run's OpenAI-compatible gateway")
+                              "agents play on their own through the run's OpenAI-compatible gateway; a path "
+                              "(RUN_DIR/record of a run, or agentrl replay's output): train off-policy on its "
+                              "recorded steps, step k on recorded step k, nothing generated")
     workflow: str = option("workflows.env:EnvWorkflow", help="import path of the Workflow class")
     workflow_args: dict[str, Any] = option({}, help="keyword arguments of the workflow (env_id, env kwargs, ...)")
     dataset: str = option("", help="rows to play: a .jsonl file, or the import path of a function (seed) -> "
@@ -94,7 +98,13 @@ class RolloutConfig:
                                                     "tool_call_parser)")
     reasoning_parser: str | None = reasoning_parser_option("a tool call written in it is never run")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
-                                     metadata={"help": "sampling during rollouts"})
+                                     metadata={"help": "sampling during rollouts (a seed here gives each call of each "
+                                                       "episode its own seed: agentrl.rollout.seeds)"})
+
+    @property
+    def recorded(self) -> str | None:
+        """The path of the recorded steps this run trains on, or None (it plays or serves)."""
+        return None if self.source in SOURCES else self.source
 
     def __post_init__(self) -> None:
         if self.episode_timeout_s is not None:  # one episode budget: the workflow's own timeout_s
@@ -142,6 +152,14 @@ class LoggingConfig:
     tensorboard: bool = option(True, help="write TensorBoard event files to RUN_DIR/tensorboard")
     wandb_project: str | None = option(None, help="also log to this Weights & Biases project (needs wandb)")
     trajectories_per_step: int = option(16, ge=0, help="trajectories of each step kept in RUN_DIR/trajectories")
+    record: bool = option(True, help="write every trajectory of every step whole (tokens, behaviour logprobs, "
+                                     "versions, reward, status; the episode's environment record on its first) "
+                                     "to RUN_DIR/record/step_NNNNNN.jsonl: what agentrl replay re-scores and "
+                                     "rollout.source=RUN_DIR/record trains on")
+    record_max_bytes: int = option(RECORD_MAX_BYTES, ge=0,
+                                   help="bound of one episode's environment record (observations, actions, "
+                                        "rewards and their terms, facts, seeds) in bytes of JSON; what does not fit "
+                                        "is cut and marked (record.truncated, cut_events), never dropped silently")
     progress: bool = option(True, help="a live progress line on the terminal")
 
 
@@ -299,6 +317,8 @@ def check_run_config(cfg: RunConfig) -> None:
         if not loopback and not os.environ.get(cfg.gateway.api_key_env):
             raise ConfigError(f"config key 'gateway.host': {host!r} is not a loopback address and "
                               f"${cfg.gateway.api_key_env} holds no API key; set one, or serve on 127.0.0.1")
+    elif cfg.rollout.recorded is not None:
+        check_recorded(cfg)
     elif not cfg.rollout.dataset:
         raise ConfigError("config key 'rollout.dataset' is required: a .jsonl file or 'module:function' "
                           "giving the rows to play (e.g. envs.arith:training_rows)")
@@ -375,6 +395,24 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.rollout.max_concurrent < cfg.rollout.group_size:
         raise ConfigError(f"config key 'rollout.max_concurrent': {cfg.rollout.max_concurrent} cannot hold one "
                           f"group of rollout.group_size={cfg.rollout.group_size} episodes")
+
+
+def check_recorded(cfg: RunConfig) -> None:
+    """``rollout.source`` a path: recorded steps that this run's batches can be, one for one."""
+    from agentrl.rollout.recorded import RecordedEpisodes
+
+    try:
+        recorded = RecordedEpisodes(cfg.rollout.recorded)
+    except ConfigError as e:
+        raise ConfigError(f"config key 'rollout.source': {cfg.rollout.source!r} is not workflow or gateway, and "
+                          f"as a path: {e}") from None
+    if Path(cfg.run_dir).resolve() in {p.resolve() for p in (recorded.path, recorded.steps[0].parent.parent)}:
+        raise ConfigError("config key 'run_dir': it is the run whose record rollout.source names; train into "
+                          "another directory")
+    if cfg.rollout.filter_equal_rewards:
+        raise ConfigError("config key 'rollout.filter_equal_rewards': a recorded run's groups were filtered when it "
+                          "ran; dropping more would shift its steps against this run's; leave it false")
+    recorded.check(batch_size=cfg.rollout.batch_size, steps=cfg.steps)
 
 
 def check_context(cfg: RunConfig, model: Path) -> None:

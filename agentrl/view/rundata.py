@@ -10,12 +10,14 @@ row gets the fields the page filters on: ``index`` (its line in the step's file)
 ``staleness`` (versions between the policy that sampled its oldest token and the trainer's
 version at that step), ``sampled_tokens`` and ``segment``/``segments`` (its place among the
 rows of the step that share its ``episode_id``); a step's failed episodes come after its
-trained rows, with their ``status`` and ``error``. A finished evaluation has its report in
+trained rows, with their ``status`` and ``error``; a row's ``record`` is its episode's
+environment inputs and outputs (``agentrl.rollout.record``). ``record(step)`` reads every
+trajectory of a step from ``record/step_NNNNNN.jsonl``. A finished evaluation has its report in
 ``eval_summary.json``.
 
 What it is not: a writer (``agentrl.run.metrics`` writes these files) or the HTTP routes
 (``agentrl.view.viewer``). Main hook: ``RunData(path)`` then ``metrics()``, ``steps()``,
-``trajectories(step)``, ``evaluation()``.
+``trajectories(step)``, ``record(step)``, ``evaluation()``.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class RunData:
         return {"name": self.name, "path": str(self.path), "config": cfg, "config_text": text, "summary": self.summary(),
                 "env": self.env_id(cfg), "steps": self.steps(), "has_eval": self.eval_path() is not None,
                 "has_training": any((self.path / name).exists() for name in TRAINING_FILES),
-                "eval_summary": self.eval_summary(),
+                "eval_summary": self.eval_summary(), "recorded_steps": self.recorded_steps(),
                 "trajectories_per_step": (cfg.get("logging") or {}).get("trajectories_per_step")}
 
     # ------------------------------------------------------------------ metrics
@@ -168,6 +170,23 @@ class RunData:
             row["staleness"] = (step - 1 - min(versions)) if versions else None
         _number_segments(rows)
         return rows
+
+    def record(self, step: int) -> list[dict[str, Any]]:
+        """Every trajectory of ``step`` as ``record/step_NNNNNN.jsonl`` holds it (whole, each
+        episode's environment record on its first trajectory; [] for an unknown step or a run
+        without a record)."""
+        rows = read_jsonl(self.path / "record" / f"step_{step:06d}.jsonl")
+        for i, row in enumerate(rows):
+            row["index"] = i
+        _number_segments(rows)
+        return rows
+
+    def recorded_steps(self) -> list[int]:
+        """The steps with a record, in order."""
+        folder = self.path / "record"
+        if not folder.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in folder.iterdir() if (m := STEP_FILE.match(p.name)))
 
     # ------------------------------------------------------------------ evaluation
 

@@ -6,7 +6,8 @@ the run looked at; the others are compared with it on the curves):
     GET /                                  the page (styles and script inline, no other asset)
     GET /api/runs                          [info of each run: name, config, summary, steps, has_eval]
     GET /api/runs/{r}/metrics?since=N      metrics rows from the N-th on (polled: only new rows travel)
-    GET /api/runs/{r}/steps/{step}         that step's sampled trajectories
+    GET /api/runs/{r}/steps/{step}         that step's sampled trajectories (each with its episode's record)
+    GET /api/runs/{r}/record/{step}        every trajectory of that step, whole, with the episodes' records
     GET /api/runs/{r}/eval                 the per-problem results of ``agentrl eval``
 
 Trust boundary. Covered: the routes read only the files of the run directories given on
@@ -57,6 +58,10 @@ def build_app(runs: Sequence[RunData]) -> FastAPI:
     @app.get("/api/runs/{r}/steps/{step}")
     def trajectories(r: int, step: int) -> list[dict[str, Any]]:
         return run_at(r).trajectories(step)
+
+    @app.get("/api/runs/{r}/record/{step}")
+    def record(r: int, step: int) -> list[dict[str, Any]]:
+        return run_at(r).record(step)
 
     @app.get("/api/runs/{r}/eval")
     def evaluation(r: int) -> list[dict[str, Any]]:

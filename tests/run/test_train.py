@@ -76,6 +76,35 @@ def test_sampled_trajectories_agree_with_the_trainer(run):
                        for r in members), [(r["reward"], r["advantage"]) for r in members]
 
 
+def test_every_trajectory_is_recorded_with_its_episodes_environment_io(run):
+    """record/step_N.jsonl holds every trajectory of the step whole, and each episode's first one
+    the env's inputs and outputs: the task, the opening messages, the reply as the env got it, the
+    reward and its terms — the reward the trajectory carries. The viewer's JSON routes serve it."""
+    from fastapi.testclient import TestClient
+
+    from agentrl.view.rundata import RunData
+    from agentrl.view.viewer import build_app
+
+    run_dir, _ = run
+    for step in (1, 2, 3):
+        rows = [json.loads(line) for line in (run_dir / "record" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+        assert len(rows) == 16 and len({r["episode_id"] for r in rows}) == 16  # 4 groups of 4, one segment each
+        for r in rows:
+            record = r["record"]
+            assert record["truncated"] is False and 0 < record["bytes"] <= 65536
+            reset, generate, step_ = record["events"]
+            assert reset["task"]["question"] == reset["observation"][-1]["content"]
+            assert generate["tokens"] == sum(r["loss_mask"]) and generate["seed"] is None
+            assert step_["reward"] == r["reward"] and set(step_["info"]["rewards"]) == {"correct", "format"}
+            assert step_["info"]["correct"] == (r["reward"] > 0)
+    client = TestClient(build_app([RunData(run_dir)]))
+    assert client.get("/api/runs").json()[0]["recorded_steps"] == [1, 2, 3]
+    served = client.get("/api/runs/0/record/3").json()
+    assert [s["record"] for s in served] == [r["record"] for r in rows]  # rows: step 3's
+    sampled = client.get("/api/runs/0/steps/1").json()
+    assert sampled and all(s["record"]["events"][0]["kind"] == "reset" for s in sampled)
+
+
 def test_resume_continues_from_the_checkpoint(run, tmp_path):
     import shutil
 

@@ -131,6 +131,10 @@ def test_the_page_shows_the_curves_and_the_trained_tokens(trained_run, serve_vie
     assert str(rows[1]["input_ids"][sampled]) in tip and "behaviour log p" in tip and "trainer log p" in tip
     advantage = page.locator("text=advantage").first
     assert advantage.count() == 1
+    events = page.locator("#env-record details.record-event summary")  # the episode's environment record
+    assert [events.nth(i).inner_text() for i in range(events.count())] == [
+        "reset", f"generate · {sum(rows[1]['loss_mask'])} tokens · seed none",
+        f"step · reward {rows[1]['reward']:g} · terminated"]
     page.select_option("#colour-by", "role")
     page.screenshot(path=str(artifacts / "viewer-trajectory.png"), full_page=True)
     for i, row in enumerate(rows):

@@ -647,6 +647,19 @@ function factsTable(pairs) {
   return el("table", {}, pairs.filter(p => p[1] !== undefined && p[1] !== null && p[1] !== "").map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", {}, v))));
 }
 
+function recordCard(record) {
+  // the episode's environment inputs and outputs (agentrl/rollout/record.py), one event a line
+  if (!record) return el("div", {class: "card", id: "env-record"}, el("h3", {}, "Environment record"),
+    el("div", {class: "muted"}, "not on this trajectory (an episode's record is on its first trajectory)"));
+  const head = e => e.kind === "step" ? `step · reward ${fmt(e.reward, 4)}${e.terminated ? " · terminated" : ""}${e.truncated ? " · truncated" : ""}`
+    : e.kind === "generate" ? `generate · ${e.tokens} tokens · seed ${e.seed ?? "none"}` : e.kind;
+  return el("div", {class: "card", id: "env-record"}, el("h3", {}, "Environment record"),
+    el("div", {class: "muted"}, `${record.bytes} bytes of at most ${record.max_bytes}`,
+      record.truncated ? el("span", {class: "badge bad"}, ` ${record.cut_events} events cut, ${record.dropped_events || 0} dropped`) : null),
+    (record.events || []).map(e => el("details", {class: "record-event"}, el("summary", {}, head(e), e.cut ? " (cut)" : ""),
+      el("pre", {class: "mono", style: "white-space:pre-wrap;max-height:240px;overflow:auto"}, JSON.stringify(e, null, 1)))));
+}
+
 function renderTrajectory(main, t, {title, back, siblings, evaluation}) {
   if (!t) return main.append(el("div", {class: "card empty"}, "No such trajectory in this step's sample."));
   const roles = roleOf(t);
@@ -689,7 +702,8 @@ function renderTrajectory(main, t, {title, back, siblings, evaluation}) {
       ["episode", el("span", {class: "mono"}, t.episode_id)],
       ["segment", t.segments > 1 ? `${t.segment} of ${t.segments}` : "whole episode"]]),
       siblings && siblings.length > 1 ? el("div", {class: "keys"}, "segments: ", siblings.map(s =>
-        s.index === t.index ? el("b", {}, s.segment) : el("a", {href: s.href}, s.segment))) : null));
+        s.index === t.index ? el("b", {}, s.segment) : el("a", {href: s.href}, s.segment))) : null),
+    recordCard(t.record));
   main.append(el("div", {class: "traj-head"}, el("a", {href: back}, "← back"), el("h2", {style: "margin:0"}, title),
     el("span", {class: "muted"}, t.env || "")));
   if (t.truncated) {

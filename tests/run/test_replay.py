@@ -1,0 +1,70 @@
+"""`agentrl replay`: a finished run's recorded episodes scored again with another reward function,
+nothing generated, the run's own files untouched (on the shared short run of tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.errors import ConfigError
+from agentrl.run.replay import run_replay
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTRL = Path(sys.executable).parent / "agentrl"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+
+
+def replay(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(AGENTRL), "replay", *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+
+
+def recorded(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((run_dir / "record").iterdir())}
+
+
+def test_the_envs_own_reward_changes_nothing_and_another_changes_what_it_should(trained_run, tmp_path, monkeypatch):
+    run_dir, _ = trained_run
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # replay_rewards, in-process too
+    before = recorded(run_dir)
+    out = replay(str(run_dir), "--reward", "replay_rewards:correct", "--out", str(tmp_path / "same"))
+    assert out.returncode == 0, out.stderr
+    same = json.loads(out.stdout.strip().splitlines()[-1])  # the last line: one JSON object
+    assert same["episodes"] == same["rescored"] == 3 * 16 and same["changed"] == 0 and same["unscored"] == 0
+    assert same["reward_mean_recorded"] == same["reward_mean_rescored"]
+    # a Rubric works as well as a function; an async function as well as a plain one
+    assert run_replay(run_dir, "replay_rewards:rubric", tmp_path / "rubric")["changed"] == 0
+    fmt = run_replay(run_dir, "replay_rewards:exact_format", tmp_path / "format")
+    rows = [json.loads(line) for name in before for line in (run_dir / "record" / name).read_text().splitlines()]
+    facts = [next(e for e in r["record"]["events"] if e["kind"] == "step")["info"] for r in rows]
+    assert fmt["changed"] == sum(float(f["exact_format"]) != r["reward"] for f, r in zip(facts, rows, strict=True))
+    assert fmt["changed"] > 0  # the tiny model boxes nearly every answer, right or not
+    rescored = [json.loads(line) for line in (tmp_path / "format" / "step_000002.jsonl").read_text().splitlines()]
+    original = [json.loads(line) for line in before["step_000002.jsonl"].decode().splitlines()]
+    for new, old in zip(rescored, original, strict=True):  # the same rows, the new reward, the old one kept
+        assert new["input_ids"] == old["input_ids"] and new["logprobs"] == old["logprobs"]
+        assert new["metrics"]["replay/recorded_reward"] == old["reward"]
+    assert recorded(run_dir) == before  # the run's record is never written
+
+
+def test_bad_input_is_one_line_saying_what_to_do(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    out = replay(str(tmp_path / "missing"), "--reward", "replay_rewards:correct")
+    assert out.returncode == 2 and "is not a directory" in out.stderr
+    with pytest.raises(ConfigError, match="holds no recorded steps .* logging.record: true"):
+        run_replay(tmp_path, "replay_rewards:correct")
+    with pytest.raises(ConfigError, match="expected MODULE:FN"):
+        run_replay(run_dir, "replay_rewards")
+    with pytest.raises(ConfigError, match="has no 'nope'"):
+        run_replay(run_dir, "agentrl.env.rewards:nope")
+    with pytest.raises(ConfigError, match=r"takes \(\); a reward function takes one argument, a RewardInput"):
+        run_replay(run_dir, "os:getcwd")
+    with pytest.raises(ConfigError, match="returned <function .* a reward is a finite number"):
+        run_replay(run_dir, "agentrl.env.rewards:fact", tmp_path / "x")
+    with pytest.raises(ConfigError, match="is the run's own record"):
+        run_replay(run_dir, "agentrl.env.rewards:boxed_format", run_dir / "record")
