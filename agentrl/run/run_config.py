@@ -193,7 +193,7 @@ class RunConfig:
     run_dir: str = option("runs/run", help="where everything of the run goes (config, metrics, checkpoints)")
     steps: int = option(100, ge=1, help="train steps (policy versions) to run")
     max_minutes: float | None = option(None, gt=0, help="stop (and save) after this much wall time")
-    seed: int = option(0, help="seed of the data order and of the trainer")
+    seed: int = option(0, help="seed of the data order (the trainer's RNGs have trainer.seed)")
     world_size: int = option(1, ge=1, help="trainer ranks in all (processes under torchrun, split evenly over nnodes)")
     nnodes: int = option(1, ge=1, help="nodes the trainer ranks span (torchrun --nnodes); run `agentrl train` "
                                        "once per node, run_dir on a filesystem all of them share")
