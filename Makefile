@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
+.PHONY: install demo demo-tools demo-feedback test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -158,6 +158,15 @@ demo-tools: model
 	rm -rf runs/tool_agent_sft runs/tool_agent
 	$(BIN)/agentrl sft examples/tool_agent_sft.yaml
 	$(BIN)/agentrl train examples/tool_agent.yaml
+
+# Feedback used by RL (examples/feedback.yaml): `agentrl sft` on second answers after "Too low. The
+# answer ends in 6." (runs/feedback_sft/), then GRPO on agentrl/ArithRetry-v0 with that hint from
+# that model (runs/feedback/). The last line printed is the run's summary as JSON (eval_before,
+# eval_after, fixed_before, fixed: the share of first-wrong held-out episodes fixed, minutes).
+demo-feedback: model
+	rm -rf runs/feedback_sft runs/feedback
+	$(BIN)/agentrl sft examples/feedback_sft.yaml
+	$(BIN)/agentrl train examples/feedback.yaml
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) build *.egg-info

@@ -164,7 +164,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     from agentrl.rollout.journal import EpisodeLog
     from agentrl.rollout.renderer import token_decoder
     from agentrl.run.metrics import RunLog, batch_metrics, plot_curves
-    from agentrl.run.run_config import build_workflow, dataset_rows
+    from agentrl.run.run_config import build_workflow, dataset_rows, figure_value
     from agentrl.trainer.publish import WeightPublisher
 
     cfg, run_dir, actor = tr.cfg, tr.run_dir, tr.actor
@@ -221,7 +221,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         scores = report.summary()
         summary["eval_s"] = time.perf_counter() - t0
         runlog.log(step, {f"eval/{k}": v for k, v in scores.items()} | {"eval/seconds": time.perf_counter() - t0})
-        figures = {name: scores.get(key) for name, key in cfg.eval.figures.items()}
+        figures = {name: figure_value(key, scores) for name, key in cfg.eval.figures.items()}
         for name, value in figures.items():  # NAME_before from the first evaluation, NAME from the last
             summary.setdefault(f"{name}_before", value)
             summary[name] = value

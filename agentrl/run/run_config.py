@@ -118,6 +118,23 @@ EVAL_SCORE = re.compile(r"pass@\d+(_ci95)?|problems|failed_episodes|(episodes|su
 """The keys of ``EvalReport.summary()``: what ``eval.figures`` may name."""
 
 
+def figure_scores(figure: str) -> list[str]:
+    """The scores an ``eval.figures`` value names: ``[SCORE]``, or ``[A, B]`` for ``A / B``."""
+    return [part.strip() for part in figure.split(" / ")]
+
+
+def figure_value(figure: str, scores: dict[str, float]) -> float | None:
+    """An ``eval.figures`` value read from an evaluation's scores: a score, or the ratio ``A / B``
+    (e.g. the share of first-wrong episodes fixed: ``episodes/reward/fixed / episodes/reward/first_wrong``);
+    None when a score is absent (no episode reported it) or the divisor is 0."""
+    parts = [scores.get(part) for part in figure_scores(figure)]
+    if any(v is None for v in parts):
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return parts[0] / parts[1] if parts[1] else None
+
+
 @dataclass
 class EvalConfig:
     """Held-out evaluation (greedy by default) before training, every N steps, and at the end."""
@@ -129,16 +146,20 @@ class EvalConfig:
     workflow_args: dict[str, Any] = option({}, help="workflow arguments that differ for evaluation")
     figures: dict[str, str] = option({}, help="summary keys read from the evaluation's scores: NAME: SCORE puts "
                                              "SCORE of the first evaluation in NAME_before and of the last in NAME, "
-                                             "e.g. {tool_use_rate: successes/reward/used_tool_result}")
+                                             "e.g. {tool_use_rate: successes/reward/used_tool_result}; SCORE / SCORE "
+                                             "is their ratio, e.g. {fixed: episodes/reward/fixed / "
+                                             "episodes/reward/first_wrong}")
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256, temperature=0.0),
                                      metadata={"help": "sampling for evaluation (greedy by default)"})
 
     def __post_init__(self) -> None:
         for name, score in self.figures.items():  # a misspelt score would read None at every evaluation
-            if not EVAL_SCORE.fullmatch(str(score)):
+            parts = figure_scores(str(score))
+            if len(parts) > 2 or not all(EVAL_SCORE.fullmatch(part) for part in parts):
                 raise ConfigError(f"config key 'eval.figures.{name}': got {score!r}, expected an evaluation score: "
                                   "pass@K, pass@K_ci95, problems, failed_episodes, episodes/reward/NAME or "
-                                  "successes/reward/NAME (NAME: a reward term of the env)")
+                                  "successes/reward/NAME (NAME: a reward term of the env), or two of them as "
+                                  "SCORE / SCORE")
 
 
 @dataclass

@@ -204,3 +204,25 @@ def test_arith_retry_says_too_high_or_too_low_and_discounts_later_attempts():
     _, reward, terminated, truncated, _ = env.step("\\boxed{1}")
     assert terminated and not truncated and reward == 0.0  # out of attempts
     env.close()
+
+
+def test_arith_retry_last_digit_hint_and_the_fixed_share_terms():
+    """hint="last_digit" tells the direction and the answer's last digit; every episode reports
+    first_wrong and fixed (weight 0: the reward is unchanged), whose ratio is the share fixed."""
+    env = gymnasium.make("agentrl/ArithRetry-v0", max_attempts=2, hint="last_digit")
+    task = {"question": "What is 10+20+36?", "answer": "66"}
+    env.reset(options={"task": task})
+    obs, reward, terminated, _, info = env.step("\\boxed{64}")
+    assert obs[0]["content"] == "Too low. The answer ends in 6. Try again." and not terminated
+    *_, reward, terminated, _, info = env.step("\\boxed{66}")
+    assert terminated and reward == 0.5 and info["rewards"] == {"correct": 0.5, "first_wrong": 1.0, "fixed": 1.0}
+    env.reset(options={"task": task})
+    *_, reward, terminated, truncated, info = env.step("\\boxed{66}")
+    assert terminated and reward == 1.0 and info["rewards"] == {"correct": 1.0, "first_wrong": 0.0, "fixed": 0.0}
+    env.reset(options={"task": task})
+    assert env.step("\\boxed{69}")[0][0]["content"] == "Too high. The answer ends in 6. Try again."
+    *_, reward, terminated, truncated, info = env.step("\\boxed{69}")
+    assert terminated and not truncated and info["rewards"] == {"correct": 0.0, "first_wrong": 1.0, "fixed": 0.0}
+    env.close()
+    with pytest.raises(EnvError, match="hint must be one of"):
+        gymnasium.make("agentrl/ArithRetry-v0", hint="digits")

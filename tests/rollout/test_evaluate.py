@@ -60,6 +60,28 @@ def test_eval_figures_name_report_scores_and_a_misspelt_one_is_refused():
         load_config(RunConfig, None, ["model=m", "eval.figures={rate: success/reward/x}"])
 
 
+def test_an_eval_figure_may_be_the_ratio_of_two_scores():
+    """ArithRetry's share of first-wrong episodes fixed is episodes/reward/fixed over
+    episodes/reward/first_wrong; None when no episode was wrong at first, or a score is absent."""
+    from agentrl.config import load_config
+    from agentrl.errors import ConfigError
+    from agentrl.run.run_config import RunConfig, figure_value
+
+    share = "episodes/reward/fixed / episodes/reward/first_wrong"
+    cfg = load_config(RunConfig, None, ["model=m", f"eval.figures={{fixed: {share}}}"])
+    assert cfg.eval.figures == {"fixed": share}
+    report = EvalReport(k=1)
+    for first_wrong, fixed in ((1.0, 1.0), (1.0, 0.0), (1.0, 0.0), (0.0, 0.0)):
+        report.add_terms([Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=fixed,
+                                     metrics={"reward/first_wrong": first_wrong, "reward/fixed": fixed})], fixed > 0)
+    assert figure_value(share, report.summary()) == pytest.approx(1 / 3)
+    assert figure_value("episodes/reward/fixed", report.summary()) == pytest.approx(1 / 4)
+    assert figure_value(share, {"episodes/reward/fixed": 0.0, "episodes/reward/first_wrong": 0.0}) is None
+    assert figure_value(share, {}) is None
+    with pytest.raises(ConfigError, match="or two of them as SCORE / SCORE"):
+        load_config(RunConfig, None, ["model=m", "eval.figures={x: pass@1 / problems / problems}"])
+
+
 def test_success_reads_the_env_metric_else_the_reward():
     t = Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=0.3, metrics={"success": 0.0})
     assert not episode_success([t])

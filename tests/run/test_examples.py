@@ -145,6 +145,48 @@ def test_tool_agent_configs_run_the_sft_stage_then_rl_on_calculator_episodes(tmp
     assert any("<|tool|>" in text(r, 0) for r in called)
 
 
+def test_feedback_configs_run_the_sft_stage_then_rl_on_episodes_with_a_hint(tmp_path):
+    """Issue 25's feedback example, short: its SFT stage (second answers after "Too low. The answer
+    ends in 6.") writes a model, and RL on ArithRetry-v0 with hint=last_digit from that model plays
+    two-answer episodes in which the feedback is a masked user turn and the revised answer is the
+    model's own trained text; the summary carries fixed (before, after)."""
+    agentrl = Path(sys.executable).parent / "agentrl"
+    sft_dir, run_dir = tmp_path / "sft", tmp_path / "run"
+    sft = subprocess.run([str(agentrl), "sft", "examples/feedback_sft.yaml", f"run_dir={sft_dir}", "steps=30",
+                          "batch_size=16", "eval_every_steps=0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
+    out = subprocess.run([str(agentrl), "train", "examples/feedback.yaml", f"model={sft_dir / 'model'}",
+                          f"run_dir={run_dir}", "steps=2", "rollout.batch_size=8", "rollout.group_size=8",
+                          "logging.trajectories_per_step=64", "eval.limit=32", "checkpoint.every_steps=0",
+                          "logging.tensorboard=false"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0
+    assert summary["eval_before"] is not None and summary["eval_after"] is not None
+    # the share of first-wrong held-out episodes fixed (the tiny model is wrong at most first answers)
+    assert 0.0 <= summary["fixed_before"] <= 1.0 and 0.0 <= summary["fixed"] <= 1.0, summary
+    sampled = [json.loads(line) for path in sorted((run_dir / "trajectories").glob("step_*.jsonl"))
+               for line in path.read_text().splitlines()]
+    assert len(sampled) == 128  # every episode of both steps
+    retried = [r for r in sampled if r["num_turns"] == 2]
+    assert retried, [r["num_turns"] for r in sampled]
+
+    def text(r: dict, mask: int) -> str:
+        return "".join(tok for tok, m in zip(r["tokens"], r["loss_mask"], strict=True) if m == mask)
+
+    for r in retried:  # one stream: both answers trained on, the feedback between them never
+        assert len(re.findall(r"1+", "".join(map(str, r["loss_mask"])))) == 2, r["loss_mask"]
+        assert text(r, 0).count("Try again.") == 1, text(r, 0)
+        assert "Try again" not in text(r, 1) and text(r, 1).count("\\boxed{") >= 1, text(r, 1)
+        assert r["metrics"]["reward/first_wrong"] == 1.0
+        assert r["metrics"]["reward/fixed"] == (1.0 if r["reward"] > 0 else 0.0)
+    hinted = [r for r in retried if re.search(r"Too (high|low)\. The answer ends in \d\. Try again\.", text(r, 0))]
+    assert hinted, [text(r, 0) for r in retried]  # (a reply with nothing boxed is told so instead)
+    assert all(r["metrics"]["reward/first_wrong"] == 0.0 and r["reward"] == 1.0
+               for r in sampled if r["num_turns"] == 1)  # right at once: nothing to fix
+
+
 def test_every_example_config_is_run_by_a_test():
     """Issue 31: "a test runs each" example config; examples/arith_retry.yaml had none. A test
     runs one when a line of it names the file and the command (train or sft)."""

@@ -435,3 +435,53 @@ def test_an_evaluation_folder_opens_on_its_evaluation_and_its_failures(failing_e
     page.goto(page.url.split("#")[0] + "#curves")
     page.wait_for_selector("body[data-ready='curves']")
     assert "holds an evaluation (`agentrl eval`), not a training run" in page.inner_text("#view")
+
+
+SEGMENTS_JS = """() => [...document.querySelectorAll('#tokens .turn')].map(s =>
+  [s.dataset.role, s.dataset.kind || '', s.textContent])"""
+
+
+def test_feedback_turns_tool_calls_and_tool_results_are_labelled_apart_from_model_text(trained_run, serve_view,
+                                                                                        page, tmp_path):
+    """Issue 25: a multi-turn stream shows which segments the model wrote and was trained on, and
+    what each env segment is — a tool's result or a user turn such as "Too low. Try again." —
+    read from the chat template's own role markers. The streams are the tiny model's template
+    rendered and masked as a rollout records them (agentrl sft's conversation_examples)."""
+    import random
+
+    from agentrl.model.arith_data import make_problem
+    from agentrl.rollout.renderer import ChatRenderer
+    from agentrl.run.sft_data import conversation_examples
+    from examples.tool_agent import conversation as tool_conversation
+
+    renderer = ChatRenderer(str(ROOT / "examples" / "tiny-model"))
+    feedback = [{"role": "user", "content": "What is 10+20+36?"}, {"role": "assistant", "content": "\\boxed{64}"},
+                {"role": "user", "content": "Too low. The answer ends in 6. Try again."},
+                {"role": "assistant", "content": "\\boxed{66}"}]
+    calc = tool_conversation(make_problem("37*48"), random.Random(0))
+    src, _ = trained_run
+    rows = read_step(src, 3)[:2]
+    for row, conv in zip(rows, ({"messages": feedback}, calc), strict=True):
+        (example,) = conversation_examples(renderer, conv["messages"], conv.get("tools"))
+        n = len(example.input_ids)
+        row.update(input_ids=example.input_ids, loss_mask=example.loss_mask,
+                   tokens=[renderer.tokenizer.decode([i]) for i in example.input_ids],
+                   versions=[0 if m else -1 for m in example.loss_mask], logprobs=[0.0] * n,
+                   trainer_logprobs=[0.0] * n, entropy=[0.0] * n, num_turns=2)
+    run_dir = tmp_path / "multi-turn"
+    (run_dir / "trajectories").mkdir(parents=True)
+    shutil.copy(src / "config.yaml", run_dir)
+    (run_dir / "trajectories" / "step_000001.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    url = serve_view(run_dir)
+
+    open_trajectory(page, url, 1, 0)
+    check_tokens(page, rows[0])
+    assert page.evaluate(SEGMENTS_JS) == [
+        ["prompt", "", "prompt"], ["sampled", "", "turn 1 · sampled by the policy · trained"],
+        ["env", "user turn", "env · user turn · not trained"], ["sampled", "", "turn 2 · sampled by the policy · trained"]]
+    open_trajectory(page, url, 1, 1)
+    check_tokens(page, rows[1])
+    assert page.evaluate(SEGMENTS_JS) == [
+        ["prompt", "", "prompt"], ["sampled", "tool call", "turn 1 · sampled by the policy · tool call · trained"],
+        ["env", "tool result", "env · tool result · not trained"],
+        ["sampled", "", "turn 2 · sampled by the policy · trained"]]

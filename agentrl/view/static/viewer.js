@@ -349,6 +349,31 @@ function roleOf(t) {
   return mask.map((m, i) => m ? "sampled" : (first < 0 || i < first ? "prompt" : "env"));
 }
 
+// What a segment of the stream is, read from its own text: the chat template's role marker at the
+// head of an env segment (a tool's result, or a user turn such as feedback; Qwen-style templates
+// wrap a tool result in a user turn's <tool_response>), a tool call in a sampled one.
+const TOOL_TURN = /<\|tool\|>|<\|im_start\|>\s*tool|<tool_response>|ipython|<\|observation\|>|^\W*tool\b/;
+const USER_TURN = /<\|user\|>|<\|im_start\|>\s*user|^\W*user\b/;
+const TOOL_CALL = /<tool_call>|<\|tool_call|<\|python_tag\|>|\[TOOL_CALLS\]/;
+
+function segmentKind(t, roles, start) {
+  const tokens = t.tokens || [];
+  let end = start;
+  while (end < roles.length && roles[end] === roles[start]) end += 1;
+  if (roles[start] === "prompt") return "";
+  if (roles[start] === "sampled") return TOOL_CALL.test(tokens.slice(start, end).join("")) ? "tool call" : "";
+  const head = tokens.slice(start, Math.min(end, start + 16)).join("");
+  if (TOOL_TURN.test(head)) return "tool result";
+  if (USER_TURN.test(head)) return "user turn";
+  return "";
+}
+
+function segmentLabel(role, kind, turn, continued) {
+  if (role === "prompt") return "prompt";
+  if (role === "sampled") return `turn ${turn} · sampled by the policy${kind ? ` · ${kind}` : ""}${continued ? " (continued)" : ""} · trained`;
+  return `${kind ? `env · ${kind}` : "env / tool output"} · not trained`;
+}
+
 function completionText(t) {
   const mask = t.loss_mask || [], tokens = t.tokens || [];
   const first = mask.indexOf(1);
@@ -580,8 +605,8 @@ function tokenStream(t) {
     if (i === 0 || role !== roles[i - 1] || cut) {
       const continued = cut && role === "sampled" && t.truncated.tail_continues;
       if (role === "sampled" && !continued) turn += 1;
-      const label = role === "prompt" ? "prompt" : role === "sampled" ? `turn ${turn} · sampled by the policy${continued ? " (continued)" : ""}` : "env / tool output";
-      box.append(el("span", {class: "turn", "data-role": role}, label));
+      const kind = segmentKind(t, roles, i);
+      box.append(el("span", {class: "turn", "data-role": role, "data-kind": kind}, segmentLabel(role, kind, turn, continued)));
     } else if (role === "sampled" && t.versions[i] !== t.versions[i - 1]) {
       box.append(el("span", {class: "vcut", "data-label": `v${t.versions[i - 1]}→v${t.versions[i]}`,
         title: `weight update: the generation was interrupted at version ${t.versions[i - 1]} and resumed at ${t.versions[i]}`}));
