@@ -153,7 +153,7 @@ demo: model
 # The multi-turn agent: tool use learned by RL (examples/tool_agent.yaml). Its first stage is
 # `agentrl sft` on calculator conversations (runs/tool_agent_sft/), then GRPO on agentrl/ToolUse-v0
 # from that model (runs/tool_agent/); about 10 minutes on 2 cores. The last line printed is the
-# run's summary as JSON (eval_before, eval_after, tool_use_rate_before, tool_use_rate, minutes).
+# run's summary as JSON (eval_before, eval_after, tool_use_rate_before, tool_use_rate_after, minutes).
 demo-tools: model
 	rm -rf runs/tool_agent_sft runs/tool_agent
 	$(BIN)/agentrl sft examples/tool_agent_sft.yaml
@@ -162,7 +162,7 @@ demo-tools: model
 # Feedback used by RL (examples/feedback.yaml): `agentrl sft` on second answers after "Too low. The
 # answer ends in 6." (runs/feedback_sft/), then GRPO on agentrl/ArithRetry-v0 with that hint from
 # that model (runs/feedback/). The last line printed is the run's summary as JSON (eval_before,
-# eval_after, fixed_before, fixed: the share of first-wrong held-out episodes fixed, minutes).
+# eval_after, fixed_before, fixed_after: the share of first-wrong held-out episodes fixed, minutes).
 demo-feedback: model
 	rm -rf runs/feedback_sft runs/feedback
 	$(BIN)/agentrl sft examples/feedback_sft.yaml

@@ -222,9 +222,9 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         summary["eval_s"] = time.perf_counter() - t0
         runlog.log(step, {f"eval/{k}": v for k, v in scores.items()} | {"eval/seconds": time.perf_counter() - t0})
         figures = {name: figure_value(key, scores) for name, key in cfg.eval.figures.items()}
-        for name, value in figures.items():  # NAME_before from the first evaluation, NAME from the last
+        for name, value in figures.items():  # NAME_before from the first evaluation, NAME_after from the last
             summary.setdefault(f"{name}_before", value)
-            summary[name] = value
+            summary[f"{name}_after"] = value
         console.print(f"eval {label} (step {step}): pass@1 [bold]{scores['pass@1']:.3f}[/] "
                       f"± {scores['pass@1_ci95']:.3f} on {report.problems} held-out problems"
                       + "".join(f", {name} {'n/a' if v is None else f'{v:.3f}'}" for name, v in figures.items()))

@@ -145,7 +145,8 @@ class EvalConfig:
     k: int = option(1, ge=1, help="samples per problem (pass@k for every k' <= k is reported)")
     workflow_args: dict[str, Any] = option({}, help="workflow arguments that differ for evaluation")
     figures: dict[str, str] = option({}, help="summary keys read from the evaluation's scores: NAME: SCORE puts "
-                                             "SCORE of the first evaluation in NAME_before and of the last in NAME, "
+                                             "SCORE of the first evaluation in NAME_before and of the last in NAME_after "
+                                             "(as eval_before and eval_after), "
                                              "e.g. {tool_use_rate: successes/reward/used_tool_result}; SCORE / SCORE "
                                              "is their ratio, e.g. {fixed: episodes/reward/fixed / "
                                              "episodes/reward/first_wrong}")
