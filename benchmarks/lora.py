@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -40,9 +39,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weight_sync import TINY, build_qwen2_100m  # noqa: E402 (the benchmark beside this one)
+from weight_sync import model_dir_for  # noqa: E402 (the benchmark beside this one)
 
-from agentrl.process.services import ServerProcess, free_port  # noqa: E402
+from agentrl.process.services import ServerProcess  # noqa: E402
 
 
 def dir_bytes(path: Path) -> int:
@@ -100,22 +99,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    import torch.distributed as dist
 
+    from agentrl.run.local_launcher import one_rank_group
     from agentrl.trainer.actor import Actor
     from agentrl.trainer.trainer_config import LoraConfig, TrainerConfig
 
     with tempfile.TemporaryDirectory(prefix="agentrl-lora-") as tmp:
         work = Path(tmp)
-        if args.model == "tiny":
-            model_dir = TINY
-        elif args.model == "qwen2-100m":
-            model_dir = build_qwen2_100m(work / "qwen2-100m")
-        else:
-            model_dir = Path(args.model)
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
-        try:
+        model_dir = model_dir_for(args.model, work)
+        with one_rank_group():
             actors = {"full": Actor(model_dir, TrainerConfig(lr=1e-4)),
                       "lora": Actor(model_dir, TrainerConfig(lr=1e-4, lora=LoraConfig(rank=args.rank)))}
             for actor in actors.values():
@@ -126,9 +118,6 @@ def main() -> None:
             with ServerProcess(model_dir, "--context-length", "256", "--max-running-requests", "4",
                                "--weight-version", "0", startup_timeout=600) as server:
                 times = asyncio.run(measure(actors, model_dir, server.url, work, args.repeats))
-        finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
     med = {k: statistics.median(v) for k, v in times.items()}
     print(json.dumps({
         "benchmark": "lora", "model": args.model, "rank": args.rank, "repeats": args.repeats,

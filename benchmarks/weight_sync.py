@@ -74,6 +74,15 @@ def build_qwen2_100m(out: Path) -> Path:
     return out
 
 
+def model_dir_for(name: str, work: Path) -> Path:
+    """``--model``: ``tiny`` (the committed demo model), ``qwen2-100m`` (built in ``work``) or a directory."""
+    if name == "tiny":
+        return TINY
+    if name == "qwen2-100m":
+        return build_qwen2_100m(work / "qwen2-100m")
+    return Path(name)
+
+
 def model_size(model: torch.nn.Module) -> tuple[int, int]:
     """Parameters and bytes of the weights a publish sends (shared tensors once)."""
     seen = {p.data_ptr(): p for p in model.parameters()}
@@ -119,12 +128,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="agentrl-weight-sync-") as tmp:
         work = Path(tmp)
-        if args.model == "tiny":
-            model_dir = TINY
-        elif args.model == "qwen2-100m":
-            model_dir = build_qwen2_100m(work / "qwen2-100m")
-        else:
-            model_dir = Path(args.model)
+        model_dir = model_dir_for(args.model, work)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         dist.init_process_group("gloo", rank=0, world_size=1)
         try:

@@ -21,19 +21,23 @@ share of the ranks under ``torchrun --nnodes N --node-rank R --master-addr A --m
 checkpoints go there too). With ``inference.router: sglang`` SGLang's router is started in
 front of the servers (``agentrl.run.router``).
 
+``one_rank_group()``: this process as the only rank, without torchrun (in-process ``agentrl
+sft``, tests, benchmarks).
+
 What it is not: a cluster scheduler. ``agentrl.run.ray_launcher`` starts the same
 ``agentrl.run.loop`` ranks and servers as Ray actors and writes the same ``servers.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -326,3 +330,27 @@ def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None
     summary["events"] = run.events
     summary["server_restarts"] = sum(s.restarts for s in run.servers)
     return summary
+
+
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextlib.contextmanager
+def one_rank_group() -> Iterator[None]:
+    """This process as the only rank of a group, without torchrun: torchrun's variables set for
+    ``init_distributed`` (a free port on 127.0.0.1) and, on exit, the default group destroyed and
+    the variables as they were (in-process ``agentrl sft``, tests, benchmarks)."""
+    import torch.distributed as dist
+
+    saved = {k: os.environ.get(k) for k in TORCHRUN_ENV}
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

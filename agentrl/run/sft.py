@@ -52,7 +52,6 @@ MODEL_DIR = "model"
 """``RUN_DIR/model``: the fine-tuned HF checkpoint."""
 CHECKPOINTS, LATEST, STATE = "checkpoints", "latest", "sft.json"
 """``RUN_DIR/checkpoints/step_NNNNNN/{trainer/, sft.json}``; ``checkpoints/latest`` names the newest."""
-DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 # --------------------------------------------------------------------------- data
@@ -275,23 +274,10 @@ def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData
 def run_in_process(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData] | None = None,
                    resume: bool = False) -> dict:
     """``run_sft`` in this process as a 1-rank group (gloo on CPU), torn down afterwards."""
-    import torch.distributed as dist
+    from agentrl.run.local_launcher import one_rank_group
 
-    from agentrl.process.services import free_port
-
-    saved = {k: os.environ.get(k) for k in DIST_ENV}
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(free_port()))
-    try:
+    with one_rank_group():
         return run_sft(cfg, run_dir, data=data, resume=resume)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run_under_torchrun(cfg: SftConfig, run_dir: str | Path, *, resume: bool = False) -> dict:

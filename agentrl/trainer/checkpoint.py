@@ -35,6 +35,7 @@ import copy
 import json
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -191,20 +192,15 @@ def export_hf(model: torch.nn.Module, out_dir: str | Path, *, source_dir: str | 
             tensors[k] = v.contiguous().clone()
         if dtype is not None:
             cfg.dtype = dtype
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+
+        def write(tmp: Path) -> None:
             save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
             cfg.save_pretrained(str(tmp))
             for f in Path(source_dir).iterdir():
                 if f.is_file() and f.name != "config.json" and not f.name.endswith(WEIGHT_SUFFIXES):
                     shutil.copy2(f, tmp / f.name)
-            if out.exists():
-                shutil.rmtree(out)
-            tmp.rename(out)
-        except OSError as e:
-            raise CheckpointError(f"cannot export HF weights to {str(out)!r}: {e}") from e
+
+        _write_dir(out, write, "export HF weights")
     dist.barrier()
     return out
 
@@ -225,16 +221,26 @@ def export_adapter(model: torch.nn.Module, out_dir: str | Path) -> Path:
     if dist.get_rank() == 0:
         tensors = peft.get_peft_model_state_dict(model, state_dict=sd)
         tensors = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+
+        def write(tmp: Path) -> None:
             save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
             model.peft_config["default"].save_pretrained(str(tmp))
-            if out.exists():
-                shutil.rmtree(out)
-            tmp.rename(out)
-        except OSError as e:
-            raise CheckpointError(f"cannot write the LoRA adapter to {str(out)!r}: {e}") from e
+
+        _write_dir(out, write, "write the LoRA adapter")
     dist.barrier()
     return out
+
+
+def _write_dir(out: Path, write: Callable[[Path], None], what: str) -> None:
+    """``write`` a directory's files into ``<out>.tmp``, then put it in ``out``'s place: a
+    reader (a server loading a published version) never sees half of one."""
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        write(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except OSError as e:
+        raise CheckpointError(f"cannot {what} to {str(out)!r}: {e}") from e

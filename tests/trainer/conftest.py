@@ -3,31 +3,19 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
 
-from agentrl.process.services import ServerProcess, free_port
-
-ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+from agentrl.process.services import ServerProcess
+from agentrl.run.local_launcher import one_rank_group
 
 
 @pytest.fixture(scope="module")
 def group():
     """This process as rank 0 of a 1-rank gloo group (the actor's ``init_distributed``), torn down after the module."""
-    saved = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     torch.set_num_threads(2)
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with one_rank_group():
+        yield
 
 
 @pytest.fixture(scope="module")
