@@ -86,6 +86,8 @@ class DemoConfig:
     sampling_seed: int | None = option(None, help="seed the rollouts: call c of sample k of row i samples with "
                                                   "agentrl.rollout.seeds.call_seed(sampling_seed, i, k, c), as "
                                                   "agentrl train with rollout.sampling.seed (null: unseeded)")
+    max_running_requests: int = option(0, ge=0, help="the server's cap on requests decoded together (0: a "
+                                       "step's samples all at once); 1 makes its logprobs independent of timing")
     threads: int = option(2, ge=1, help="torch threads for the server and for the trainer, each (they take "
                           "turns in this synchronous loop, so each may use both cores of a 2-core machine)")
 
@@ -183,8 +185,9 @@ async def main_async(cfg: DemoConfig) -> dict:
     training_rows = RowSource(load_object("envs.arith:training_rows")(cfg.seed), seed=cfg.seed)  # train's order
 
     console.print(f"[bold]agentrl demo[/]: GRPO on agentrl/Arith-v0 with {cfg.model}")
-    with ServerProcess(cfg.model, "--weight-version", "0", "--max-running-requests",
-                       str(max(64, cfg.prompts * cfg.samples)), threads=cfg.threads) as server:
+    running = cfg.max_running_requests or max(64, cfg.prompts * cfg.samples)
+    with ServerProcess(cfg.model, "--weight-version", "0", "--max-running-requests", str(running),
+                       threads=cfg.threads) as server:
         console.print(f"inference server ready at {server.url}")
         trainer_cfg = TrainerConfig(lr=cfg.lr, betas=[0.9, 0.99], warmup_steps=cfg.warmup_steps,
                                     total_steps=max(1, cfg.steps - cfg.warmup_steps), min_lr_ratio=cfg.min_lr_ratio,

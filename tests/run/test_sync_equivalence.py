@@ -5,7 +5,10 @@ episode log, records, publishing in the loop) does not change the algorithm.
 
 Both draw the same rows (envs.arith:training_rows in RowSource's order: at η = 0 step s trains on
 rows sB..(s+1)B-1) and sample every call with its own seed (agentrl.rollout.seeds), one torch
-thread a side, the same trainer settings (lr schedule over the 5 steps)."""
+thread a side, the same trainer settings (lr schedule over the 5 steps). Each side's server decodes one
+request at a time (max_running_requests 1): the float sums of a decode step depend on which requests
+share it, so with timing deciding that, the behaviour logprobs (and through the PPO weights the
+gradients) differed in the 7th digit in some runs and not in others."""
 
 from __future__ import annotations
 
@@ -29,13 +32,13 @@ def test_eta_zero_trains_as_the_synchronous_loop(tmp_path):
     sync_dir, async_dir = tmp_path / "sync" / "run", tmp_path / "async" / "run"  # one name: the same group ids
     sync = subprocess.run([sys.executable, str(ROOT / "examples" / "grpo_arith.py"), f"out={sync_dir}",
                            f"steps={STEPS}", f"prompts={PROMPTS}", f"samples={SAMPLES}", "sampling_seed=7",
-                           "threads=1", "eval_problems=1", "eval_every=0"],
+                           "threads=1", "eval_problems=1", "eval_every=0", "max_running_requests=1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert sync.returncode == 0, sync.stdout[-3000:] + sync.stderr[-3000:]
     out = subprocess.run([str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={async_dir}",
                           f"steps={STEPS}", f"trainer.total_steps={STEPS}", "trainer.max_staleness=0",
                           f"rollout.batch_size={PROMPTS}", f"rollout.group_size={SAMPLES}",
-                          "rollout.sampling.seed=7", "eval.dataset=null", "max_minutes=null",
+                          "rollout.sampling.seed=7", "inference.max_running_requests=1", "eval.dataset=null", "max_minutes=null",
                           "checkpoint.every_steps=0", "logging.trajectories_per_step=0",
                           "logging.tensorboard=false"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
