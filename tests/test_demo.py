@@ -43,8 +43,8 @@ def test_demo_bad_override_is_one_line_naming_the_key(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == (
         "grpo_arith: error: unknown config key 'stpes'; did you mean 'steps'? (known keys here: clip, eval_every, "
-        "eval_problems, eval_seed, filter_groups, kl_coef, lr, max_new_tokens, min_lr_ratio, model, out, prompts, "
-        "samples, sampling_seed, seed, steps, temperature, threads, top_p, warmup_steps)"
+        "eval_problems, eval_seed, filter_groups, kl_coef, lr, max_new_tokens, max_running_requests, min_lr_ratio, "
+        "model, out, prompts, samples, sampling_seed, seed, steps, temperature, threads, top_p, warmup_steps)"
     )
 
 
