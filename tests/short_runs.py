@@ -31,3 +31,9 @@ def short_train(run_dir: Path, rollout: dict[str, Any], *, steps: int = 2, **key
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["steps"] == steps and summary["counters"]["episodes_failed"] == 0, summary
     return summary
+
+
+def recorded_trajectories(run_dir: Path) -> list[dict[str, Any]]:
+    """Every trajectory the run recorded (``RUN_DIR/record/step_N.jsonl``, in step order), as dicts."""
+    return [json.loads(line) for path in sorted((run_dir / "record").glob("step_*.jsonl"))
+            for line in path.read_text().splitlines()]

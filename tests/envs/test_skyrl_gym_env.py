@@ -26,7 +26,7 @@ from agentrl.rollout.conversation import sampled_spans
 from envs.interop.skyrl_gym_env import gsm8k_multi_turn_rows, text2sql_rows
 from workflows.env import EnvWorkflow
 
-from ..short_runs import short_train
+from ..short_runs import recorded_trajectories, short_train
 
 AGENTRL = str(Path(sys.executable).parent / "agentrl")
 SAMPLING = SamplingParams(max_new_tokens=16, temperature=1.0)
@@ -116,3 +116,6 @@ def test_a_short_train_on_gsm8k_multi_turn(tmp_path):
                           "max_context_tokens": 1024},
         "dataset": "envs.interop.skyrl_gym_env:gsm8k_multi_turn_rows", "group_size": 2, "batch_size": 2,
         "sampling": {"temperature": 1.0, "max_new_tokens": 16}})
+    trained = recorded_trajectories(tmp_path / "run")
+    assert len(trained) >= 2 * 2 * 2  # steps x prompts x samples (a stale one is recorded too), a stream each
+    assert {t["reward"] for t in trained} <= {-1.0, 0.0, 1.0}  # SkyRL's scores, summed over the turns

@@ -16,7 +16,7 @@ from agentrl.errors import ConfigError
 from agentrl.rollout.conversation import sampled_spans
 from workflows.verifiers_harness import VerifiersWorkflow
 
-from ..short_runs import short_train
+from ..short_runs import recorded_trajectories, short_train
 
 SUM_TASKSET = '''
 import random
@@ -119,3 +119,6 @@ def test_a_short_train_on_a_verifiers_taskset(openenv_sum_server, tmp_path):
                           "context_length": 1024, "timeout_s": 240},
         "dataset": str(tmp_path / "rows.jsonl"), "group_size": 2, "batch_size": 1,
         "max_concurrent": 2})  # every verifiers episode starts its harness program: a few at a time
+    trained = recorded_trajectories(tmp_path / "run")
+    assert len(trained) >= 2 * 1 * 2 and all(t["status"] == "ok" for t in trained)  # steps x prompts x samples
+    assert {t["reward"] for t in trained} <= {0.0, 1.0}  # the taskset rubric's reward reached the trainer
