@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentrl.rollout.recorded import read_rows, recorded_steps
+
 ROOT = Path(__file__).resolve().parents[1]
 AGENTRL = str(Path(sys.executable).parent / "agentrl")
 
@@ -33,7 +35,7 @@ def short_train(run_dir: Path, rollout: dict[str, Any], *, steps: int = 2, **key
     return summary
 
 
+
 def recorded_trajectories(run_dir: Path) -> list[dict[str, Any]]:
     """Every trajectory the run recorded (``RUN_DIR/record/step_N.jsonl``, in step order), as dicts."""
-    return [json.loads(line) for path in sorted((run_dir / "record").glob("step_*.jsonl"))
-            for line in path.read_text().splitlines()]
+    return [row for path in recorded_steps(run_dir) for row in read_rows(path)]

@@ -40,6 +40,16 @@ from agentrl.api import Completion, SamplingParams
 
 RECORD_MAX_BYTES = 65536
 """The default bound of one episode's record (``logging.record_max_bytes``)."""
+RECORD_DIR = "record"
+"""``RUN_DIR/record/``: every trajectory of every step whole, each episode's record on its first
+(``RunLog.record`` writes it; ``agentrl replay``, ``rollout.source`` and the viewer read it)."""
+RECORD_STEP = "step_*.jsonl"
+"""The step files in it (``step_file``)."""
+
+
+def step_file(step: int) -> str:
+    """The name of step ``step``'s file in a run's ``record/`` (and ``trajectories/``)."""
+    return f"step_{step:06d}.jsonl"
 
 _current: contextvars.ContextVar[EpisodeRecord | None] = contextvars.ContextVar("agentrl_episode_record",
                                                                                  default=None)

@@ -23,8 +23,8 @@ from typing import Any
 from agentrl.api import Trajectory, TrajectoryStatus
 from agentrl.errors import ConfigError
 from agentrl.rollout.executor import Group, RolloutExecutor
+from agentrl.rollout.record import RECORD_DIR, RECORD_STEP
 
-RECORD_STEP = "step_*.jsonl"
 SOURCES = ("workflow", "gateway")
 """``rollout.source`` values that are not a path to recorded steps."""
 
@@ -36,7 +36,7 @@ def recorded_steps(path: str | Path) -> list[Path]:
     if not path.is_dir():
         raise ConfigError(f"{str(path)!r} is not a directory; give the run_dir of an `agentrl train` run "
                           "(or its record/ folder)")
-    folder = path / "record" if (path / "record").is_dir() else path
+    folder = path / RECORD_DIR if (path / RECORD_DIR).is_dir() else path
     steps = sorted(folder.glob(RECORD_STEP))
     if not steps:
         raise ConfigError(f"{str(path)!r} holds no recorded steps (no record/step_NNNNNN.jsonl): runs record them "

@@ -27,11 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import Trajectory, TrajectoryStatus
+from agentrl.rollout.record import RECORD_DIR, step_file
 
 log = logging.getLogger(__name__)
-
-RECORD_DIR = "record"
-"""``RUN_DIR/record/``: every trajectory of every step, whole (``RunLog.record``)."""
 
 CURVES = (  # (panel title, metric keys) of curves.png
     ("reward", ("rollout/reward_mean", "rollout/success_rate")),
@@ -136,7 +134,7 @@ class RunLog:
         if self.trajectories_per_step == 0:
             return None
         self.samples_dir.mkdir(exist_ok=True)
-        path = self.samples_dir / f"step_{step:06d}.jsonl"
+        path = self.samples_dir / step_file(step)
         tmp = path.with_suffix(".jsonl.tmp")
         kept = list(trajectories[: self.trajectories_per_step])
         with tmp.open("w") as f:
@@ -157,7 +155,7 @@ class RunLog:
         if self.record_dir is None:
             return None
         self.record_dir.mkdir(exist_ok=True)
-        path = self.record_dir / f"step_{step:06d}.jsonl"
+        path = self.record_dir / step_file(step)
         tmp = path.with_suffix(".jsonl.tmp")
         with tmp.open("w") as f:
             for t in trajectories:

@@ -28,12 +28,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from agentrl.api import NOT_SAMPLED
 from agentrl.errors import ConfigError
+from agentrl.rollout.record import RECORD_DIR, step_file
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 TRAINING_FILES = ("metrics.jsonl", "trajectories", "summary.json")
 """What ``agentrl train`` writes; a directory with none of them holds only an evaluation."""
-NOT_SAMPLED = -1
 
 
 def parse_line(line: str | bytes) -> Any:
@@ -151,14 +152,11 @@ class RunData:
 
     def steps(self) -> list[int]:
         """The steps with a trajectory sample, in order."""
-        folder = self.path / "trajectories"
-        if not folder.is_dir():
-            return []
-        return sorted(int(m.group(1)) for p in folder.iterdir() if (m := STEP_FILE.match(p.name)))
+        return _step_numbers(self.path / "trajectories")
 
     def trajectories(self, step: int) -> list[dict[str, Any]]:
         """The sampled trajectories of ``step`` (an unknown step gives [])."""
-        rows = read_jsonl(self.path / "trajectories" / f"step_{step:06d}.jsonl")
+        rows = read_jsonl(self.path / "trajectories" / step_file(step))
         env = self.env_id()
         for i, row in enumerate(rows):
             row["index"] = i
@@ -175,7 +173,7 @@ class RunData:
         """Every trajectory of ``step`` as ``record/step_NNNNNN.jsonl`` holds it (whole, each
         episode's environment record on its first trajectory; [] for an unknown step or a run
         without a record)."""
-        rows = read_jsonl(self.path / "record" / f"step_{step:06d}.jsonl")
+        rows = read_jsonl(self.path / RECORD_DIR / step_file(step))
         for i, row in enumerate(rows):
             row["index"] = i
         _number_segments(rows)
@@ -183,10 +181,7 @@ class RunData:
 
     def recorded_steps(self) -> list[int]:
         """The steps with a record, in order."""
-        folder = self.path / "record"
-        if not folder.is_dir():
-            return []
-        return sorted(int(m.group(1)) for p in folder.iterdir() if (m := STEP_FILE.match(p.name)))
+        return _step_numbers(self.path / RECORD_DIR)
 
     # ------------------------------------------------------------------ evaluation
 
@@ -233,3 +228,10 @@ def _number_segments(rows: list[dict[str, Any]]) -> None:
     for members in per_episode.values():
         for k, row in enumerate(members):
             row["segment"], row["segments"] = k + 1, len(members)
+
+
+def _step_numbers(folder: Path) -> list[int]:
+    """The steps that have a file in ``folder`` (``step_NNNNNN.jsonl``), in order; [] without it."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in folder.iterdir() if (m := STEP_FILE.match(p.name)))
