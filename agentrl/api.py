@@ -25,6 +25,10 @@ from agentrl.errors import TrajectoryError
 
 NOT_SAMPLED = -1
 """Version stamped on tokens the policy did not sample (prompt, environment, tool output)."""
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+"""A LoRA adapter directory's two files, in peft's format: what a LoRA run publishes and checkpoints
+(``agentrl.trainer.lora``) and what ``agentrl serve`` merges (``agentrl.inference.lora_adapter``)."""
 
 
 # --------------------------------------------------------------------------- trajectories

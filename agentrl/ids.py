@@ -2,8 +2,8 @@
 
 ``unique_hex()`` is 32 hex digits like ``uuid.uuid4().hex``: 16 random ones drawn once per
 process, then a counter. Unique across processes (the random half) and within one (the
-counter), without reading the OS's random source per id, which the rollout loop did a few
-hundred times a step. Not for secrets (use ``secrets``), nor unguessable.
+counter), without reading the OS's random source per id (the rollout side draws one per
+request and per call). Not for secrets (use ``secrets``), nor unguessable.
 """
 
 from __future__ import annotations

@@ -32,11 +32,10 @@ from typing import Any
 
 import torch
 
+from agentrl.api import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from agentrl.errors import ModelError
 from agentrl.inference.hf_weights import MERGED_ON, Slot, all_finite, canonical, fused_tensors, with_fused
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 """The fused tensors an adapter may change (the linear projections; not norms, biases or embeddings)."""
 TENSOR_NAME = re.compile(r"(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])\.weight")

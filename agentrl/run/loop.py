@@ -48,8 +48,8 @@ TRUNCATION_WARNING = 0.2
 """A step whose completions stopped at the token budget this often or more is warned about (once)."""
 PLOT_EVERY_S = 30.0
 """curves.png is redrawn at most this often during a run, by a process of its own that the steps
-never wait for (matplotlib takes a core for a second or two; in the trainer's process it also
-held the GIL the training step needs), and once at the end."""
+never wait for (matplotlib takes a core for a second or two, and in the trainer's process it would
+hold the GIL the training step needs), and once at the end."""
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

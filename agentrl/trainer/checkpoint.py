@@ -212,7 +212,8 @@ def export_adapter(model: torch.nn.Module, out_dir: str | Path) -> Path:
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from agentrl.trainer.lora import ADAPTER_WEIGHTS, peft_module
+    from agentrl.api import ADAPTER_WEIGHTS
+    from agentrl.trainer.lora import peft_module
 
     peft = peft_module()
     out = Path(out_dir)

@@ -23,12 +23,10 @@ from typing import Any
 
 import torch
 
+from agentrl.api import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from agentrl.errors import ModelError
 from agentrl.plugins import import_optional
 from agentrl.trainer.trainer_config import LoraConfig
-
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def peft_module() -> Any:
