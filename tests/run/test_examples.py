@@ -108,35 +108,48 @@ def test_arith_retry_config_trains_multi_turn_episodes(tmp_path):
         assert feedback.count("Try again.") == r["num_turns"] - 1, feedback
 
 
-def test_tool_agent_configs_run_the_sft_stage_then_rl_on_calculator_episodes(tmp_path):
-    """Issue 25's tool-use example, short: its SFT stage (calculator conversations) writes a model,
-    and RL on ToolUse-v0 from that model plays episodes in which the calculator's result is a
-    masked tool turn inside the one token stream; the summary carries tool_use_rate (before, after)."""
-    agentrl = Path(sys.executable).parent / "agentrl"
-    sft_dir, run_dir = tmp_path / "sft", tmp_path / "run"
-    # 30 short SFT steps: the model calls the calculator in some samples (2 steps: never)
-    sft = subprocess.run([str(agentrl), "sft", "examples/tool_agent_sft.yaml", f"run_dir={sft_dir}", "steps=30",
-                          "batch_size=16", "eval_every_steps=0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
-    assert (sft_dir / "model" / "config.json").is_file()
-    out = subprocess.run([str(agentrl), "train", "examples/tool_agent.yaml", f"model={sft_dir / 'model'}",
-                          f"run_dir={run_dir}", "steps=2", "rollout.batch_size=8", "rollout.group_size=8",
-                          "logging.trajectories_per_step=64", "eval.limit=16", "checkpoint.every_steps=0",
-                          "logging.tensorboard=false"],
+def sft(config: str, run_dir: Path, *keys: str) -> Path:
+    """``agentrl sft CONFIG`` into ``run_dir`` (30 short steps unless ``keys`` say otherwise); its model."""
+    out = subprocess.run([str(Path(sys.executable).parent / "agentrl"), "sft", config, f"run_dir={run_dir}",
+                          "steps=30", "batch_size=16", "eval_every_steps=0", *keys],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (run_dir / "model" / "config.json").is_file()
+    return run_dir / "model"
+
+
+def train(config: str, run_dir: Path, *keys: str) -> tuple[dict, list[dict]]:
+    """Two steps of ``agentrl train CONFIG`` (8 x 8 episodes, every one logged) into ``run_dir``: its
+    summary, checked to have ended well, and every logged trajectory."""
+    out = subprocess.run([str(Path(sys.executable).parent / "agentrl"), "train", config, f"run_dir={run_dir}",
+                          "steps=2", "rollout.batch_size=8", "rollout.group_size=8",
+                          "logging.trajectories_per_step=64", "checkpoint.every_steps=0",
+                          "logging.tensorboard=false", *keys], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0
     assert summary["eval_before"] is not None and summary["eval_after"] is not None
-    assert "tool_use_rate_after" in summary and "tool_use_rate_before" in summary  # None when nothing was right
     sampled = [json.loads(line) for path in sorted((run_dir / "trajectories").glob("step_*.jsonl"))
                for line in path.read_text().splitlines()]
     assert len(sampled) == 128  # every episode of both steps
+    return summary, sampled
+
+
+def text(r: dict, mask: int) -> str:
+    """A logged trajectory's tokens with that loss mask (1: trained on, 0: not), joined."""
+    return "".join(tok for tok, m in zip(r["tokens"], r["loss_mask"], strict=True) if m == mask)
+
+
+def test_tool_agent_configs_run_the_sft_stage_then_rl_on_calculator_episodes(tmp_path):
+    """Issue 25's tool-use example, short: its SFT stage (calculator conversations) writes a model,
+    and RL on ToolUse-v0 from that model plays episodes in which the calculator's result is a
+    masked tool turn inside the one token stream; the summary carries tool_use_rate (before, after)."""
+    # 30 short SFT steps: the model calls the calculator in some samples (2 steps: never)
+    model = sft("examples/tool_agent_sft.yaml", tmp_path / "sft")
+    summary, sampled = train("examples/tool_agent.yaml", tmp_path / "run", f"model={model}", "eval.limit=16")
+    assert "tool_use_rate_after" in summary and "tool_use_rate_before" in summary  # None when nothing was right
     called = [r for r in sampled if r["num_turns"] > 1]
     assert called, [r["num_turns"] for r in sampled]  # the model called the calculator in some episodes
-    def text(r: dict, mask: int) -> str:
-        return "".join(tok for tok, m in zip(r["tokens"], r["loss_mask"], strict=True) if m == mask)
-
     for r in sampled:  # the model's calls are its own sampled text; the env's turns are never trained on
         assert "<|tool|>" not in text(r, 1), text(r, 1)
     for r in called:
@@ -150,31 +163,12 @@ def test_feedback_configs_run_the_sft_stage_then_rl_on_episodes_with_a_hint(tmp_
     ends in 6.") writes a model, and RL on ArithRetry-v0 with hint=last_digit from that model plays
     two-answer episodes in which the feedback is a masked user turn and the revised answer is the
     model's own trained text; the summary carries fixed (before, after)."""
-    agentrl = Path(sys.executable).parent / "agentrl"
-    sft_dir, run_dir = tmp_path / "sft", tmp_path / "run"
-    sft = subprocess.run([str(agentrl), "sft", "examples/feedback_sft.yaml", f"run_dir={sft_dir}", "steps=30",
-                          "batch_size=16", "eval_every_steps=0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
-    out = subprocess.run([str(agentrl), "train", "examples/feedback.yaml", f"model={sft_dir / 'model'}",
-                          f"run_dir={run_dir}", "steps=2", "rollout.batch_size=8", "rollout.group_size=8",
-                          "logging.trajectories_per_step=64", "eval.limit=32", "checkpoint.every_steps=0",
-                          "logging.tensorboard=false"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0
-    assert summary["eval_before"] is not None and summary["eval_after"] is not None
+    model = sft("examples/feedback_sft.yaml", tmp_path / "sft")
+    summary, sampled = train("examples/feedback.yaml", tmp_path / "run", f"model={model}", "eval.limit=32")
     # the share of first-wrong held-out episodes fixed (the tiny model is wrong at most first answers)
     assert 0.0 <= summary["fixed_before"] <= 1.0 and 0.0 <= summary["fixed_after"] <= 1.0, summary
-    sampled = [json.loads(line) for path in sorted((run_dir / "trajectories").glob("step_*.jsonl"))
-               for line in path.read_text().splitlines()]
-    assert len(sampled) == 128  # every episode of both steps
     retried = [r for r in sampled if r["num_turns"] == 2]
     assert retried, [r["num_turns"] for r in sampled]
-
-    def text(r: dict, mask: int) -> str:
-        return "".join(tok for tok, m in zip(r["tokens"], r["loss_mask"], strict=True) if m == mask)
-
     for r in retried:  # one stream: both answers trained on, the feedback between them never
         assert len(re.findall(r"1+", "".join(map(str, r["loss_mask"])))) == 2, r["loss_mask"]
         assert text(r, 0).count("Try again.") == 1, text(r, 0)
