@@ -52,3 +52,22 @@ class UpdateWeightVersion:
 
     new_version: str = option(help="the version the served weights are labelled with from now on")
     abort_all_requests: bool = option(True, help="abort the running requests first")
+
+
+@dataclass
+class LoadLoraAdapter:
+    """``POST /load_lora_adapter``."""
+
+    lora_name: str = option(help="the name requests select the adapter by (lora_path, or model \"base:name\")")
+    lora_path: str = option(help="the directory of a peft LoRA adapter (adapter_config.json + "
+                                 "adapter_model.safetensors)")
+    pinned: bool = option(False, help="accepted for SGLang's clients; agentrl serve never evicts an adapter")
+    lora_id: str | None = option(None, help="accepted for SGLang's clients; the name identifies the adapter")
+
+
+@dataclass
+class UnloadLoraAdapter:
+    """``POST /unload_lora_adapter``."""
+
+    lora_name: str = option(help="the adapter to unload; requests already running with it finish with it")
+    lora_id: str | None = option(None, help="accepted for SGLang's clients; the name identifies the adapter")

@@ -44,7 +44,13 @@ from agentrl.inference.hf_weights import (
     receive_targets,
     spec_of,
 )
-from agentrl.inference.lora_adapter import is_adapter_dir, merge_adapter, read_adapter
+from agentrl.inference.lora_adapter import (
+    LoraWeights,
+    is_adapter_dir,
+    merge_adapter,
+    read_adapter,
+    runtime_adapter,
+)
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "Decoder", "Step", "read_config"]
 
@@ -83,6 +89,38 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _lora_rows(lora: list[LoraWeights | None], decode: int, lens: list[int],
+               device: torch.device) -> list[tuple[LoraWeights, torch.Tensor | None]]:
+    """Each adapter of a step with the packed token indices of its rows (None: every token)."""
+    if not any(lora):
+        return []
+    spans = [(i, 1) for i in range(decode)]
+    at = decode
+    for n in lens:
+        spans.append((at, n))
+        at += n
+    tokens: dict[LoraWeights, list[int]] = {}
+    for adapter, (start, n) in zip(lora, spans, strict=True):
+        if adapter is not None:
+            tokens.setdefault(adapter, []).extend(range(start, start + n))
+    return [(a, None if len(idx) == at else torch.tensor(idx, device=device)) for a, idx in tokens.items()]
+
+
+def _add_lora(out: torch.Tensor, inp: torch.Tensor, loras: list[tuple[LoraWeights, torch.Tensor | None]],
+              layer: int, key: str) -> None:
+    """``out[rows] += (inp[rows] @ A.T) @ B.T`` for each adapter that changes projection ``key``
+    of ``layer``, over its rows (in place)."""
+    for adapter, rows in loras:
+        ab = adapter.layers[layer].get(key)
+        if ab is None:
+            continue
+        a, b = ab
+        if rows is None:
+            out.addmm_(inp @ a.t(), b.t())
+        else:
+            out.index_add_(0, rows, (inp[rows] @ a.t()) @ b.t())
+
+
 @dataclass
 class Step:
     """The rows of one forward pass: what ``Decoder.forward`` computes, packed without padding.
@@ -104,6 +142,9 @@ class Step:
     row's tokens ``offset .. offset + count - 1``, in ``hidden[j]`` ``[count, hidden]`` (for
     their logits: ``Decoder.token_logprobs``)."""
     hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # filled by Decoder.forward
+    lora: list[LoraWeights | None] = field(default_factory=list)
+    """The LoRA adapter each row computes with (``decode`` rows, then ``prefill`` rows; None: the
+    served weights alone); empty: every row without one."""
 
 
 class Decoder:
@@ -175,6 +216,13 @@ class Decoder:
         if tied != self.tied:
             raise ModelError(f"{model_dir}: tie_word_embeddings={tied}, the served model has {self.tied}")
         return load_weights(model_dir, self.spec, tied, self.device, self.dtype, alloc=self._alloc)
+
+    def load_adapter(self, adapter_dir: str | Path, name: str) -> LoraWeights:
+        """A LoRA adapter directory, validated (``read_adapter``) and laid out for run-time use
+        (``Step.lora``): it adds to whatever weights are served, full updates included."""
+        adapter = read_adapter(adapter_dir, self.slots)
+        return runtime_adapter(adapter, self.slots, self.spec.num_layers, name=name, path=str(adapter_dir),
+                               device=self.device, dtype=self.dtype)
 
     def prepare_tensors(self, tensors: list[tuple[str, torch.Tensor]], where: str,
                         fresh: dict[tuple, torch.Tensor] | None = None, onto: dict | None = None) -> dict:
@@ -291,6 +339,8 @@ class Decoder:
         place (consecutive slots: a view, no copy) with small batched matmuls
         (``ROW_ATTENTION_MAX``); prefill rows gather their slots' keys and run one masked SDPA
         call, padded to the longest prefill row (padding in attention only, not in the matmuls).
+        Rows with a LoRA adapter (``Step.lora``) add its ``(x @ A.T) @ B.T`` to each projection
+        it targets: one pair of small matmuls per adapter in the step, over its rows only.
         """
         s, w, dev = self.spec, self.weights, self.device
         D, scratch = len(step.decode), self.num_slots
@@ -349,10 +399,12 @@ class Decoder:
             q_pos = positions[gather]  # [P, T]
             pre_mask = (torch.arange(pre_len, device=dev)[None, None, None, :] <= q_pos[:, None, :, None])
             keep = valid.reshape(-1).nonzero().squeeze(1)
+        loras = _lora_rows(step.lora, D, lens, dev)
         x = w["embed"][tokens]
         for i, layer in enumerate(w["layers"]):
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
             qkv = F.linear(h, layer["qkv"], layer["qkv_bias"])
+            _add_lora(qkv, h, loras, i, "qkv")
             qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
             if s.qk_norm:
                 qk = torch.cat([_rms_norm(qk[:, :H], layer["q_norm"], s.rms_eps),
@@ -382,9 +434,14 @@ class Decoder:
                 parts.append(out.transpose(1, 2).reshape(P * T, q_out)[keep])
             attn = parts[0] if len(parts) == 1 else torch.cat(parts)
             x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
+            _add_lora(x, attn, loras, i, "o")
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
-            gate, up = F.linear(h, layer["gate_up"]).chunk(2, dim=-1)
-            x = torch.addmm(x, F.silu(gate).mul_(up), layer["down"].t())
+            gate_up = F.linear(h, layer["gate_up"])
+            _add_lora(gate_up, h, loras, i, "gate_up")
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = F.silu(gate).mul_(up)
+            x = torch.addmm(x, act, layer["down"].t())
+            _add_lora(x, act, loras, i, "down")
         if step.hidden_from:
             starts = [D + sum(lens[:j]) for j in range(len(lens))]
             for j, (offset, count) in step.hidden_from.items():

@@ -1,8 +1,10 @@
-"""LoRA adapters for ``agentrl serve``: a peft adapter directory, validated and merged into the
-served model's fused weights.
+"""LoRA adapters for ``agentrl serve``: a peft adapter directory, validated, then either merged
+into the served model's fused weights or served beside them, per request.
 
 What it is: ``read_adapter`` (``adapter_config.json`` + ``adapter_model.safetensors``, as peft
-writes them and a LoRA run publishes them) and ``merge_adapter`` (a new weights dict: each
+writes them and a LoRA run publishes them); ``runtime_adapter`` (the adapter laid out per fused
+projection, ``LoraWeights``, which ``Decoder.forward`` adds to the rows of the requests that name
+it: SGLang's ``/load_lora_adapter`` and a request's ``lora_path``); and ``merge_adapter`` (a new weights dict: each
 targeted projection ``W + (B @ A) * scale``, computed as peft's ``merge_and_unload`` does, in
 float32, over the *base* weights — the ones the server loaded from a full checkpoint — so
 adapter after adapter never accumulates: each update is base + its own delta). The decoder
@@ -16,8 +18,8 @@ served architecture's linear projections (q, k, v, o, gate, up, down), both pres
 shapes ``[r, in]`` and ``[out, r]``, floating and finite. A refusal is a ``ModelError`` naming
 the key or the tensor; the served weights are untouched.
 
-What it is not: the trainer's side (``agentrl.trainer.lora``, built on peft), nor SGLang's
-per-request adapters (``/load_lora_adapter``, a request's ``lora_path``): not implemented here.
+What it is not: the trainer's side (``agentrl.trainer.lora``, built on peft), nor the names
+adapters are registered under (``ServerState.loras``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,43 @@ class Adapter:
 
     pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]
     scale: float
+
+
+@dataclass(frozen=True, eq=False)
+class LoraWeights:
+    """An adapter as ``Decoder.forward`` applies it at run time: for each layer, for each fused
+    projection it changes (``qkv``, ``o``, ``gate_up``, ``down``), ``(A [R, in], B [out, R])`` with
+    the targets of that projection stacked (R = rank x targets; ``B`` is zero outside each
+    target's rows and holds the scale), so that the projection's output gains ``(x @ A.T) @ B.T``.
+    ``name`` and ``path`` are what it was loaded as; equality is identity (a request holds the
+    adapter it was admitted with, even after the name is unloaded or loaded again)."""
+
+    name: str
+    path: str
+    layers: tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], ...]
+
+
+def runtime_adapter(adapter: Adapter, slots: dict[str, Slot], num_layers: int, *, name: str, path: str,
+                    device: torch.device, dtype: torch.dtype) -> LoraWeights:
+    """``adapter`` as ``LoraWeights`` for the served architecture (``slots``)."""
+    by_key: dict[tuple, list[str]] = {}
+    for target in adapter.pairs:
+        by_key.setdefault(slots[target].key, []).append(target)
+    layers: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = [{} for _ in range(num_layers)]
+    out_of: dict[tuple, int] = {}  # a fused tensor's rows: up to its last slot's
+    for slot in slots.values():
+        out_of[slot.key] = max(out_of.get(slot.key, 0), slot.stop)
+    for key, targets in by_key.items():
+        _, layer, fused = key
+        a = torch.cat([adapter.pairs[t][0].to(torch.float32) for t in targets])
+        b = torch.zeros(out_of[key], a.shape[0], dtype=torch.float32)
+        col = 0
+        for t in targets:
+            ta, tb = adapter.pairs[t]
+            b[slots[t].start : slots[t].stop, col : col + ta.shape[0]] = tb.to(torch.float32) * adapter.scale
+            col += ta.shape[0]
+        layers[layer][fused] = (a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype))
+    return LoraWeights(name, path, tuple(layers))
 
 
 def is_adapter_dir(path: str | Path) -> bool:

@@ -2,7 +2,9 @@
 
 What it is: ``native_routes(state)`` — ``POST /generate`` (single, batched, ``n`` > 1,
 streamed), ``/pause_generation``, ``/continue_generation``, ``/abort_request``,
-``/update_weights_from_disk``, ``/update_weight_version``, ``GET|POST /flush_cache``,
+``/update_weights_from_disk``, ``/update_weight_version``, ``/load_lora_adapter``,
+``/unload_lora_adapter`` (a request's ``lora_path`` names a loaded adapter, applied to its
+rows at run time: ``Decoder.forward``), ``GET|POST /flush_cache``,
 ``GET /model_info`` (+ ``/get_model_info``), ``/server_info`` (+ ``/get_server_info``),
 ``/health``, ``/health_generate``, ``/ready``, ``/v1/loads``, ``/get_load`` (0.5.10's, which
 sglang-router polls) — with SGLang's field names and response shapes (``agentrl.inference.server``
@@ -28,7 +30,9 @@ from agentrl.ids import unique_hex
 from agentrl.inference import openapi
 from agentrl.inference.control_bodies import (
     AbortRequest,
+    LoadLoraAdapter,
     PauseGeneration,
+    UnloadLoraAdapter,
     UpdateWeightsFromDisk,
     UpdateWeightVersion,
 )
@@ -124,6 +128,32 @@ def native_routes(state: ServerState) -> APIRouter:
         await asyncio.wrap_future(state.scheduler.install_weights(state.decoder.weights, new))
         return {"success": True, "message": f"Weight version updated to {new}", "new_version": new}
 
+    @router.post("/load_lora_adapter", openapi_extra=json_body(body_schema(LoadLoraAdapter)))
+    async def load_lora_adapter(http: Request):
+        body = await control_body(LoadLoraAdapter, http)
+        name, path = body.lora_name, body.lora_path
+        if not name or not path:
+            raise Refused("lora_name and lora_path are required: a name for the adapter and its directory")
+        try:
+            if name in state.loras:
+                raise ModelError(f"an adapter named {name[:200]!r} is already loaded; unload it first or pick "
+                                 "another lora_name")
+            lora = await asyncio.to_thread(state.decoder.load_adapter, path, name)
+            if name in state.loras:  # loaded under this name meanwhile
+                raise ModelError(f"an adapter named {name[:200]!r} was loaded meanwhile; unload it first")
+        except (ModelError, OSError) as e:
+            return JSONResponse(_lora_update(state, f"Failed to load LoRA adapter {name[:200]}: {e}"), status_code=400)
+        state.loras[name] = lora
+        return _lora_update(state)
+
+    @router.post("/unload_lora_adapter", openapi_extra=json_body(body_schema(UnloadLoraAdapter)))
+    async def unload_lora_adapter(http: Request):
+        body = await control_body(UnloadLoraAdapter, http)
+        if state.loras.pop(body.lora_name, None) is None:
+            return JSONResponse(_lora_update(state, f"LoRA adapter {body.lora_name[:200]} is not loaded. Loaded "
+                                                    f"adapters: {sorted(state.loras)}"), status_code=400)
+        return _lora_update(state)
+
     @router.get("/flush_cache")
     @router.post("/flush_cache", operation_id="flush_cache_post")
     async def flush_cache():
@@ -209,9 +239,27 @@ def native_routes(state: ServerState) -> APIRouter:
     return router
 
 
-UNSUPPORTED = ("input_embeds", "image_data", "video_data", "audio_data", "lora_path", "session_id",
+UNSUPPORTED = ("input_embeds", "image_data", "video_data", "audio_data", "session_id",
                "session_params", "custom_logit_processor", "token_ids_logprob", "return_hidden_states",
                "return_routed_experts")
+
+
+def _lora_update(state: ServerState, error: str | None = None) -> dict[str, Any]:
+    """SGLang's answer to a LoRA load or unload (``LoRAUpdateOutput``)."""
+    return {"success": error is None, "error_message": error,
+            "loaded_adapters": {name: lora.path for name, lora in state.loras.items()}}
+
+
+def lora_names(value: Any, count: int, batch: bool) -> list[str | None]:
+    """A ``/generate`` body's ``lora_path``, one adapter name (or None) per prompt: a name for
+    all, or (a batch) a list of one name or null per prompt."""
+    if value is None or isinstance(value, str):
+        return [value] * count
+    if (batch and isinstance(value, list) and len(value) == count
+            and all(v is None or isinstance(v, str) for v in value)):
+        return list(value)
+    raise Refused(f"lora_path must be an adapter name (a string), or for a batch of {count} prompts a list of "
+                  f"{count} names or nulls")
 
 
 def update_options(body: dict[str, Any]) -> tuple[str | None, bool]:
@@ -269,6 +317,7 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
     if any(p["n"] != n for p in parsed):
         raise Refused("all sampling_params of a batch must have the same n")
     logprob = parse_logprob_fields(body, [len(p) for p in prompts], state.bounds)
+    loras = [state.lora(name) for name in lora_names(body.get("lora_path"), len(prompts), batch)]
     rid = body.get("rid")
     expanded = batch or n > 1
     if rid is None:
@@ -289,11 +338,11 @@ async def _generate(state: ServerState, body: dict[str, Any], http: Request):
             raise Refused(f"Duplicate request ID detected: {r}")
     state.admit(len(rids))
     reqs, opts = [], []
-    for i, (prompt, p, lp) in enumerate(zip(prompts, parsed, logprob, strict=True)):
+    for i, (prompt, p, lp, lora) in enumerate(zip(prompts, parsed, logprob, loras, strict=True)):
         for j in range(n):
             reqs.append(GenRequest(rid=rids[i * n + j], input_ids=list(prompt), sampling=p["sampling"],
-                                      top_logprobs_num=lp["top_n"], logprob_start=lp["logprob_start"],
-                                      stream_interval=p["stream_interval"]))
+                                   top_logprobs_num=lp["top_n"], logprob_start=lp["logprob_start"],
+                                   stream_interval=p["stream_interval"], lora=lora))
             opts.append({**p, **lp})
     text_in_logprobs = bool(body.get("return_text_in_logprobs"))
     if stream:

@@ -10,6 +10,9 @@ rendered with the tokenizer's own chat template (tools included); the output is 
 (default none) name, as SGLang names them: reasoning into ``reasoning_content``, calls into
 OpenAI ``tool_calls`` with ``finish_reason`` ``"tool_calls"``. Works with the unmodified ``openai`` SDK. Responses also carry SGLang's
 ``metadata.weight_version`` and, on request (``return_token_ids``), the raw token ids.
+A LoRA adapter loaded by ``/load_lora_adapter`` is selected as SGLang selects it: ``model``
+``"base:adapter"`` (unless that is the served name itself), else the body's ``lora_path``;
+``/v1/models`` lists each adapter as a card whose ``parent`` is the served model.
 
 What it is not: ``tool_choice`` "required" or a named function (refused with a 400),
 ``echo``, logit bias. When tools are offered or a reasoning parser is set and streaming is
@@ -41,6 +44,7 @@ from agentrl.inference.chat_format import (
     token_logprobs,
     usage,
 )
+from agentrl.inference.lora_adapter import LoraWeights
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
 from agentrl.inference.validation import LOGPROB_FIELDS, SAMPLING, parse_sampling
@@ -54,14 +58,25 @@ async def _run_all(state: ServerState, prompt: list[int], body: dict[str, Any], 
     n = _n(state, body)
     state.admit(n)
     base = body.get("rid") if isinstance(body.get("rid"), str) else unique_hex()
+    lora = _lora(state, body)
     reqs = [GenRequest(rid=base if n == 1 else f"{base}_{i}", input_ids=list(prompt), sampling=parsed["sampling"],
-                          top_logprobs_num=top_n) for i in range(n)]
+                       top_logprobs_num=top_n, lora=lora) for i in range(n)]
     done = await state.run_all(reqs, http)
     for r in done:
         reason = r.finish_reason or {}
         if reason.get("status_code") and reason["status_code"] >= 400:
             raise Refused(reason.get("message", "request failed"), status=reason["status_code"])
     return list(done), parsed
+
+
+def _lora(state: ServerState, body: dict[str, Any]) -> LoraWeights | None:
+    """The adapter a request selects: ``model`` ``"base:adapter"`` (not the served name itself),
+    else ``lora_path``; None: the served weights alone."""
+    model, name = body.get("model"), body.get("lora_path")
+    check_type("lora_path", name, (str, type(None)), "an adapter name")
+    if isinstance(model, str) and ":" in model and model != state.served_model_name:
+        name = model.split(":", 1)[1]
+    return state.lora(name)
 
 
 def _n(state: ServerState, body: dict[str, Any]) -> int:
@@ -133,15 +148,15 @@ def openai_routes(state: ServerState) -> APIRouter:
 
     @router.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [_card(state)]}
+        return {"object": "list", "data": [_card(state), *(_card(state, name) for name in state.loras)]}
 
     @router.get("/v1/models/{model:path}")
     async def model(model: str):
-        if model != state.served_model_name:
+        if model != state.served_model_name and model not in state.loras:
             return JSONResponse({"error": {"message": f"The model `{model}` does not exist.",
                                            "type": "invalid_request_error", "param": "model",
                                            "code": "model_not_found"}}, status_code=404)
-        return _card(state)
+        return _card(state, None if model == state.served_model_name else model)
 
     @router.post("/v1/chat/completions", openapi_extra=json_body(openapi.chat_completion(state.bounds)))
     async def chat_completions(http: Request):
@@ -155,8 +170,9 @@ def openai_routes(state: ServerState) -> APIRouter:
                 if _n(state, body) != 1:
                     raise Refused("n > 1 is not supported with stream=true by agentrl serve")
                 parsed = parse_sampling(sampling_fields(body, None), prompt_len=len(prompt), bounds=state.bounds)
+                lora = _lora(state, body)
                 state.admit(1)
-                return StreamingResponse(_chat_stream(state, body, prompt, parsed, reading, top_n),
+                return StreamingResponse(_chat_stream(state, body, prompt, parsed, reading, top_n, lora),
                                          media_type="text/event-stream")
             reqs, parsed = await _run_all(state, prompt, body, http, None, top_n)
         except Refused as e:
@@ -209,9 +225,12 @@ def openai_routes(state: ServerState) -> APIRouter:
 
     return router
 
-def _card(state: ServerState) -> dict[str, Any]:
-    return {"id": state.served_model_name, "object": "model", "created": int(state.started), "owned_by": "sglang",
-            "root": state.served_model_name, "parent": None, "max_model_len": state.scheduler.context_length}
+def _card(state: ServerState, lora: str | None = None) -> dict[str, Any]:
+    """The served model's card, or a loaded adapter's (``root``: its directory, ``parent``: the served model)."""
+    base = state.served_model_name
+    return {"id": lora or base, "object": "model", "created": int(state.started), "owned_by": "sglang",
+            "root": state.loras[lora].path if lora else base, "parent": base if lora else None,
+            "max_model_len": state.scheduler.context_length}
 
 
 def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict[str, Any]:
@@ -223,14 +242,15 @@ def _response(state: ServerState, body, reqs, prompt, obj: str, choices) -> dict
             "metadata": {"weight_version": versions[-1] if versions else state.scheduler.weight_version}}
 
 
-async def _chat_stream(state: ServerState, body, prompt, parsed, reading: dict[str, Any], top_n: int):
+async def _chat_stream(state: ServerState, body, prompt, parsed, reading: dict[str, Any], top_n: int,
+                       lora: LoraWeights | None):
     """``chat.completion.chunk`` events (one choice; the request was validated before). Without
     tools or a reasoning parser, content streams token by token. With them, the reply is read as
     it comes (``agentrl.toolcalls.StreamParser``): ``reasoning_content`` and ``content`` deltas as
     soon as they are final, the calls in one delta at the end; a request with stop strings or
     stop patterns is read whole at the end (the text they cut is known only then)."""
     req = GenRequest(rid=unique_hex(), input_ids=list(prompt), sampling=parsed["sampling"],
-                        top_logprobs_num=top_n)
+                     top_logprobs_num=top_n, lora=lora)
     base = {"id": req.rid, "created": int(time.time()), "model": body.get("model") or state.served_model_name}
     yield sse(chunk(base, {"role": "assistant", "content": ""}))
     reads = reading["use_tools"] or reading["reasoning_parser"] is not None

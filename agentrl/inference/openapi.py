@@ -65,6 +65,7 @@ def generate(b: Bounds) -> Schema:
             "stream": _BOOL,
             **{name: _one_or_many(key.schema(b)) for name, key in LOGPROB_FIELDS.items()},
             "return_text_in_logprobs": _BOOL,
+            "lora_path": {"anyOf": [_STR, {"type": "array", "items": {"type": ["string", "null"]}, "minItems": 1}]},
         },
     }
 
@@ -76,7 +77,7 @@ _MESSAGE = {"type": "object", "required": ["role", "content"],
 def _openai_sampling(b: Bounds) -> Schema:
     """The OpenAI routes' sampling fields: SGLang's keys under OpenAI's names
     (``chat_format.OPENAI_SAMPLING``), declared once in ``validation.SAMPLING``."""
-    return {"model": _STR, "stream": _BOOL, "max_tokens": SAMPLING["max_new_tokens"].schema(b),
+    return {"model": _STR, "lora_path": _STR, "stream": _BOOL, "max_tokens": SAMPLING["max_new_tokens"].schema(b),
             "n": SAMPLING["n"].schema(b), "stop": SAMPLING["stop"].schema(b),
             **{name: SAMPLING[key].schema(b) for name, key in OPENAI_SAMPLING}}
 

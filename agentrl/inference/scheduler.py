@@ -16,6 +16,8 @@ carries the new version, and it starts a new cache epoch (no prefix computed wit
 is served again); a step that raises is re-run one unit at a time and only the units that
 fail again finish, each with its own error (``abort``, status 500); prompt logprobs
 (``logprob_start >= 0``) are the raw model distribution's, computed from an uncached prefill.
+A request with a LoRA adapter (``GenRequest.lora``) shares keys/values only with twins of the
+same adapter: it neither reads nor fills the prefix cache, whose entries are the base weights'.
 
 What it is not: speculative decoding, chunked prefill (a prompt is computed in one step) or
 multi-GPU.
@@ -39,6 +41,7 @@ import torch
 
 from agentrl.api import SamplingParams
 from agentrl.inference.decoder import Decoder, Step
+from agentrl.inference.lora_adapter import LoraWeights
 from agentrl.inference.prefix_cache import PrefixCache
 from agentrl.inference.sampling import penalize, sample_rows
 
@@ -68,6 +71,7 @@ class GenRequest:
     stream: bool = False
     stream_interval: int = 1  # a streaming request is told every this many tokens
     notify: Callable[[GenRequest, bool], None] | None = None  # (request, finished), scheduler thread
+    lora: LoraWeights | None = None  # the LoRA adapter it is generated with (None: the served weights alone)
     # state, written by the scheduler thread
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -315,7 +319,7 @@ class Scheduler:
         """Insert ``seq`` (held at positions ``0 ..`` of ``req``'s slot) into the prefix cache,
         unless its keys/values predate the current weights. The copies into the pool are
         queued and made in one go before the next admission (before any slot is reused)."""
-        if self.cache is None or req.kv_epoch != self._epoch:
+        if self.cache is None or req.kv_epoch != self._epoch or req.lora is not None:
             return
         slot = req.slot
 
@@ -413,8 +417,9 @@ class Scheduler:
         # prompt positions logprob_start .. len - 2 give the logprobs of tokens logprob_start + 1 ..
         scoring = {j: (a.req.logprob_start - a.start, len(a.req.input_ids) - 1 - a.req.logprob_start)
                    for j, a in enumerate(prefill) if a.req.scores_prompt}
+        lora = [self._slots[i].lora if i in decode_of else None for i in range(hi)] + [a.req.lora for a in prefill]
         step = Step([decode_of.get(i) for i in range(hi)], [(a.req.slot, a.start, a.seq[a.start:]) for a in prefill],
-                    hidden_from=scoring)
+                    hidden_from=scoring, lora=lora if any(lora) else [])
         t0 = time.perf_counter()
         logits = self.decoder.forward(step)
         if admitted:
@@ -466,7 +471,7 @@ class Scheduler:
         self._flush_saves()
         free = [i for i, r in enumerate(self._slots) if r is None]
         admitted: list[_Admitted] = []
-        leaders: dict[tuple[int, ...], GenRequest] = {}
+        leaders: dict[tuple[LoraWeights | None, tuple[int, ...]], GenRequest] = {}
         deferred: list[GenRequest] = []
         loads: list[tuple[int, list[int]]] = []
         budget = PREFILL_TOKEN_BUDGET
@@ -478,9 +483,9 @@ class Scheduler:
             seq = req.input_ids + req.output_ids
             # a request that scores its prompt computes it from logprob_start on, and shares with no twin
             scoring = req.scores_prompt
-            leader = leaders.get(tuple(seq)) if self.cache is not None and not scoring else None
+            leader = leaders.get((req.lora, tuple(seq))) if self.cache is not None and not scoring else None
             entries: list[int] = []
-            if leader is None and self.cache is not None:
+            if leader is None and self.cache is not None and req.lora is None:
                 entries = self.cache.match(seq[:-1])
                 if scoring:
                     entries = entries[: req.logprob_start]
@@ -502,7 +507,7 @@ class Scheduler:
             if entries:
                 loads.append((req.slot, entries))
             if leader is None and self.cache is not None and not scoring:
-                leaders[tuple(seq)] = req
+                leaders[(req.lora, tuple(seq))] = req
             admitted.append(_Admitted(req, seq, len(entries), leader))
         self._waiting.extendleft(reversed(deferred))
         self.decoder.load_prefixes(loads)
@@ -511,13 +516,14 @@ class Scheduler:
     @staticmethod
     def _waits_for_batch(seq: list[int], cached: int, admitted: list[_Admitted]) -> bool:
         """Whether a request admitted earlier in this step will cache enough of ``seq``
-        (all but its last token, or ``SHARED_PREFIX_WAIT`` more tokens) to wait a step for it."""
+        (all but its last token, or ``SHARED_PREFIX_WAIT`` more tokens) to wait a step for it
+        (one with a LoRA adapter caches nothing)."""
         want = len(seq) - 1
         if want <= cached:
             return False
         ahead = min(want, cached + SHARED_PREFIX_WAIT)
         head = seq[:ahead]
-        return any(a.seq[:ahead] == head for a in admitted)
+        return any(a.req.lora is None and a.seq[:ahead] == head for a in admitted)
 
     def _sample_and_append(self, batch: list[GenRequest], logits: torch.Tensor) -> None:
         """Sample one token per request and append it. If sampling the batch raises, each row

@@ -7,7 +7,8 @@ facts and the ``Bounds`` requests are checked against — plus the ways a handle
 tokenized), ``admit`` (the queue limit), ``run`` (until a request finishes) and ``stream``
 (token by token). A client that disconnects aborts its requests. It also holds the copy that
 ``/update_weights_from_disk``'s ``agentrl_stage_only`` prepared before a pause (``stage``,
-``take_staged``) until the update of the same path serves it. What it is not: the
+``take_staged``) until the update of the same path serves it, and the LoRA adapters loaded by
+``/load_lora_adapter`` by name (``loras``, ``lora``). What it is not: the
 routes (``native_routes``, ``openai_routes``) or the app (``app``).
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from fastapi import Request
 
 from agentrl.errors import ModelError, Refused
+from agentrl.inference.lora_adapter import LoraWeights
 from agentrl.inference.prefix_cache import PrefixCache
 from agentrl.inference.scheduler import GenRequest, Scheduler
 from agentrl.inference.serve_config import DEFAULT_CONTEXT_LENGTH, DEFAULT_PREFIX_CACHE_TOKENS, ServeConfig
@@ -77,6 +79,7 @@ class ServerState:
         self.bytes_per_token_bound = 2 * max(longest, 4)
         self.weight_lock = asyncio.Lock()  # weight updates one at a time (each stages on the served weights)
         self._staged: StagedFromDisk | None = None  # /update_weights_from_disk's agentrl_stage_only copy
+        self.loras: dict[str, LoraWeights] = {}  # /load_lora_adapter's adapters, by lora_name (event loop only)
         self.started = time.time()
 
     def stage(self, path: str, weights: dict) -> None:
@@ -97,6 +100,16 @@ class ServerState:
             return staged.weights
         self.decoder.discard(staged.weights)
         return None
+
+    def lora(self, name: str | None) -> LoraWeights | None:
+        """The adapter loaded as ``name`` (None: none); an unknown name is refused (400) in SGLang's words."""
+        if name is None:
+            return None
+        found = self.loras.get(name)
+        if found is None:
+            raise Refused(f"The following requested LoRA adapters are not loaded: {name[:200]}. Loaded adapters: "
+                          f"{sorted(self.loras)}; load it first (POST /load_lora_adapter)")
+        return found
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
