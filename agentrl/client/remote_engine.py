@@ -10,7 +10,10 @@ hidden (an aborted request is resumed as prompt + tokens so far; ``ResumeLimit``
 request. The publishing side calls ``pause()``, ``update_weights(path, version)``, ``resume()``
 (DESIGN.md §4 "Weight update"; on vLLM the checkpoint is checked here first:
 ``checkpoint_check``), or the torch.distributed calls (``init_weights_update_group``,
-``update_weights_from_distributed``, ``commit_staged_weights``; SGLang and agentrl serve only).
+``update_weights_from_distributed``, ``commit_staged_weights``; SGLang and agentrl serve only),
+or, for a LoRA run's adapters by name, ``load_lora_adapter(path, version)`` before the pause and
+``serve_lora_adapter(version)`` in it: from then on every request names that adapter
+(``lora_path``) and its tokens carry its version.
 Routing, retries, batching, the router and timeouts: DESIGN.md §4 "The client".
 
 What it is not: a chat client (the OpenAI routes, ``agentrl.rollout.chat_client``), nor a load
@@ -48,6 +51,14 @@ def _base_url(address: str) -> str:
 
 
 ENGINES = ("auto", "sglang", "vllm")
+
+LORA_NAME = "agentrl-policy"
+"""A LoRA run's adapters on the servers are named ``agentrl-policy-v<version>`` (AReaL's
+``<name>-v<version>``): ``RemoteEngine.load_lora_adapter``."""
+
+
+def lora_name(version: int) -> str:
+    return f"{LORA_NAME}-v{version}"
 
 
 @dataclass
@@ -136,6 +147,8 @@ class RemoteEngine:
                                      max_new_tokens=-1 if router else config.batch_max_new_tokens)
         self._version = version
         self._last_update: tuple[str | None, int] | None = None  # (checkpoint path, or None: by broadcast; version)
+        self._adapters: dict[str, str] = {}  # name -> path of the adapters every server holds (load_lora_adapter)
+        self._lora: tuple[str, int] | None = None  # (name, version) of the adapter every request names
         self._unpaused = asyncio.Event()
         self._unpaused.set()
         # a server came back from a restart while the weights travel by broadcast: it is out of
@@ -415,6 +428,13 @@ class RemoteEngine:
                     else:
                         await self._post(server, "/update_weights_from_disk",
                                          {"model_path": path, "weight_version": str(version)}, self.control_timeout)
+            if ok and self._adapters:  # a restarted server holds no adapter: load them again
+                cards = (await self._http.get(server.address + "/v1/models", timeout=10.0)).json()
+                held = {c.get("id") for c in cards.get("data", [])} if isinstance(cards, dict) else set()
+                for name, path in self._adapters.items():
+                    if name not in held:
+                        await self._post(server, "/load_lora_adapter", {"lora_name": name, "lora_path": path},
+                                         self.control_timeout)
         except (httpx.HTTPError, ValueError, ServerError, RequestRejected):
             ok = False
         server.down_since = time.monotonic()
@@ -430,7 +450,16 @@ class RemoteEngine:
 
     async def _post_generate(self, server: _Server, payload: dict[str, Any]) -> Any:
         self.stats["posts"] += 1
-        return await self._post(server, "/generate", payload, self.timeout)
+        if self._lora is None:
+            return await self._post(server, "/generate", payload, self.timeout)
+        name, version = self._lora  # the adapter is the policy: its version is every token's
+        data = await self._post(server, "/generate", {**payload, "lora_path": name}, self.timeout)
+        for result in data if isinstance(data, list) else [data]:
+            meta = result.get("meta_info") if isinstance(result, dict) else None
+            if isinstance(meta, dict):
+                meta["weight_version"] = str(version)
+                meta.pop("weight_versions", None)
+        return data
 
     async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float) -> Any:
         if self._lean is not None and server.origin is not None:
@@ -518,6 +547,39 @@ class RemoteEngine:
         bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
         if bad:
             raise RequestRejected(f"staging the weights at {path} failed: {bad[0].get('message')}")
+
+    async def load_lora_adapter(self, path: str, version: int) -> None:
+        """Before a pause: every server loads the LoRA adapter at ``path`` as ``lora_name(version)``
+        (SGLang's ``/load_lora_adapter``; no request names it yet). A refusal raises
+        ``RequestRejected``. The same version loaded again (a retried publish) replaces it."""
+        name = lora_name(version)
+        if self._adapters.pop(name, None) is not None:
+            await self._unload(name)
+        answers = await self._control("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
+        if bad:
+            raise RequestRejected(f"loading the LoRA adapter {path} failed: {bad[0].get('error_message')}")
+        self._adapters[name] = str(path)
+
+    async def serve_lora_adapter(self, version: int) -> None:
+        """In the pause: every request from now on names the adapter of ``version`` (loaded by
+        ``load_lora_adapter``), and its tokens carry ``version``; adapters older than the one
+        served before are unloaded (that one stays: a request sent just before the pause may
+        still name it)."""
+        name = lora_name(version)
+        if name not in self._adapters:
+            raise RequestRejected(f"the LoRA adapter {name} was not loaded; call load_lora_adapter first")
+        previous = self._lora[0] if self._lora else None
+        self._lora, self._version = (name, int(version)), int(version)
+        for old in [n for n in self._adapters if n not in (name, previous)]:
+            del self._adapters[old]
+            await self._unload(old)
+
+    async def _unload(self, name: str) -> None:
+        try:
+            await self._control("/unload_lora_adapter", {"lora_name": name})
+        except RequestRejected as e:  # not held (a restarted server): nothing to free
+            log.warning("unloading the LoRA adapter %s: %s", name, e)
 
     @staticmethod
     def _vllm_load(path: str, version: int) -> list[tuple[str, dict[str, Any]]]:

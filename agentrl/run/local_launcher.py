@@ -86,7 +86,7 @@ class ManagedServer:
         else:
             cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.cfg.model, "--host", self.host,
                    "--port", str(self.port), "--weight-version", "0", "--random-seed", str(self.cfg.seed + self.index),
-                   *inf.extra_args]
+                   *sglang_lora_args(self.cfg), *inf.extra_args]
             env = self.gpu_env()
             with open(log_path, "a") as log:  # the child has its own copy of the descriptor
                 self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -146,6 +146,17 @@ def vllm_python(cfg: Any) -> str | None:
         if (root / ".venv-vllm" / "bin" / "python").is_file():
             return str(root / ".venv-vllm" / "bin" / "python")
     return sys.executable if importlib.util.find_spec("vllm") is not None else None
+
+
+def sglang_lora_args(cfg: Any) -> list[str]:
+    """SGLang's flags for a LoRA run (adapters loaded at run time, ``trainer.weight_sync.adapters``):
+    the rank and target modules of ``trainer.lora``, and room for two adapters in a batch (the
+    newest, and the one before it that requests sent just before a pause may still name)."""
+    lora = cfg.trainer.lora
+    if not lora.enabled:
+        return []
+    return ["--enable-lora", "--max-lora-rank", str(lora.rank), "--lora-target-modules", *lora.target_modules,
+            "--max-loras-per-batch", "2"]
 
 
 def vllm_command(cfg: Any, host: str, port: int, index: int) -> tuple[list[str], dict[str, str]]:

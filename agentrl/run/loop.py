@@ -84,7 +84,8 @@ class Trainer:
                                                   bucket_bytes=int(sync.bucket_mb * (1 << 20)), flatten=sync.flatten,
                                                   timeout_s=sync.timeout_s, overlap=sync.overlap)
         else:
-            self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2)
+            self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2,
+                                           adapters=sync.adapters)
         self.engine = None
         self.publisher = WeightPublisher(self.transport, None)
 

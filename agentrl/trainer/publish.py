@@ -51,12 +51,18 @@ class WeightUpdateTarget(Protocol):
 
 
 @runtime_checkable
-class StagingTarget(Protocol):
-    """What ``DiskTransport`` needs to stage an adapter before the pause (``RemoteEngine`` has it)."""
+class AdapterTarget(Protocol):
+    """What ``DiskTransport`` needs to deliver an adapter before the pause (``RemoteEngine`` has
+    it): staged for a merge (``agentrl serve``), or loaded by name on every server (SGLang's
+    ``/load_lora_adapter``) and, in the pause, named by every request from then on."""
 
     async def can_stage_weights(self) -> bool: ...
 
     async def stage_weights(self, path: str) -> None: ...
+
+    async def load_lora_adapter(self, path: str, version: int) -> None: ...
+
+    async def serve_lora_adapter(self, version: int) -> None: ...
 
 
 @runtime_checkable
@@ -114,11 +120,14 @@ class DiskTransport(WeightTransport):
     """HF directories ``<root>/v000042`` on a filesystem the servers can read: ``stage`` writes
     the directory (before the pause, so nothing is left to ``deliver``), ``send`` has the servers
     load it in the pause. A LoRA model's directory is its adapter alone, in peft's format
-    (``agentrl.trainer.checkpoint.export_adapter``), which ``agentrl serve`` merges into its base —
-    before the pause (``deliver``), so the pause is a swap."""
+    (``agentrl.trainer.checkpoint.export_adapter``), which the servers take as ``adapters`` says:
+    ``merge`` — ``agentrl serve`` merges it into its base before the pause (``deliver``), so the
+    pause is a swap; ``load`` — every server loads it by name before the pause (SGLang's
+    ``/load_lora_adapter``) and the pause switches the requests to it; ``auto`` — merge where
+    every server can stage (``agentrl serve``), else load (SGLang)."""
 
     def __init__(self, root: str | Path, *, source_dir: str | Path, dtype: torch.dtype | None = None,
-                 keep_last: int = 2) -> None:
+                 keep_last: int = 2, adapters: str = "auto") -> None:
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1 (the servers read the newest), got {keep_last}")
         self.root = Path(root)
@@ -126,6 +135,10 @@ class DiskTransport(WeightTransport):
         self.dtype = dtype
         self.keep_last = keep_last
         self.lora = False  # the last staged model was a LoRA model: its directory is an adapter
+        if adapters not in ("auto", "merge", "load"):
+            raise ValueError(f"adapters must be auto, merge or load, got {adapters!r}")
+        self.adapters = adapters
+        self._by_name = False  # the adapter delivered last was loaded by name (send switches to it)
 
     def path_for(self, version: int) -> Path:
         return self.root / f"v{version:06d}"
@@ -140,15 +153,25 @@ class DiskTransport(WeightTransport):
             self._prune(keep=version)
         return str(out)
 
-    async def deliver(self, target: StagingTarget, staged: str, version: int) -> None:
-        """An adapter, where every server can stage (``agentrl serve``): read, checked and merged
-        into a staging copy before the pause, so the pause only swaps it in. A full checkpoint
-        is read in the pause, as SGLang's protocol has it."""
-        if self.lora and await target.can_stage_weights():
+    async def deliver(self, target: AdapterTarget, staged: str, version: int) -> None:
+        """An adapter, before the pause: loaded by name on every server (``load``), or, where every
+        server can stage (``agentrl serve``), read, checked and merged into a staging copy, so the
+        pause only swaps it in. A full checkpoint is read in the pause, as SGLang's protocol has it."""
+        self._by_name = False
+        if not self.lora:
+            return
+        can_stage = await target.can_stage_weights()
+        if self.adapters == "load" or (self.adapters == "auto" and not can_stage):
+            await target.load_lora_adapter(staged, version)
+            self._by_name = True
+        elif can_stage:
             await target.stage_weights(staged)
 
-    async def send(self, target: WeightUpdateTarget, staged: str, version: int) -> None:
-        await target.update_weights(staged, version)
+    async def send(self, target: WeightUpdateTarget | AdapterTarget, staged: str, version: int) -> None:
+        if self._by_name:
+            await target.serve_lora_adapter(version)
+        else:
+            await target.update_weights(staged, version)
 
     def _prune(self, keep: int) -> None:
         versions = sorted(int(m.group(1)) for p in self.root.iterdir()

@@ -71,6 +71,12 @@ class WeightSyncConfig:
                                       "them into a staging copy) and pause them only to swap it in; needs agentrl "
                                       "serve, SGLang servers get every bucket inside the pause whatever this says; "
                                       "false: inside the pause everywhere, as SGLang's own protocol")
+    adapters: str = option("auto", choices=("auto", "merge", "load"),
+                           help="a LoRA run's adapters (disk): merge: each update merges the adapter into the "
+                                "servers' base weights (agentrl serve only; staged before the pause); load: every "
+                                "server loads it by name before the pause (SGLang's /load_lora_adapter, "
+                                "agentrl-policy-v<version>) and from the pause on every request names it "
+                                "(lora_path; applied per request); auto: merge on agentrl serve, load on SGLang")
 
     def backend_for(self, device: str) -> str:
         """The group's backend for trainer ranks on ``device`` (``backend: auto`` resolved)."""

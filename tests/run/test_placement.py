@@ -42,9 +42,10 @@ def config(*overrides: str) -> RunConfig:
     (["placement=colocated", "nnodes=2", "world_size=2", "master_port=29500"], "'placement'",
      "colocated runs on one machine"),
     (["inference.router=sglng"], "'inference.router'", "did you mean 'sglang'"),
-    (["trainer.lora.rank=8", "inference.client.engine=vllm"], "'trainer.lora.rank'", "only agentrl serve merges"),
-    (["trainer.lora.rank=8", "inference.engine=sglang", "inference.servers=[http://127.0.0.1:9]"],
-     "'trainer.lora.rank'", "only agentrl serve merges"),
+    (["trainer.lora.rank=8", "inference.client.engine=vllm"], "'trainer.lora.rank'",
+     "vLLM's runtime LoRA loading is not wired up"),
+    (["trainer.lora.rank=8", "inference.engine=sglang", "inference.servers=[http://127.0.0.1:9]",
+      "trainer.weight_sync.adapters=merge"], "'trainer.weight_sync.adapters'", "merge needs agentrl serve"),
 ])
 def test_impossible_placements_name_their_key(overrides, key, words):
     with pytest.raises(ConfigError) as e:

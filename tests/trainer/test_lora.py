@@ -242,3 +242,66 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
     assert restaged[0].tokens == refreshed[0].tokens and restaged[1].logprobs == refreshed[1].logprobs
     assert restaged[1].versions == [5] * 24 and refreshed[1].versions == [6] * 24
     assert (torch.tensor(restaged[1].logprobs) - torch.tensor(s2.logprobs)).abs().max() > 1e-3
+
+
+def test_adapters_published_by_name_serve_every_later_request(group, small_model, tmp_path):
+    """``trainer.weight_sync.adapters: load`` (what a LoRA run does on SGLang), against agentrl
+    serve's SGLang routes: each publish loads ``agentrl-policy-v<N>`` before the pause and, in it,
+    every later request names it; a request interrupted by the update loses no token and carries
+    each token's version; what it serves equals the same adapter merged (to 1e-5); adapters older
+    than the previous one are unloaded."""
+    import asyncio
+
+    import httpx
+
+    from agentrl.api import SamplingParams
+    from agentrl.client.remote_engine import RemoteEngine
+    from agentrl.process.services import ServerProcess
+    from agentrl.trainer.publish import DiskTransport, WeightPublisher
+
+    from ..serving import until_generating
+
+    actor = Actor(small_model, _config())
+    root = tmp_path / "weights"
+    long = SamplingParams(max_new_tokens=LONG, temperature=1.0, ignore_eos=True, seed=5)
+    sampled = SamplingParams(max_new_tokens=24, temperature=1.0, ignore_eos=True, seed=7)
+    body = {"input_ids": PROMPT, "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 24, "temperature": 1.0, "ignore_eos": True, "sampling_seed": 7}}
+
+    async def scenario(url: str):
+        async with RemoteEngine([url], timeout=120) as engine, httpx.AsyncClient(timeout=60) as client:
+            async def names():
+                return [c["id"] for c in (await client.get(url + "/v1/models")).json()["data"][1:]]
+
+            publisher = WeightPublisher(DiskTransport(root, source_dir=small_model, adapters="load"), engine)
+            actor.train_step(_batch(actor.config, 0))
+            await publisher.apublish(actor.model, 1)
+            actor.train_step(_batch(actor.config, 1))
+            job = asyncio.create_task(engine.generate(PROMPT, long))
+            await until_generating(url, min_tokens=20)
+            await publisher.apublish(actor.model, 2)
+            interrupted = await job
+            served = await engine.generate(PROMPT, sampled)
+            held = await names()
+            # the same adapter merged into the served weights (the other way agentrl serve takes one)
+            r = await client.post(url + "/update_weights_from_disk", json={"model_path": str(root / "v000002")})
+            assert r.status_code == 200, r.text
+            merged = (await client.post(url + "/generate", json=body)).json()["meta_info"]["output_token_logprobs"]
+            await client.post(url + "/update_weights_from_disk", json={"model_path": str(small_model)})
+            base = (await client.post(url + "/generate", json=body)).json()["meta_info"]["output_token_logprobs"]
+            actor.train_step(_batch(actor.config, 2))
+            await publisher.apublish(actor.model, 3)
+            return interrupted, served, held, merged, base, await names(), engine.version
+
+    with ServerProcess(small_model, "--context-length", "512", "--weight-version", "0") as proc:
+        interrupted, served, held, merged, base, later, version = asyncio.run(scenario(proc.url))
+
+    out = interrupted  # every token, from adapter 1 then adapter 2
+    assert out.finish_reason == "length" and len(out.tokens) == LONG
+    k = out.versions.index(2)
+    assert 20 <= k < LONG and out.versions == [1] * k + [2] * (LONG - k)
+    assert served.versions == [2] * 24 and version == 3
+    assert [t[1] for t in merged] == served.tokens
+    torch.testing.assert_close(torch.tensor(served.logprobs), torch.tensor([t[0] for t in merged]), rtol=0, atol=1e-5)
+    assert [t[1] for t in base] != served.tokens  # the adapter changed what is sampled: the checks above could fail
+    assert held == ["agentrl-policy-v1", "agentrl-policy-v2"] and later == ["agentrl-policy-v2", "agentrl-policy-v3"]
