@@ -134,15 +134,15 @@ def native_routes(state: ServerState) -> APIRouter:
         name, path = body.lora_name, body.lora_path
         if not name or not path:
             raise Refused("lora_name and lora_path are required: a name for the adapter and its directory")
+        taken = f"Failed to load LoRA adapter {name[:200]} because it is already loaded (unload it first)"
+        if name in state.loras:
+            return JSONResponse(_lora_update(state, taken), status_code=400)
         try:
-            if name in state.loras:
-                raise ModelError(f"an adapter named {name[:200]!r} is already loaded; unload it first or pick "
-                                 "another lora_name")
             lora = await asyncio.to_thread(state.decoder.load_adapter, path, name)
-            if name in state.loras:  # loaded under this name meanwhile
-                raise ModelError(f"an adapter named {name[:200]!r} was loaded meanwhile; unload it first")
         except (ModelError, OSError) as e:
             return JSONResponse(_lora_update(state, f"Failed to load LoRA adapter {name[:200]}: {e}"), status_code=400)
+        if name in state.loras:  # loaded under this name meanwhile
+            return JSONResponse(_lora_update(state, taken), status_code=400)
         state.loras[name] = lora
         return _lora_update(state)
 
@@ -150,8 +150,8 @@ def native_routes(state: ServerState) -> APIRouter:
     async def unload_lora_adapter(http: Request):
         body = await control_body(UnloadLoraAdapter, http)
         if state.loras.pop(body.lora_name, None) is None:
-            return JSONResponse(_lora_update(state, f"LoRA adapter {body.lora_name[:200]} is not loaded. Loaded "
-                                                    f"adapters: {sorted(state.loras)}"), status_code=400)
+            return JSONResponse(_lora_update(state, f"LoRA with name {body.lora_name[:200]} does not exist. Loaded "
+                                                    f"LoRAs: {sorted(state.loras)}"), status_code=400)
         return _lora_update(state)
 
     @router.get("/flush_cache")

@@ -74,8 +74,11 @@ def _lora(state: ServerState, body: dict[str, Any]) -> LoraWeights | None:
     else ``lora_path``; None: the served weights alone."""
     model, name = body.get("model"), body.get("lora_path")
     check_type("lora_path", name, (str, type(None)), "an adapter name")
-    if isinstance(model, str) and ":" in model and model != state.served_model_name:
-        name = model.split(":", 1)[1]
+    served = state.served_model_name
+    if isinstance(model, str) and ":" in model and model != served:
+        # the served name itself may hold a colon (a URI): it is matched whole first, as SGLang does
+        adapter = model[len(served) + 1:] if model.startswith(served + ":") else model.split(":", 1)[1]
+        name = adapter.strip() or name
     return state.lora(name)
 
 

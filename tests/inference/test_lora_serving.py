@@ -119,12 +119,12 @@ def test_adapters_are_listed_selected_by_model_and_refused_by_name(server, adapt
     assert r.status_code == 400 and "list of 2 names" in r.text, r.text
     # loading: a name taken, a directory that is no adapter; unloading a name not loaded
     r = httpx.post(server + "/load_lora_adapter", json={"lora_name": "a", "lora_path": str(adapters["b"])}, timeout=60)
-    assert r.status_code == 400 and "already loaded" in r.json()["error_message"]
+    assert r.status_code == 400 and "Failed to load LoRA adapter a because it is already loaded" in r.json()["error_message"]
     r = httpx.post(server + "/load_lora_adapter", json={"lora_name": "c", "lora_path": str(untrained_model_dir)},
                    timeout=60)
     assert r.status_code == 400 and not r.json()["success"] and "adapter_config.json" in r.json()["error_message"]
     r = httpx.post(server + "/unload_lora_adapter", json={"lora_name": "c"}, timeout=10)
-    assert r.status_code == 400 and "not loaded" in r.json()["error_message"]
+    assert r.status_code == 400 and "LoRA with name c does not exist" in r.json()["error_message"]
     # unload, then load again under the same name
     r = httpx.post(server + "/unload_lora_adapter", json={"lora_name": "b"}, timeout=10)
     assert r.json() == {"success": True, "error_message": None, "loaded_adapters": {"a": str(adapters["a"])}}
