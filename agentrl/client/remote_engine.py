@@ -12,8 +12,8 @@ request. The publishing side calls ``pause()``, ``update_weights(path, version)`
 ``checkpoint_check``), or the torch.distributed calls (``init_weights_update_group``,
 ``update_weights_from_distributed``, ``commit_staged_weights``; SGLang and agentrl serve only),
 or, for a LoRA run's adapters by name, ``load_lora_adapter(path, version)`` before the pause and
-``serve_lora_adapter(version)`` in it: from then on every request names that adapter
-(``lora_path``) and its tokens carry its version.
+``serve_lora_adapter(version)`` in it: from then on every request names that adapter (SGLang's
+``lora_path``, vLLM's ``model``) and its tokens carry its version.
 Routing, retries, batching, the router and timeouts: DESIGN.md §4 "The client".
 
 What it is not: a chat client (the OpenAI routes, ``agentrl.rollout.chat_client``), nor a load
@@ -223,9 +223,13 @@ class RemoteEngine:
         unless seeded), parsed: (tokens, logprobs, versions, finish reason) per sample."""
         if self._engine == "vllm":
             self.stats["posts"] += 1
-            data = await self._post(server, vllm_wire.GENERATE,
-                                    vllm_wire.generate_body(prompt, each[0], len(each), rid), self.timeout)
-            return vllm_wire.parse_generate(data, len(each), self._as_version)
+            lora = self._lora
+            body = vllm_wire.generate_body(prompt, each[0], len(each), rid, lora[0] if lora else None)
+            data = await self._post(server, vllm_wire.GENERATE, body, self.timeout)
+            parsed = vllm_wire.parse_generate(data, len(each), self._as_version)
+            if lora is None:
+                return parsed
+            return [(toks, lps, [lora[1]] * len(toks), reason) for toks, lps, _, reason in parsed]
         return [self._parse_generate(d) for d in await self._batcher.submit(server, prompt, each, rid)]
 
     async def _resolve_engine(self) -> str:
@@ -431,10 +435,11 @@ class RemoteEngine:
             if ok and self._adapters:  # a restarted server holds no adapter: load them again
                 cards = (await self._http.get(server.address + "/v1/models", timeout=10.0)).json()
                 held = {c.get("id") for c in cards.get("data", [])} if isinstance(cards, dict) else set()
+                load, _ = await self._lora_routes()
                 for name, path in self._adapters.items():
                     if name not in held:
-                        await self._post(server, "/load_lora_adapter", {"lora_name": name, "lora_path": path},
-                                         self.control_timeout)
+                        await self._post(server, load, {"lora_name": name, "lora_path": path}, self.control_timeout,
+                                         plain=True)
         except (httpx.HTTPError, ValueError, ServerError, RequestRejected):
             ok = False
         server.down_since = time.monotonic()
@@ -461,7 +466,9 @@ class RemoteEngine:
                 meta.pop("weight_versions", None)
         return data
 
-    async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float) -> Any:
+    async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float, *,
+                    plain: bool = False) -> Any:
+        """The decoded JSON answer; ``plain``: a success may be plain text (vLLM's LoRA routes)."""
         if self._lean is not None and server.origin is not None:
             status, content = await self._lean.post_json(server.origin, path, json.dumps(payload).encode(),
                                                          read_timeout=seconds, headers=self._auth,
@@ -475,6 +482,8 @@ class RemoteEngine:
         try:
             data = json.loads(content) if content else None
         except ValueError as e:
+            if plain and status < 400:
+                return _text(content)
             raise ServerError(f"{server.address}{path} answered non-JSON: {_text(content)}") from e
         if status >= 400:
             err = data.get("error", data.get("message", data.get("detail", data))) if isinstance(data, dict) else data
@@ -485,12 +494,13 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ weight publishing
 
-    async def _control(self, path: str, payload: dict[str, Any]) -> list[Any]:
-        """POST to every healthy server at once (retrying transport errors); returns the answers."""
+    async def _control(self, path: str, payload: dict[str, Any], *, plain: bool = False) -> list[Any]:
+        """POST to every healthy server at once (retrying transport errors); returns the answers
+        (``plain``: as ``_post``)."""
         async def one(s: _Server) -> Any:
             for attempt in range(self.max_retries + 1):
                 try:
-                    return await self._post(s, path, payload, self.control_timeout)
+                    return await self._post(s, path, payload, self.control_timeout, plain=plain)
                 except _TRANSPORT_ERRORS as e:
                     if attempt == self.max_retries:
                         self._mark_down(s, e)
@@ -548,14 +558,22 @@ class RemoteEngine:
         if bad:
             raise RequestRejected(f"staging the weights at {path} failed: {bad[0].get('message')}")
 
+    async def _lora_routes(self) -> tuple[str, str]:
+        """The servers' routes that load and unload a LoRA adapter by name (SGLang's or vLLM's)."""
+        if await self._resolve_engine() == "vllm":
+            return vllm_wire.LOAD_LORA, vllm_wire.UNLOAD_LORA
+        return "/load_lora_adapter", "/unload_lora_adapter"
+
     async def load_lora_adapter(self, path: str, version: int) -> None:
         """Before a pause: every server loads the LoRA adapter at ``path`` as ``lora_name(version)``
-        (SGLang's ``/load_lora_adapter``; no request names it yet). A refusal raises
-        ``RequestRejected``. The same version loaded again (a retried publish) replaces it."""
+        (SGLang's ``/load_lora_adapter``, vLLM's ``/v1/load_lora_adapter``; no request names it
+        yet). A refusal raises ``RequestRejected``. The same version loaded again (a retried
+        publish) replaces it."""
         name = lora_name(version)
         if self._adapters.pop(name, None) is not None:
             await self._unload(name)
-        answers = await self._control("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        load, _ = await self._lora_routes()
+        answers = await self._control(load, {"lora_name": name, "lora_path": str(path)}, plain=True)
         bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
         if bad:
             raise RequestRejected(f"loading the LoRA adapter {path} failed: {bad[0].get('error_message')}")
@@ -576,8 +594,9 @@ class RemoteEngine:
             await self._unload(old)
 
     async def _unload(self, name: str) -> None:
+        _, unload = await self._lora_routes()
         try:
-            await self._control("/unload_lora_adapter", {"lora_name": name})
+            await self._control(unload, {"lora_name": name}, plain=True)
         except RequestRejected as e:  # not held (a restarted server): nothing to free
             log.warning("unloading the LoRA adapter %s: %s", name, e)
 

@@ -7,7 +7,8 @@ for SGLang-compatible servers — exact token ids and per-token logprobs out of
 the version spans vLLM tags output tokens with, and the control routes of
 ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=abort``, ``/resume``,
 ``/update_weight_version``, ``/weight_info``) and ``/collective_rpc`` (``reload_weights``
-from a checkpoint directory). What it is not: the client (``remote_engine``), which
+from a checkpoint directory), and runtime LoRA (``/v1/load_lora_adapter``,
+``/v1/unload_lora_adapter``; a request names its adapter in ``model``). What it is not: the client (``remote_engine``), which
 decides when to call these.
 
 Our sampling vocabulary (SGLang's) maps onto vLLM's name by name; what vLLM has no
@@ -29,6 +30,8 @@ VERSION = "/update_weight_version"
 WEIGHT_INFO = "/weight_info"
 RPC = "/collective_rpc"
 RESET_PREFIX_CACHE = "/reset_prefix_cache"
+LOAD_LORA = "/v1/load_lora_adapter"  # needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora
+UNLOAD_LORA = "/v1/unload_lora_adapter"
 
 
 def sampling_params(sp: SamplingParams, n: int = 1) -> dict[str, Any]:
@@ -57,10 +60,15 @@ def sampling_params(sp: SamplingParams, n: int = 1) -> dict[str, Any]:
     return out
 
 
-def generate_body(prompt: list[int], sp: SamplingParams, n: int, rid: str | None) -> dict[str, Any]:
+def generate_body(prompt: list[int], sp: SamplingParams, n: int, rid: str | None,
+                  lora: str | None = None) -> dict[str, Any]:
+    """``/inference/v1/generate``'s body; ``lora``: the name of a loaded LoRA adapter to generate
+    with (vLLM selects it by ``model``)."""
     body: dict[str, Any] = {"token_ids": prompt, "sampling_params": sampling_params(sp, n), "stream": False}
     if rid:
         body["request_id"] = rid
+    if lora:
+        body["model"] = lora
     return body
 
 

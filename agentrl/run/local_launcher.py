@@ -151,7 +151,8 @@ def vllm_python(cfg: Any) -> str | None:
 def sglang_lora_args(cfg: Any) -> list[str]:
     """SGLang's flags for a LoRA run (adapters loaded at run time, ``trainer.weight_sync.adapters``):
     the rank and target modules of ``trainer.lora``, and room for two adapters in a batch (the
-    newest, and the one before it that requests sent just before a pause may still name)."""
+    newest, and the one before it that requests sent just before a pause may still name; vLLM's
+    ``--max-loras 2`` in ``vllm_command`` likewise)."""
     lora = cfg.trainer.lora
     if not lora.enabled:
         return []
@@ -168,6 +169,10 @@ def vllm_command(cfg: Any, host: str, port: int, index: int) -> tuple[list[str],
            "--enable-scale-out", "--logprobs-mode", "processed_logprobs", "--seed", str(cfg.seed + index),
            "--max-num-seqs", str(inf.max_running_requests), "--disable-uvicorn-access-log"]
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+    lora = cfg.trainer.lora
+    if lora.enabled:  # adapters loaded at run time, by name (trainer.weight_sync.adapters: load)
+        cmd += ["--enable-lora", "--max-lora-rank", str(lora.rank), "--max-loras", "2"]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if cfg.device == "cpu":
         cmd += ["--dtype", "float32", "--enforce-eager"]
         env.update(VLLM_CPU_KVCACHE_SPACE=f"{inf.vllm_kv_cache_gib:g}", VLLM_CPU_OMP_THREADS_BIND="nobind",

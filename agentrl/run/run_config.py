@@ -404,13 +404,10 @@ def check_run_config(cfg: RunConfig) -> None:
         if importlib.util.find_spec("sglang") is None:
             raise ConfigError("config key 'inference.engine': sglang is not installed "
                               "(pip install 'agentrl[sglang]' on a GPU machine), or give inference.servers")
-    if cfg.trainer.lora.enabled and (cfg.inference.engine == "vllm" or cfg.inference.client.engine == "vllm"):
-        raise ConfigError("config key 'trainer.lora.rank': a LoRA run publishes adapters, which agentrl serve and "
-                          "SGLang take (vLLM's runtime LoRA loading is not wired up); use inference.engine: agentrl "
-                          "or sglang, or lora.rank: 0")
-    if cfg.trainer.lora.enabled and cfg.trainer.weight_sync.adapters == "merge" and cfg.inference.engine == "sglang":
-        raise ConfigError("config key 'trainer.weight_sync.adapters': merge needs agentrl serve (SGLang cannot merge "
-                          "an adapter into its weights); use load or auto with inference.engine: sglang")
+    other = "vllm" if "vllm" in (cfg.inference.engine, cfg.inference.client.engine) else cfg.inference.engine
+    if cfg.trainer.lora.enabled and cfg.trainer.weight_sync.adapters == "merge" and other != "agentrl":
+        raise ConfigError(f"config key 'trainer.weight_sync.adapters': merge needs agentrl serve ({other} cannot merge "
+                          f"an adapter into its weights); use load or auto with inference.engine: {other}")
     if cfg.inference.client.engine == "vllm" or cfg.inference.engine == "vllm":
         check_vllm(cfg)
     if cfg.rollout.group_size < 2:  # every advantage is group-relative (trainer.advantages: GRPO, then batch norm)

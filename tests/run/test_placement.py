@@ -42,8 +42,8 @@ def config(*overrides: str) -> RunConfig:
     (["placement=colocated", "nnodes=2", "world_size=2", "master_port=29500"], "'placement'",
      "colocated runs on one machine"),
     (["inference.router=sglng"], "'inference.router'", "did you mean 'sglang'"),
-    (["trainer.lora.rank=8", "inference.client.engine=vllm"], "'trainer.lora.rank'",
-     "vLLM's runtime LoRA loading is not wired up"),
+    (["trainer.lora.rank=8", "inference.client.engine=vllm", "trainer.weight_sync.adapters=merge"],
+     "'trainer.weight_sync.adapters'", "merge needs agentrl serve (vllm cannot"),
     (["trainer.lora.rank=8", "inference.engine=sglang", "inference.servers=[http://127.0.0.1:9]",
       "trainer.weight_sync.adapters=merge"], "'trainer.weight_sync.adapters'", "merge needs agentrl serve"),
 ])

@@ -20,9 +20,10 @@ def vllm_run_config(model_dir, *overrides: str) -> RunConfig:
 
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, tmp_path_factory):
-    """One vLLM server, weight version "default" (the client reads it as its own version, 0).
-    Tests that change its weights put the committed ones back before they end."""
-    cfg = vllm_run_config(tiny_model_dir, "inference.max_running_requests=64")
+    """One vLLM server, weight version "default" (the client reads it as its own version, 0), as
+    a LoRA run starts it (adapters of rank <= 8 load at run time; requests without one are the
+    base model's). Tests that change its weights put the committed ones back before they end."""
+    cfg = vllm_run_config(tiny_model_dir, "inference.max_running_requests=64", "trainer.lora.rank=8")
     if vllm_python(cfg) is None:
         if os.environ.get("CI"):
             pytest.fail("CI is set but vLLM is not installed; `make test` runs `make vllm` first")

@@ -117,6 +117,59 @@ def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_mo
         assert c.logprobs[at:at + 20] == pytest.approx(hf_logprobs(last, prompt, c.tokens[at:at + 20]), abs=2e-3)
 
 
+def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_server, tiny_model_dir, tmp_path):
+    """A LoRA run's publish on vLLM (``trainer.weight_sync.adapters: load``): the adapter loads at
+    run time (``/v1/load_lora_adapter``) before the pause, and from the pause on every request
+    names it; a request running across the switch keeps every token, each tagged with its
+    version, and the tokens after it carry the peft-merged checkpoint's logprobs."""
+    from peft import LoraConfig, get_peft_model
+
+    from agentrl.client.remote_engine import lora_name
+    from agentrl.trainer.lora import merge_adapter
+
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                LoraConfig(r=8, lora_alpha=16, init_lora_weights=False,
+                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                           "up_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.mul_(3.0)  # large enough to change what the model samples
+    peft_model.save_pretrained(tmp_path / "adapter")
+
+    async def main():
+        async with RemoteEngine(vllm_server.url, version=0) as engine:
+            async def publish():
+                await engine.load_lora_adapter(str(tmp_path / "adapter"), 1)
+                await until_tokens(engine, vllm_server.url, 40)
+                await engine.pause()
+                await engine.serve_lora_adapter(1)
+                await engine.resume()
+            try:
+                run, _ = await asyncio.gather(
+                    engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=300, ignore_eos=True)), publish())
+                after = await engine.generate(PROMPTS[1], SamplingParams(max_new_tokens=12, temperature=0))
+            finally:
+                async with httpx.AsyncClient(timeout=30) as http:
+                    await http.post(vllm_server.url + "/v1/unload_lora_adapter", json={"lora_name": lora_name(1)})
+            return run, after
+
+    run, after = asyncio.run(main())
+    merged = AutoModelForCausalLM.from_pretrained(merge_adapter(tmp_path / "adapter", tmp_path / "merged",
+                                                                base_dir=tiny_model_dir), dtype=torch.float32).eval()
+    assert len(run.tokens) == 300 and run.finish_reason == "length"
+    at = run.versions.index(1)
+    assert 40 <= at and run.versions == [0] * at + [1] * (300 - at)
+    prompt = PROMPTS[0] + run.tokens[:at]
+    assert run.logprobs[at:at + 20] == pytest.approx(hf_logprobs(merged, prompt, run.tokens[at:at + 20]), abs=2e-3)
+    expect = merged.generate(torch.tensor([PROMPTS[1]]), max_new_tokens=12, do_sample=False)[0, len(PROMPTS[1]):]
+    assert after.tokens == expect.tolist()[: len(after.tokens)] and after.versions == [1] * len(after.tokens)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    # the adapter changed the policy: the checks above could fail
+    assert hf_logprobs(base, prompt, run.tokens[at:at + 20]) != pytest.approx(run.logprobs[at:at + 20], abs=2e-3)
+
+
 async def until_tokens(engine: RemoteEngine, url: str, n: int) -> None:
     """Until the server has produced ``n`` more tokens (vLLM's Prometheus counter)."""
     async with httpx.AsyncClient(timeout=10) as http:
