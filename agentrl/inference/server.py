@@ -11,7 +11,7 @@ Matched version: sglang 0.5.23 (``python/sglang/srt/entrypoints/http_server.py``
 ``managers/io_struct.py``, ``entrypoints/openai/protocol.py``); where it knowingly differs
 (error bodies, logprobs after the top-k/p filter, staged weight updates, the prefix cache's
 copying) is listed in docs/DESIGN.md §4 "Inference server". What it is not: the client
-(``agentrl.client``) or a general-purpose inference server (no grammars, LoRA, multimodal).
+(``agentrl.client``) or a general-purpose inference server (no grammars, sessions, multimodal).
 
 Trust boundary: the server is meant for localhost and trusted networks. Covered: every
 malformed or out-of-range request gets a 4xx JSON error naming the field, never a 500 or a
