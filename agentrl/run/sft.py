@@ -8,7 +8,9 @@ on every loss token: its ``reinforce`` loss is then exactly the token-mean negat
 log-likelihood of the assistant tokens. The held-out loss is the same mean under
 ``Actor.compute_logprobs`` (no gradient), before, every ``eval_every_steps`` and after. The
 fine-tuned weights are exported with the trainer's ``export_hf`` to ``RUN_DIR/model``, an HF
-directory that ``agentrl serve --model`` (and ``agentrl train``'s ``model``) loads.
+directory that ``agentrl serve --model`` (and ``agentrl train``'s ``model``) loads. With
+``trainer.lora`` only the adapters train; the adapter is exported (``export_adapter``) to
+``RUN_DIR/adapter`` in peft's format and merged into the base (peft's merge) as ``RUN_DIR/model``.
 
     parse (the command) → data (load, split) → Actor (restored on --resume) → held-out loss before
     loop: batch (shuffled per epoch) → Actor.train_step → metrics.jsonl (every step),
@@ -49,6 +51,7 @@ from agentrl.run.sft_config import SftConfig
 from agentrl.run.sft_data import SftData, SftExample, SftRecord, load_examples
 
 MODEL_DIR = "model"
+ADAPTER_DIR = "adapter"
 """``RUN_DIR/model``: the fine-tuned HF checkpoint."""
 CHECKPOINTS, LATEST, STATE = "checkpoints", "latest", "sft.json"
 """``RUN_DIR/checkpoints/step_NNNNNN/{trainer/, sft.json}``; ``checkpoints/latest`` names the newest."""
@@ -184,7 +187,7 @@ def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData
 
     from agentrl.run.metrics import RunLog, plot_curves
     from agentrl.trainer.actor import Actor, init_distributed
-    from agentrl.trainer.checkpoint import export_hf, load_checkpoint
+    from agentrl.trainer.checkpoint import load_checkpoint
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
@@ -253,7 +256,7 @@ def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData
                 save_state(actor, run_dir, step, {"heldout_loss_before": summary["heldout_loss_before"],
                                                   "minutes": minutes()}, cfg.checkpoint.keep_last)
         summary["heldout_loss_after"] = evaluate(steps, "after")
-        checkpoint = export_hf(actor.model, run_dir / MODEL_DIR, source_dir=cfg.model)
+        checkpoint = export(actor, cfg, run_dir)
         save_state(actor, run_dir, steps, {"heldout_loss_before": summary["heldout_loss_before"],
                                            "minutes": minutes()}, cfg.checkpoint.keep_last)
     finally:
@@ -269,6 +272,24 @@ def run_sft(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary
+
+
+def export(actor: Any, cfg: SftConfig, run_dir: Path) -> Path:
+    """The fine-tuned model as an HF directory at ``RUN_DIR/model`` (every rank calls this); a
+    LoRA model's adapter also at ``RUN_DIR/adapter``, merged into the base for ``model``."""
+    import torch.distributed as dist
+
+    from agentrl.trainer.checkpoint import export_adapter, export_hf
+
+    if not cfg.trainer.lora.enabled:
+        return export_hf(actor.model, run_dir / MODEL_DIR, source_dir=cfg.model)
+    from agentrl.trainer.lora import merge_adapter
+
+    adapter = export_adapter(actor.model, run_dir / ADAPTER_DIR)
+    if dist.get_rank() == 0:
+        merge_adapter(adapter, run_dir / MODEL_DIR, base_dir=cfg.model)
+    dist.barrier()
+    return run_dir / MODEL_DIR
 
 
 def run_in_process(cfg: SftConfig, run_dir: str | Path, *, data: tuple[SftData, SftData] | None = None,

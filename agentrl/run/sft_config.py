@@ -59,6 +59,3 @@ class SftConfig:
     def __post_init__(self) -> None:
         if not self.data:
             raise ConfigError("config key 'data': expected at least one file, directory or module:function, got []")
-        if self.trainer.lora.enabled:
-            raise ConfigError("config key 'trainer.lora.rank': agentrl sft does not train LoRA adapters yet (its "
-                              "export is a full HF model); set it to 0, or train LoRA with agentrl train")

@@ -361,3 +361,40 @@ def test_two_ranks_under_torchrun_train_as_one(tiny_model_dir, tmp_path):
     assert two["heldout_loss_before"] == pytest.approx(one["heldout_loss_before"], abs=1e-6)
     assert two["heldout_loss_after"] == pytest.approx(one["heldout_loss_after"], abs=1e-5)
     assert two["heldout_loss_after"] < two["heldout_loss_before"]
+
+
+def test_a_lora_sft_run_exports_its_adapter_and_the_merged_model(tiny_model_dir, tmp_path):
+    """``agentrl sft trainer.lora.rank=8``: only the adapters train (the held-out loss still falls),
+    ``RUN_DIR/adapter`` is peft's adapter and ``RUN_DIR/model`` the base with it merged — the base's
+    other tensors unchanged, and the same logits as the base wrapped in the adapter by peft."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from examples.sft_tools import heldout_conversations, train_conversations
+    finally:
+        sys.path.remove(str(ROOT))
+    train = write_jsonl(tmp_path / "train.jsonl", train_conversations(0, n=12))
+    held = write_jsonl(tmp_path / "held.jsonl", heldout_conversations(0, n=4))
+    run_dir = tmp_path / "run"
+    r = subprocess.run([AGENTRL, "sft", str(ROOT / "examples" / "sft_tools.yaml"), f"model={tiny_model_dir}",
+                        f"data=[{train}]", f"heldout=[{held}]", f"run_dir={run_dir}", "steps=2", "batch_size=6",
+                        "trainer.lr=2e-2", "trainer.warmup_steps=0", "trainer.total_steps=2", "trainer.lora.rank=8",
+                        "trainer.lora.target_modules=[q_proj,v_proj,down_proj]"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["heldout_loss_after"] < summary["heldout_loss_before"]
+    assert sorted(p.name for p in (run_dir / "adapter").iterdir()) == ["adapter_config.json",
+                                                                      "adapter_model.safetensors"]
+    before, after = (load_file(str(d / "model.safetensors")) for d in (tiny_model_dir, run_dir / "model"))
+    changed = {k for k in before if not before[k].equal(after[k])}
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight", "down_proj.weight")) for k in changed)
+    ids = torch.tensor([list(range(3, 40))])
+    with torch.no_grad():
+        wrapped = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), run_dir / "adapter")
+        merged = AutoModelForCausalLM.from_pretrained(run_dir / "model")
+        torch.testing.assert_close(merged(ids).logits, wrapped(ids).logits, rtol=0, atol=1e-4)
