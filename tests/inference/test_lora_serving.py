@@ -15,33 +15,17 @@ import torch
 
 from agentrl.process.services import ServerProcess
 
+from ..peft_adapters import random_adapter
+
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 SAMPLING = {"max_new_tokens": 10, "temperature": 1.0, "sampling_seed": 3, "ignore_eos": True}
-
-
-def _peft_adapter(model_dir, out, *, seed: int, rank: int, targets: list[str]):
-    """A peft LoRA adapter on ``model_dir`` with random (non-zero) A and B."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets,
-                                                  init_lora_weights=False))
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_" in name:
-                p.mul_(3.0)  # large enough to change what the tiny model samples
-    peft_model.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
 def adapters(untrained_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("lora-adapters")
-    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    return {"a": _peft_adapter(untrained_model_dir, root / "a", seed=1, rank=4, targets=every),
-            "b": _peft_adapter(untrained_model_dir, root / "b", seed=2, rank=2, targets=["q_proj", "v_proj"])}
+    return {"a": random_adapter(untrained_model_dir, root / "a", seed=1, rank=4),
+            "b": random_adapter(untrained_model_dir, root / "b", seed=2, rank=2, targets=["q_proj", "v_proj"])}
 
 
 @pytest.fixture(scope="module")

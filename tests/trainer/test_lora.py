@@ -135,6 +135,30 @@ def _teacher_forced(model_dir, tokens):
     return logp.gather(-1, ids[0, 1:, None])[:, 0][len(PROMPT) - 1:]
 
 
+async def _publish_twice_across_a_request(actor, publisher, engine, url: str):
+    """Train and publish version 1; train again and publish version 2 while a ``LONG``-token
+    request runs: it loses no token, and its tokens carry 1 up to the update, 2 after. Returns
+    it and where version 2 begins."""
+    import asyncio
+
+    from agentrl.api import SamplingParams
+
+    from ..serving import until_generating
+
+    actor.train_step(_batch(actor.config, 0))
+    await publisher.apublish(actor.model, 1)
+    actor.train_step(_batch(actor.config, 1))
+    job = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=LONG, temperature=1.0,
+                                                                     ignore_eos=True, seed=5)))
+    await until_generating(url, min_tokens=20)
+    await publisher.apublish(actor.model, 2)
+    out = await job
+    assert out.finish_reason == "length" and len(out.tokens) == LONG
+    k = out.versions.index(2)
+    assert 20 <= k < LONG and out.versions == [1] * k + [2] * (LONG - k)
+    return out, k
+
+
 def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_model, tmp_path):
     """The trainer publishes adapters only; the server serves base + the newest adapter — what
     the merged checkpoint serves when loaded from disk — a request interrupted by the update
@@ -152,11 +176,8 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
     from agentrl.trainer.lora import merge_adapter
     from agentrl.trainer.publish import DiskTransport, WeightPublisher
 
-    from ..serving import until_generating
-
     actor = Actor(small_model, _config())
     root = tmp_path / "weights"
-    long = SamplingParams(max_new_tokens=LONG, temperature=1.0, ignore_eos=True, seed=5)
     greedy = SamplingParams(max_new_tokens=24, temperature=0.0, ignore_eos=True)
     # greedy answers carry the log-probability of the one-hot choice (0); a seeded sample at
     # temperature 1 carries the model's own, which is what is compared
@@ -168,13 +189,7 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
                 return await engine.generate(PROMPT, greedy), await engine.generate(PROMPT, sampled)
 
             publisher = WeightPublisher(DiskTransport(root, source_dir=small_model, keep_last=2), engine)
-            actor.train_step(_batch(actor.config, 0))
-            await publisher.apublish(actor.model, 1)
-            actor.train_step(_batch(actor.config, 1))
-            job = asyncio.create_task(engine.generate(PROMPT, long))
-            await until_generating(url, min_tokens=20)
-            await publisher.apublish(actor.model, 2)
-            interrupted = await job
+            interrupted = await _publish_twice_across_a_request(actor, publisher, engine, url)
             served = await both()
             merged = merge_adapter(root / "v000002", tmp_path / "merged", base_dir=small_model)
             await engine.update_weights(str(merged), 3)
@@ -228,10 +243,7 @@ def test_agentrl_serve_merges_each_published_adapter_into_its_base(group, small_
     assert (_teacher_forced(small_model, s2.tokens) - torch.tensor(s2.logprobs)).abs().max() > 1e-3
     # the interrupted request: every token, each from the weights its version names (v2 = base + adapter 2,
     # not adapter 1 merged on top of adapter 1)
-    out = interrupted
-    assert out.finish_reason == "length" and len(out.tokens) == LONG
-    k = out.versions.index(2)
-    assert 20 <= k < LONG and out.versions == [1] * k + [2] * (LONG - k)
+    out, k = interrupted
     v1 = merge_adapter(root / "v000001", tmp_path / "merged1", base_dir=small_model)
     torch.testing.assert_close(torch.tensor(out.logprobs[:k]), _teacher_forced(v1, out.tokens)[:k], rtol=0, atol=1e-4)
     torch.testing.assert_close(torch.tensor(out.logprobs[k:]), _teacher_forced(tmp_path / "merged", out.tokens)[k:],
@@ -259,11 +271,8 @@ def test_adapters_published_by_name_serve_every_later_request(group, small_model
     from agentrl.process.services import ServerProcess
     from agentrl.trainer.publish import DiskTransport, WeightPublisher
 
-    from ..serving import until_generating
-
     actor = Actor(small_model, _config())
     root = tmp_path / "weights"
-    long = SamplingParams(max_new_tokens=LONG, temperature=1.0, ignore_eos=True, seed=5)
     sampled = SamplingParams(max_new_tokens=24, temperature=1.0, ignore_eos=True, seed=7)
     body = {"input_ids": PROMPT, "return_logprob": True,
             "sampling_params": {"max_new_tokens": 24, "temperature": 1.0, "ignore_eos": True, "sampling_seed": 7}}
@@ -274,13 +283,7 @@ def test_adapters_published_by_name_serve_every_later_request(group, small_model
                 return [c["id"] for c in (await client.get(url + "/v1/models")).json()["data"][1:]]
 
             publisher = WeightPublisher(DiskTransport(root, source_dir=small_model, adapters="load"), engine)
-            actor.train_step(_batch(actor.config, 0))
-            await publisher.apublish(actor.model, 1)
-            actor.train_step(_batch(actor.config, 1))
-            job = asyncio.create_task(engine.generate(PROMPT, long))
-            await until_generating(url, min_tokens=20)
-            await publisher.apublish(actor.model, 2)
-            interrupted = await job
+            await _publish_twice_across_a_request(actor, publisher, engine, url)  # adapter 1, then 2
             served = await engine.generate(PROMPT, sampled)
             held = await names()
             # the same adapter merged into the served weights (the other way agentrl serve takes one)
@@ -291,15 +294,11 @@ def test_adapters_published_by_name_serve_every_later_request(group, small_model
             base = (await client.post(url + "/generate", json=body)).json()["meta_info"]["output_token_logprobs"]
             actor.train_step(_batch(actor.config, 2))
             await publisher.apublish(actor.model, 3)
-            return interrupted, served, held, merged, base, await names(), engine.version
+            return served, held, merged, base, await names(), engine.version
 
     with ServerProcess(small_model, "--context-length", "512", "--weight-version", "0") as proc:
-        interrupted, served, held, merged, base, later, version = asyncio.run(scenario(proc.url))
+        served, held, merged, base, later, version = asyncio.run(scenario(proc.url))
 
-    out = interrupted  # every token, from adapter 1 then adapter 2
-    assert out.finish_reason == "length" and len(out.tokens) == LONG
-    k = out.versions.index(2)
-    assert 20 <= k < LONG and out.versions == [1] * k + [2] * (LONG - k)
     assert served.versions == [2] * 24 and version == 3
     assert [t[1] for t in merged] == served.tokens
     torch.testing.assert_close(torch.tensor(served.logprobs), torch.tensor([t[0] for t in merged]), rtol=0, atol=1e-5)

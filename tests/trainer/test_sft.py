@@ -209,19 +209,26 @@ def test_bad_data_through_the_command_is_one_line(tiny_model_dir, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_sft_lowers_the_heldout_loss_and_its_checkpoint_serves(tiny_model_dir, tmp_path):
+def sft_on_calculator_conversations(model_dir: Path, tmp_path: Path, train_n: int, held_n: int,
+                                    *overrides: str) -> subprocess.CompletedProcess:
+    """``agentrl sft examples/sft_tools.yaml`` on ``train_n`` generated conversations (``held_n``
+    held out), into ``tmp_path / "run"``."""
     sys.path.insert(0, str(ROOT))
     try:
         from examples.sft_tools import heldout_conversations, train_conversations
     finally:
         sys.path.remove(str(ROOT))
-    train = write_jsonl(tmp_path / "train.jsonl", train_conversations(0, n=24))
-    held = write_jsonl(tmp_path / "held.jsonl", heldout_conversations(0, n=6))
+    train = write_jsonl(tmp_path / "train.jsonl", train_conversations(0, n=train_n))
+    held = write_jsonl(tmp_path / "held.jsonl", heldout_conversations(0, n=held_n))
+    return subprocess.run([AGENTRL, "sft", str(ROOT / "examples" / "sft_tools.yaml"), f"model={model_dir}",
+                           f"data=[{train}]", f"heldout=[{held}]", f"run_dir={tmp_path / 'run'}", "batch_size=6",
+                           "trainer.warmup_steps=0", *overrides], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_sft_lowers_the_heldout_loss_and_its_checkpoint_serves(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
-    r = subprocess.run([AGENTRL, "sft", str(ROOT / "examples" / "sft_tools.yaml"), f"model={tiny_model_dir}",
-                        f"data=[{train}]", f"heldout=[{held}]", f"run_dir={run_dir}", "steps=3", "batch_size=6",
-                        "log_every_steps=1", "eval_every_steps=2", "trainer.lr=3e-3", "trainer.warmup_steps=0",
-                        "trainer.total_steps=3"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = sft_on_calculator_conversations(tiny_model_dir, tmp_path, 24, 6, "steps=3", "log_every_steps=1",
+                                        "eval_every_steps=2", "trainer.lr=3e-3", "trainer.total_steps=3")
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     print("held-out loss", summary["heldout_loss_before"], "->", summary["heldout_loss_after"])
@@ -372,19 +379,10 @@ def test_a_lora_sft_run_exports_its_adapter_and_the_merged_model(tiny_model_dir,
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    sys.path.insert(0, str(ROOT))
-    try:
-        from examples.sft_tools import heldout_conversations, train_conversations
-    finally:
-        sys.path.remove(str(ROOT))
-    train = write_jsonl(tmp_path / "train.jsonl", train_conversations(0, n=12))
-    held = write_jsonl(tmp_path / "held.jsonl", heldout_conversations(0, n=4))
     run_dir = tmp_path / "run"
-    r = subprocess.run([AGENTRL, "sft", str(ROOT / "examples" / "sft_tools.yaml"), f"model={tiny_model_dir}",
-                        f"data=[{train}]", f"heldout=[{held}]", f"run_dir={run_dir}", "steps=2", "batch_size=6",
-                        "trainer.lr=2e-2", "trainer.warmup_steps=0", "trainer.total_steps=2", "trainer.lora.rank=8",
-                        "trainer.lora.target_modules=[q_proj,v_proj,down_proj]"],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = sft_on_calculator_conversations(tiny_model_dir, tmp_path, 12, 4, "steps=2", "trainer.lr=2e-2",
+                                        "trainer.total_steps=2", "trainer.lora.rank=8",
+                                        "trainer.lora.target_modules=[q_proj,v_proj,down_proj]")
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["heldout_loss_after"] < summary["heldout_loss_before"]

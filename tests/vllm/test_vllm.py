@@ -122,21 +122,12 @@ def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_
     run time (``/v1/load_lora_adapter``) before the pause, and from the pause on every request
     names it; a request running across the switch keeps every token, each tagged with its
     version, and the tokens after it carry the peft-merged checkpoint's logprobs."""
-    from peft import LoraConfig, get_peft_model
-
     from agentrl.client.remote_engine import lora_name
     from agentrl.trainer.lora import merge_adapter
 
-    torch.manual_seed(0)
-    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                                LoraConfig(r=8, lora_alpha=16, init_lora_weights=False,
-                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                           "up_proj", "down_proj"]))
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_" in name:
-                p.mul_(3.0)  # large enough to change what the model samples
-    peft_model.save_pretrained(tmp_path / "adapter")
+    from ..peft_adapters import random_adapter
+
+    random_adapter(tiny_model_dir, tmp_path / "adapter", rank=8)
 
     async def main():
         async with RemoteEngine(vllm_server.url, version=0) as engine:
