@@ -545,7 +545,7 @@ class RemoteEngine:
             if bad:
                 raise RequestRejected(f"weight update to version {version} failed: {bad[0].get('message')}")
         self._last_update = (str(path), int(version))
-        self._version = int(version)
+        self._version, self._lora = int(version), None  # the checkpoint is the policy: no adapter named
 
     async def stage_weights(self, path: str) -> None:
         """Before a pause (``agentrl serve`` only: ``can_stage_weights``): every server reads and
@@ -711,7 +711,7 @@ class RemoteEngine:
 
     def _served_by_broadcast(self, version: int) -> None:
         self._last_update = (None, version)
-        self._version = version
+        self._version, self._lora = version, None
         for s in self._servers:  # every member received it: each one serves this version now
             if not s.healthy:
                 s.healthy, s.down_since = True, time.monotonic()
