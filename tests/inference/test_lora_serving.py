@@ -9,6 +9,8 @@ checkpoint gives once loaded as the served weights."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 import torch
@@ -16,6 +18,7 @@ import torch
 from agentrl.process.services import ServerProcess
 
 from ..peft_adapters import random_adapter
+from ..serving import until_generating
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
 SAMPLING = {"max_new_tokens": 10, "temperature": 1.0, "sampling_seed": 3, "ignore_eos": True}
@@ -109,9 +112,20 @@ def test_adapters_are_listed_selected_by_model_and_refused_by_name(server, adapt
     assert r.status_code == 400 and not r.json()["success"] and "adapter_config.json" in r.json()["error_message"]
     r = httpx.post(server + "/unload_lora_adapter", json={"lora_name": "c"}, timeout=10)
     assert r.status_code == 400 and "LoRA with name c does not exist" in r.json()["error_message"]
-    # unload, then load again under the same name
-    r = httpx.post(server + "/unload_lora_adapter", json={"lora_name": "b"}, timeout=10)
-    assert r.json() == {"success": True, "error_message": None, "loaded_adapters": {"a": str(adapters["a"])}}
+    # unloaded while a request runs with it: the request finishes with it, as it would have
+    body = {"input_ids": PROMPT, "lora_path": "b", "return_logprob": True,
+            "sampling_params": {**SAMPLING, "max_new_tokens": 150}}
+    alone = _generate(server, body)
+
+    async def unload_while_running():
+        async with httpx.AsyncClient(timeout=60) as client:
+            job = asyncio.create_task(client.post(server + "/generate", json=body))
+            await until_generating(server, min_tokens=20)
+            unloaded = await client.post(server + "/unload_lora_adapter", json={"lora_name": "b"})
+            return (await job).json(), unloaded.json()
+    running, unloaded = asyncio.run(unload_while_running())
+    assert running["output_ids"] == alone["output_ids"] and len(running["output_ids"]) == 150
+    assert unloaded == {"success": True, "error_message": None, "loaded_adapters": {"a": str(adapters["a"])}}
     assert httpx.post(server + "/generate", json={"input_ids": PROMPT, "lora_path": "b"}, timeout=10).status_code == 400
     r = httpx.post(server + "/load_lora_adapter", json={"lora_name": "b", "lora_path": str(adapters["b"])}, timeout=60)
     assert r.json()["success"] and set(r.json()["loaded_adapters"]) == {"a", "b"}
