@@ -13,7 +13,7 @@ of ``--rank`` on all seven projections of the model (the ~100 M-parameter random
     (a batch mixing the base model and the adapter, which merged weights cannot serve at all);
   * prefill: one step of 4 prompts of ``--prompt`` tokens, the same three ways.
 
-Medians of ``--repeats`` after one warm-up, one thread. Last line: one JSON object;
+Medians of ``--repeats`` after one warm-up round, the variants taking turns, one thread. Last line: one JSON object;
 ``decode_overhead_all`` = decode with the adapter on every row ÷ without (1.10: 10 % slower).
 Usage::
 
@@ -50,14 +50,16 @@ def make_adapter(model_dir: Path, out: Path, rank: int) -> Path:
     return out
 
 
-def median_s(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def median_s(fns: dict, repeats: int) -> dict[str, float]:
+    """Each function's median time, the functions taking turns (all see the same machine load)."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for i in range(repeats + 1):  # the first round warms up
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if i:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -78,8 +80,8 @@ def main() -> None:
         model_dir = model_dir_for(args.model, work)
         adapter_dir = make_adapter(model_dir, work / "adapter", args.rank)
         decoder = Decoder(model_dir, num_slots=max(args.rows, 4), max_len=max(args.position, args.prompt) + 8)
-        merge_s = median_s(lambda: decoder.discard(decoder.prepare_weights(adapter_dir)), args.repeats)
-        load_s = median_s(lambda: decoder.load_adapter(adapter_dir, "a"), args.repeats)
+        update = median_s({"merge": lambda: decoder.discard(decoder.prepare_weights(adapter_dir)),
+                           "load": lambda: decoder.load_adapter(adapter_dir, "a")}, args.repeats)
         lora = decoder.load_adapter(adapter_dir, "a")
         g = torch.Generator().manual_seed(0)
         vocab = decoder.spec.vocab_size
@@ -94,11 +96,11 @@ def main() -> None:
             "prefill_all": Step([], prefill, lora=[lora] * 4),
             "prefill_half": Step([], prefill, lora=[lora, None, lora, None]),
         }
-        times = {name: median_s(lambda step=step: decoder.forward(step), args.repeats) for name, step in runs.items()}
+        times = median_s({name: lambda step=step: decoder.forward(step) for name, step in runs.items()}, args.repeats)
     print(json.dumps({
         "benchmark": "lora_serving", "model": args.model, "rank": args.rank, "rows": args.rows,
         "position": args.position, "prompt": args.prompt, "repeats": args.repeats,
-        "update_merge_s": round(merge_s, 4), "update_load_s": round(load_s, 4),
+        "update_merge_s": round(update["merge"], 4), "update_load_s": round(update["load"], 4),
         **{f"{name}_ms": round(1000 * t, 2) for name, t in times.items()},
         "decode_overhead_all": round(times["decode_all"] / times["decode_base"], 3),
         "decode_overhead_half": round(times["decode_half"] / times["decode_base"], 3),
