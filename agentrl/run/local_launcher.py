@@ -151,13 +151,14 @@ def vllm_python(cfg: Any) -> str | None:
 def sglang_lora_args(cfg: Any) -> list[str]:
     """SGLang's flags for a LoRA run (adapters loaded at run time, ``trainer.weight_sync.adapters``):
     the rank and target modules of ``trainer.lora``, and room for two adapters in a batch (the
-    newest, and the one before it that requests sent just before a pause may still name; vLLM's
-    ``--max-loras 2`` in ``vllm_command`` likewise)."""
+    newest, and the one before it that requests sent just before a pause may still name) beside
+    base-only requests, which SGLang's ``--max-loras-per-batch`` counts as one more (vLLM's
+    ``--max-loras 2`` in ``vllm_command`` does not)."""
     lora = cfg.trainer.lora
     if not lora.enabled:
         return []
     return ["--enable-lora", "--max-lora-rank", str(lora.rank), "--lora-target-modules", *lora.target_modules,
-            "--max-loras-per-batch", "2"]
+            "--max-loras-per-batch", "3"]
 
 
 def vllm_command(cfg: Any, host: str, port: int, index: int) -> tuple[list[str], dict[str, str]]:
