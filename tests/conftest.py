@@ -78,6 +78,32 @@ def trained_run(tmp_path_factory):
     return run_dir, out
 
 
+LORA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.fixture(scope="session")
+def random_adapter():
+    """``random_adapter(model_dir, out, seed=0, rank=8, targets=LORA_PROJECTIONS)``: a peft LoRA
+    adapter on ``model_dir`` (``lora_alpha`` 2 x rank) with random, non-zero A and B — one that
+    changes what the tiny models sample — saved at ``out``, for the tests that serve adapters."""
+    def make(model_dir, out, *, seed: int = 0, rank: int = 8, targets: list[str] = LORA_PROJECTIONS):
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
+                               LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets,
+                                          init_lora_weights=False))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    p.mul_(3.0)  # peft's random init, scaled
+        model.save_pretrained(out)
+        return out
+    return make
+
+
 @pytest.fixture(scope="session")
 def openapi_fuzz():
     """``openapi_fuzz(url, examples=, hang_s=, ...) -> (cases, failures)``: fuzz an HTTP

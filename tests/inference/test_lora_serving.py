@@ -17,7 +17,6 @@ import torch
 
 from agentrl.process.services import ServerProcess
 
-from ..peft_adapters import random_adapter
 from ..serving import until_generating
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
@@ -25,7 +24,7 @@ SAMPLING = {"max_new_tokens": 10, "temperature": 1.0, "sampling_seed": 3, "ignor
 
 
 @pytest.fixture(scope="module")
-def adapters(untrained_model_dir, tmp_path_factory):
+def adapters(untrained_model_dir, tmp_path_factory, random_adapter):
     root = tmp_path_factory.mktemp("lora-adapters")
     return {"a": random_adapter(untrained_model_dir, root / "a", seed=1, rank=4),
             "b": random_adapter(untrained_model_dir, root / "b", seed=2, rank=2, targets=["q_proj", "v_proj"])}

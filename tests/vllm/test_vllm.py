@@ -117,15 +117,14 @@ def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_mo
         assert c.logprobs[at:at + 20] == pytest.approx(hf_logprobs(last, prompt, c.tokens[at:at + 20]), abs=2e-3)
 
 
-def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_server, tiny_model_dir, tmp_path):
+def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_server, tiny_model_dir, tmp_path,
+                                                                           random_adapter):
     """A LoRA run's publish on vLLM (``trainer.weight_sync.adapters: load``): the adapter loads at
     run time (``/v1/load_lora_adapter``) before the pause, and from the pause on every request
     names it; a request running across the switch keeps every token, each tagged with its
     version, and the tokens after it carry the peft-merged checkpoint's logprobs."""
     from agentrl.client.remote_engine import lora_name
     from agentrl.trainer.lora import merge_adapter
-
-    from ..peft_adapters import random_adapter
 
     random_adapter(tiny_model_dir, tmp_path / "adapter", rank=8)
 
