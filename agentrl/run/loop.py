@@ -198,12 +198,19 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             index = EpisodeKey.parse(key).index
             return index in pending or index >= cursor
     episode_log = EpisodeLog(run_dir / "rollout" / "episodes.jsonl", keep=keep)
+    lockstep = None
+    if cfg.deterministic and workflow is not None:
+        from agentrl.rollout.lockstep import Lockstep
+
+        await check_batch_invariant(servers["servers"])
+        lockstep = Lockstep(cfg.rollout.lockstep)
     executor = RolloutExecutor(workflow, engine, rows, group_size=cfg.rollout.group_size,
                                batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
                                max_concurrent=cfg.rollout.max_concurrent,
                                filter_equal_rewards=cfg.rollout.filter_equal_rewards,
                                episode_log=episode_log,
-                               run_id=run_dir.name, record_max_bytes=cfg.logging.record_max_bytes)
+                               run_id=run_dir.name, record_max_bytes=cfg.logging.record_max_bytes,
+                               lockstep=lockstep)
     tr.publisher = WeightPublisher(tr.transport, engine, before_pause=executor.pause_admission,
                                    after_resume=executor.resume_admission)
     eval_wf = eval_rows = None
@@ -234,6 +241,22 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         if cmd and tr.world_size > 1:
             await asyncio.to_thread(tr.command, {"op": "publish"})
         return await tr.publisher.apublish(actor.model, actor.version)
+
+    def rollout_state() -> dict[str, float]:
+        return {"rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
+                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()}}
+
+    async def publish_step() -> tuple[Any, dict[str, float]]:
+        """The step's publish, and the rollout's state right after it (deterministic mode: between
+        the rounds the schedule fixes, so the same in every run; otherwise whenever it finishes)."""
+        if lockstep is None:
+            return await publish(), rollout_state()
+
+        async def between_rounds() -> tuple[Any, dict[str, float]]:
+            record = await publish()
+            executor.set_version(actor.version)
+            return record, rollout_state()
+        return await lockstep.publish(actor.version, between_rounds)
 
     start_step = actor.version
     colocated = cfg.placement == "colocated"
@@ -280,7 +303,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             t0 = time.perf_counter()
             stats, kept, sample = await asyncio.to_thread(tr.train, trajectories)
             t1 = time.perf_counter()
-            record = await publish()
+            record, rollout_now = await publish_step()
             step = actor.version
             executor.set_version(step)
             now = time.perf_counter()
@@ -297,8 +320,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 "perf/train_tokens_per_s": sum(len(t) for t in kept) / max(t1 - t0, 1e-9),
                 "perf/trainer_idle_fraction": batch.wait_s / max(wall, 1e-9),
                 "perf/generator_idle_fraction": 1.0 - min(1.0, (gen_busy - gen_busy_last) / max(wall, 1e-9)),
-                "rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
-                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()},
+                **rollout_now,
                 "perf/elapsed_min": (now - started) / 60,
             })
             gen_busy_last, t_last = gen_busy, now
@@ -375,6 +397,22 @@ async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Pat
                                                             cfg.gateway.port))
     (run_dir / "gateway.json").write_text(json.dumps({"url": url, "api_key_env": cfg.gateway.api_key_env}))
     console.print(f"gateway ready on {url} (sessions: POST {url}/v1/sessions)")
+
+
+async def check_batch_invariant(urls: list[str]) -> None:
+    """Deterministic mode needs batch-invariant servers (``--enable-deterministic-inference``)."""
+    import httpx
+
+    from agentrl.errors import ConfigError
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        for url in urls:
+            base = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
+            info = (await client.get(base + "/server_info")).json()
+            if info.get("enable_deterministic_inference") is not True:
+                raise ConfigError(f"config key 'deterministic': the server {url} is not batch-invariant; start "
+                                  "agentrl serve with --enable-deterministic-inference (as agentrl train does for "
+                                  "the servers it starts)")
 
 
 def _eta(summary: dict[str, Any]) -> float:

@@ -45,6 +45,9 @@ def config(*overrides: str) -> RunConfig:
     (["trainer.lora.rank=8", "inference.client.engine=vllm"], "'trainer.lora.rank'", "only agentrl serve merges"),
     (["trainer.lora.rank=8", "inference.engine=sglang", "inference.servers=[http://127.0.0.1:9]"],
      "'trainer.lora.rank'", "only agentrl serve merges"),
+    (["deterministic=true", "inference.client.engine=vllm"], "'deterministic'", "not batch-invariant"),
+    (["deterministic=true", "placement=colocated"], "'placement'", "overlap_rounds"),
+    (["deterministic=true", "rollout.sampling.stop=[</answer>]"], "'rollout.sampling'", "stop strings"),
 ])
 def test_impossible_placements_name_their_key(overrides, key, words):
     with pytest.raises(ConfigError) as e:
