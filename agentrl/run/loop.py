@@ -1,7 +1,8 @@
 """The training loop of ``agentrl train``: one process per trainer rank, under torchrun.
 
 What it is: ``python -m agentrl.run.loop RUN_DIR`` (the launcher runs it under ``torchrun``
-after writing ``RUN_DIR/config.yaml`` and ``RUN_DIR/servers.json``). Every rank builds the
+after writing ``RUN_DIR/config.yaml``, while it starts the servers; rank 0 waits for
+``RUN_DIR/servers.json``, written when they are ready). Every rank builds the
 ``Actor``; rank 0 also runs, on one event loop, the rollout executor (episodes against the
 inference servers through ``RemoteEngine``) and the trainer's side of each step, so
 generation never waits for training:
@@ -29,6 +30,7 @@ What it is not: the process launcher (``agentrl.run.local_launcher``) or the con
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
@@ -171,7 +173,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     console = Console(stderr=True, soft_wrap=True)
     decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
 
-    servers = json.loads((run_dir / "servers.json").read_text())
+    servers = await servers_ready(run_dir, cfg)
     engine = RemoteEngine(servers["servers"], cfg.inference.client, router=servers.get("router"),
                           version=actor.version)
     tr.engine = engine
@@ -399,6 +401,22 @@ async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Pat
     console.print(f"gateway ready on {url} (sessions: POST {url}/v1/sessions)")
 
 
+async def servers_ready(run_dir: Path, cfg: Any) -> dict[str, Any]:
+    """``servers.json``, once the launcher wrote it (the ranks start while the servers load)."""
+    from agentrl.errors import ServerUnavailable
+    from agentrl.run.local_launcher import SERVERS_FILE
+
+    path = run_dir / SERVERS_FILE
+    limit = cfg.inference.startup_timeout_s * max(1, cfg.inference.num_servers) + 60
+    t0 = time.monotonic()
+    while not path.exists():
+        if time.monotonic() - t0 > limit:
+            raise ServerUnavailable(f"{path} did not appear within {limit:.0f} s: the launcher writes it when the "
+                                    "inference servers are ready (see RUN_DIR/logs/server-*.log)")
+        await asyncio.sleep(0.05)
+    return json.loads(path.read_text())
+
+
 async def check_batch_invariant(urls: list[str]) -> None:
     """Deterministic mode needs batch-invariant servers (``--enable-deterministic-inference``)."""
     import httpx
@@ -471,16 +489,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     dist.destroy_process_group()
-    if tr.rank > 0:
-        # A follower on another node was seen aborting after its work, in C++ static destructors at
-        # interpreter exit ("terminate called without an active exception", no Python frame; 3 of
-        # ~25 two-node runs on a loaded machine), which fails its torchrun and leaves node 0's
-        # waiting 300 s at the exit barrier. Its work is done and its process group destroyed:
-        # it leaves without running those destructors.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    # Its work done and its process group destroyed, every rank leaves without the interpreter's
+    # teardown (atexit handlers still run: the Docker sandbox pool removes its containers there).
+    # On rank 0 that teardown (torch's and transformers' modules, C++ static destructors) took
+    # ~2 s of every run, which the launcher waits for. A follower on another node was seen
+    # aborting in those destructors ("terminate called without an active exception", no Python
+    # frame; 3 of ~25 two-node runs on a loaded machine), which failed its torchrun and left node
+    # 0's waiting 300 s at the exit barrier.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -17,18 +17,22 @@ AGENTRL = Path(sys.executable).parent / "agentrl"
 STEPS = 6
 
 
-def train(run_dir: Path) -> None:
+def start(run_dir: Path) -> subprocess.Popen:
     # two groups in flight (max_concurrent 8 of group_size 4) keep admission staggered, so a
     # publish lands while episodes are mid-generation
-    out = subprocess.run([str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={run_dir}",
-                          "deterministic=true", f"steps={STEPS}", f"trainer.total_steps={STEPS}",
-                          "trainer.max_staleness=2", "rollout.batch_size=4", "rollout.group_size=4",
-                          "rollout.max_concurrent=8", "rollout.lockstep.chunk_tokens=4",
-                          "rollout.lockstep.overlap_rounds=1", "eval.dataset=null", "max_minutes=null",
-                          "checkpoint.every_steps=0", "logging.tensorboard=false"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "deterministic: generation in rounds of 4 tokens" in out.stdout
+    return subprocess.Popen([str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={run_dir}",
+                             "deterministic=true", f"steps={STEPS}", f"trainer.total_steps={STEPS}",
+                             "trainer.max_staleness=2", "rollout.batch_size=4", "rollout.group_size=4",
+                             "rollout.max_concurrent=8", "rollout.lockstep.chunk_tokens=4",
+                             "rollout.lockstep.overlap_rounds=1", "eval.dataset=null", "max_minutes=null",
+                             "checkpoint.every_steps=0", "logging.tensorboard=false"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen) -> None:
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert "deterministic: generation in rounds of 4 tokens" in stdout
 
 
 def untimed(run_dir: Path) -> list[dict]:
@@ -45,8 +49,9 @@ def test_two_deterministic_runs_at_eta_2_are_identical(tmp_path):
     from safetensors.torch import load_file
 
     first, second = tmp_path / "a" / "run", tmp_path / "b" / "run"  # one name: the same group ids
-    train(first)
-    train(second)
+    runs = [start(first), start(second)]  # at the same time: each one's timing disturbs the other's
+    for proc in runs:
+        finish(proc)
     assert untimed(first) == untimed(second)
     steps = [r for r in untimed(first) if "train/loss" in r]
     assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
