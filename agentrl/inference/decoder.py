@@ -62,6 +62,28 @@ CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3,
 small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
 
 
+INVARIANT_ROWS = 32
+"""With ``batch_invariant``, every matmul over the packed rows runs in blocks of exactly this many
+rows (the last one padded with zeros). A CPU GEMM's result for one row depends on how many rows
+share the call (measured on torch 2.13's CPU kernels: three classes of results for M = 1, M = 2-5
+or 2-15, and larger M, a fourth above ~255 rows with two threads); one fixed shape gives every row
+the same numbers whatever it is batched with, with one thread or several."""
+INVARIANT_KEYS = 32
+"""With ``batch_invariant``, a token at position p attends over its slot's first
+``ceil((p + 1) / INVARIANT_KEYS) * INVARIANT_KEYS`` keys (those past p masked): a length set by
+the token alone, so tokens of similar positions share one batched matmul (whose per-matrix
+results do not depend on the batch count) and none is padded to another's length."""
+
+
+def _blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` in blocks of ``INVARIANT_ROWS`` rows: row i's result depends on row i alone."""
+    n = x.shape[0]
+    blocks = -(-n // INVARIANT_ROWS)
+    padded = F.pad(x, (0, 0, 0, blocks * INVARIANT_ROWS - n))
+    return torch.cat([F.linear(padded[b * INVARIANT_ROWS : (b + 1) * INVARIANT_ROWS], weight, bias)
+                      for b in range(blocks)])[:n]
+
+
 def _fused(weights: dict) -> list[torch.Tensor]:
     """Every fused tensor of a weights dict, once each (a tied output layer is the embedding)."""
     out = {id(t): t for t in (weights.get("embed"), weights.get("norm"), weights.get("lm_head")) if t is not None}
@@ -107,15 +129,22 @@ def _lora_rows(lora: list[LoraWeights | None], decode: int, lens: list[int],
 
 
 def _add_lora(out: torch.Tensor, inp: torch.Tensor, loras: list[tuple[LoraWeights, torch.Tensor | None]],
-              layer: int, key: str) -> None:
+              layer: int, key: str, invariant: bool = False) -> None:
     """``out[rows] += (inp[rows] @ A.T) @ B.T`` for each adapter that changes projection ``key``
-    of ``layer``, over its rows (in place)."""
+    of ``layer``, over its rows (in place); ``invariant``: in fixed blocks (``_blocked_linear``)."""
     for adapter, rows in loras:
         ab = adapter.layers[layer].get(key)
         if ab is None:
             continue
         a, b = ab
-        if rows is None:
+        if invariant:
+            x = inp if rows is None else inp[rows]
+            delta = _blocked_linear(_blocked_linear(x, a), b)
+            if rows is None:
+                out.add_(delta)
+            else:
+                out.index_add_(0, rows, delta)
+        elif rows is None:
             out.addmm_(inp @ a.t(), b.t())
         else:
             out.index_add_(0, rows, (inp[rows] @ a.t()) @ b.t())
@@ -152,7 +181,12 @@ class Decoder:
     thread owns it."""
 
     def __init__(self, model_dir: str | Path, *, num_slots: int, max_len: int, device: str = "cpu",
-                 dtype: torch.dtype | None = None, pool_tokens: int = 0) -> None:
+                 dtype: torch.dtype | None = None, pool_tokens: int = 0, batch_invariant: bool = False) -> None:
+        """``batch_invariant``: a token's logits are the same bits whatever shares its forward
+        pass (other requests, a prefill split into chunks, keys from the prefix cache): the
+        matmuls run in fixed blocks (``INVARIANT_ROWS``) and every token's attention, decode
+        or prefill, is computed alone against its own keys (``_invariant_attention``)."""
+        self.batch_invariant = batch_invariant
         self.config = read_config(model_dir)
         self.spec = spec_of(self.config)
         self.device = torch.device(device)
@@ -370,7 +404,8 @@ class Decoder:
         sin = torch.cat([(sin * scale).expand(N, H, hd), sin.expand(N, KV, hd)], 1)
         # Rows of a layer's cache flattened to [(S + 1) * max_len, KV * hd] this call writes: [N].
         write_rows = torch.tensor(wslot, device=dev) * self.max_len + positions
-        if D:
+        invariant = self._invariant_groups(wslot, pos) if self.batch_invariant else None
+        if D and invariant is None:
             dec_pos = positions[:D]
             dec_len = int(dec_pos.max()) + 1
             # Short keys: each row's H query heads against its slot's keys as one [dec_len * KV,
@@ -386,7 +421,7 @@ class Decoder:
             else:
                 seen = seen[:, None, None, :]  # [D, 1, 1, cols]
             dec_bias = torch.zeros(seen.shape, dtype=self.dtype, device=dev).masked_fill_(~seen, float("-inf"))
-        if lens:
+        if lens and invariant is None:
             P, T = len(lens), max(lens)
             pre_slots = torch.tensor([slot for slot, _, _ in step.prefill], device=dev)
             pre_len = max(start + len(ids) for _, start, ids in step.prefill)
@@ -400,11 +435,12 @@ class Decoder:
             pre_mask = (torch.arange(pre_len, device=dev)[None, None, None, :] <= q_pos[:, None, :, None])
             keep = valid.reshape(-1).nonzero().squeeze(1)
         loras = _lora_rows(step.lora, D, lens, dev)
+        linear = _blocked_linear if invariant is not None else F.linear
         x = w["embed"][tokens]
         for i, layer in enumerate(w["layers"]):
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
-            qkv = F.linear(h, layer["qkv"], layer["qkv_bias"])
-            _add_lora(qkv, h, loras, i, "qkv")
+            qkv = linear(h, layer["qkv"], layer["qkv_bias"])
+            _add_lora(qkv, h, loras, i, "qkv", invariant is not None)
             qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
             if s.qk_norm:
                 qk = torch.cat([_rms_norm(qk[:, :H], layer["q_norm"], s.rms_eps),
@@ -415,7 +451,9 @@ class Decoder:
             ck.view(-1, kv_out).index_copy_(0, write_rows, qk[:, H:].reshape(N, kv_out))
             cv.view(-1, kv_out).index_copy_(0, write_rows, qkv[:, q_out + kv_out :])
             parts = []
-            if D:  # small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
+            if invariant is not None:  # every token alone against its own keys, decode or prefill
+                parts.append(self._invariant_attention(invariant, q, ck, cv))
+            elif D:  # small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
                 keys, values = ck[:D, :dec_len], cv[:D, :dec_len]  # views: consecutive slots
                 if per_row:
                     keys, values = keys.reshape(D, dec_len * KV, hd), values.reshape(D, dec_len * KV, hd)
@@ -425,7 +463,7 @@ class Decoder:
                     scores = torch.matmul(q[:D].reshape(D, KV, H // KV, hd), keys.permute(0, 2, 3, 1))
                     probs = scores.add_(dec_bias).softmax(dim=-1)
                     parts.append(torch.matmul(probs, values.transpose(1, 2)).reshape(D, q_out))
-            if lens:
+            if lens and invariant is None:  # one masked SDPA call over the prefill rows
                 qp = q[gather].transpose(1, 2)  # [P, H, T, hd]
                 keys = ck[pre_slots, :pre_len].transpose(1, 2)  # [P, KV, pre_len, hd]
                 values = cv[pre_slots, :pre_len].transpose(1, 2)
@@ -433,22 +471,57 @@ class Decoder:
                                                      enable_gqa=KV != H)
                 parts.append(out.transpose(1, 2).reshape(P * T, q_out)[keep])
             attn = parts[0] if len(parts) == 1 else torch.cat(parts)
-            x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
-            _add_lora(x, attn, loras, i, "o")
+            if invariant is None:
+                x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
+            else:
+                x = x + _blocked_linear(attn, layer["o"])
+            _add_lora(x, attn, loras, i, "o", invariant is not None)
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
-            gate_up = F.linear(h, layer["gate_up"])
-            _add_lora(gate_up, h, loras, i, "gate_up")
+            gate_up = linear(h, layer["gate_up"])
+            _add_lora(gate_up, h, loras, i, "gate_up", invariant is not None)
             gate, up = gate_up.chunk(2, dim=-1)
             act = F.silu(gate).mul_(up)
-            x = torch.addmm(x, act, layer["down"].t())
-            _add_lora(x, act, loras, i, "down")
+            if invariant is None:
+                x = torch.addmm(x, act, layer["down"].t())
+            else:
+                x = x + _blocked_linear(act, layer["down"])
+            _add_lora(x, act, loras, i, "down", invariant is not None)
         if step.hidden_from:
             starts = [D + sum(lens[:j]) for j in range(len(lens))]
             for j, (offset, count) in step.hidden_from.items():
                 at = starts[j] + offset
                 step.hidden[j] = _rms_norm(x[at : at + count], w["norm"], s.rms_eps)
         x = _rms_norm(x[torch.tensor(last, device=dev)], w["norm"], s.rms_eps)
-        return F.linear(x, w["lm_head"]).float()
+        return linear(x, w["lm_head"]).float()
+
+    def _invariant_groups(self, slots: list[int], positions: list[int]) -> list[tuple[torch.Tensor, ...]]:
+        """The packed tokens grouped by key length (``INVARIANT_KEYS``): per group, the tokens'
+        rows, their slots, their key length and the mask of keys past each token."""
+        by_len: dict[int, list[int]] = {}
+        for n, p in enumerate(positions):
+            by_len.setdefault(min(self.max_len, -(-(p + 1) // INVARIANT_KEYS) * INVARIANT_KEYS), []).append(n)
+        groups = []
+        for length, rows in sorted(by_len.items()):
+            idx = self._index(rows)
+            past = torch.arange(length, device=self.device)[None, :] > self._index([positions[n] for n in rows])[:, None]
+            bias = torch.zeros(past.shape, dtype=self.dtype, device=self.device).masked_fill_(past, float("-inf"))
+            groups.append((idx, self._index([slots[n] for n in rows]), length, bias[:, None, None, :]))
+        return groups
+
+    def _invariant_attention(self, groups: list[tuple[torch.Tensor, ...]], q: torch.Tensor, ck: torch.Tensor,
+                             cv: torch.Tensor) -> torch.Tensor:
+        """Attention of every packed token (``q``: ``[N, H, hd]``, scaled) over its own slot's
+        keys, one batched matmul per key-length group; ``[N, H * hd]``."""
+        s = self.spec
+        H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
+        out = q.new_empty(q.shape[0], H * hd)
+        for idx, slots, length, bias in groups:
+            R = idx.shape[0]
+            keys = ck[slots, :length].permute(0, 2, 3, 1)  # [R, KV, hd, length]
+            values = cv[slots, :length].transpose(1, 2)  # [R, KV, length, hd]
+            scores = torch.matmul(q[idx].view(R, KV, H // KV, hd), keys).add_(bias)
+            out[idx] = torch.matmul(scores.softmax(dim=-1), values).reshape(R, H * hd)
+        return out
 
     @torch.inference_mode()
     def token_logprobs(self, hidden: torch.Tensor, targets: list[int], top_n: int = 0,
@@ -460,7 +533,9 @@ class Decoder:
         tops: list[list[tuple[float, int]]] = []
         ids = torch.tensor(targets, device=self.device)
         for i in range(0, len(targets), chunk):
-            logp = F.linear(hidden[i : i + chunk], self.weights["lm_head"]).float().log_softmax(dim=-1)
+            rows = hidden[i : i + chunk]
+            logits = (_blocked_linear if self.batch_invariant else F.linear)(rows, self.weights["lm_head"])
+            logp = logits.float().log_softmax(dim=-1)
             lps.extend(logp.gather(1, ids[i : i + chunk, None]).squeeze(1).tolist())
             if top_n:
                 vals, idx = logp.topk(min(top_n, logp.shape[1]), dim=-1)

@@ -186,6 +186,7 @@ def native_routes(state: ServerState) -> APIRouter:
                 "max_req_input_len": state.scheduler.context_length - 1, "skip_tokenizer_init": False,
                 "incremental_streaming_output": False, "weight_version": state.scheduler.weight_version,
                 "disable_radix_cache": state.scheduler.cache is None, "random_seed": c.seed, "status": "ready",
+                "enable_deterministic_inference": state.decoder.batch_invariant,
                 "internal_states": [{**load, **state.scheduler.cache_stats(), "last_gen_throughput": 0.0,
                                      "num_decode_steps": state.scheduler.steps,
                                      "num_generated_tokens": state.scheduler.generated_tokens,

@@ -52,6 +52,10 @@ class ServeConfig:
     weight_version: str = option("default", help="initial weight version (SGLang's --weight-version)")
     served_model_name: str | None = option(None, help="model id in /v1/models (default: the model path)")
     seed: int = option(0, help="seed of the engine's RNG for requests without a sampling_seed")
+    enable_deterministic_inference: bool = option(
+        False, help="batch-invariant decoding (SGLang's flag): a request's tokens and logprobs do not depend on what "
+        "shares its batch or on the prefix cache; with a sampling_seed, the same request gives the same bits "
+        "every time (costs speed: agentrl.inference.decoder INVARIANT_ROWS)")
     disable_radix_cache: bool = option(False, help="no prefix cache: every prompt is computed in full "
                                        "(SGLang's --disable-radix-cache)")
     prefix_cache_tokens: int | None = option(

@@ -52,7 +52,8 @@ class ServerState:
         pool = 0 if config.disable_radix_cache else (
             config.prefix_cache_tokens or min(config.max_running_requests * context, DEFAULT_PREFIX_CACHE_TOKENS))
         self.decoder = Decoder(config.model, num_slots=config.max_running_requests, max_len=context,
-                               device=config.device, pool_tokens=pool)
+                               device=config.device, pool_tokens=pool,
+                               batch_invariant=config.enable_deterministic_inference)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         except Exception as e:

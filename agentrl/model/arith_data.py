@@ -30,6 +30,7 @@ import hashlib
 import random
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,14 +112,15 @@ def generate_problems(
     the space is small (two terms under 100 hold ~500 expressions in each held-out pool).
     """
     _check_args(n, num_terms, max_operand, ops, split)
-    rng = random.Random(seed)
+    below = _below(random.Random(seed))
     members = _MEMBERS[split]
     out: list[ArithProblem] = []
     misses = 0
+    n_terms, n_ops, span = len(num_terms), len(ops), max_operand + 1
     while len(out) < n:
-        k = rng.choice(num_terms)
-        operands = [rng.randint(0, max_operand) for _ in range(k)]
-        operators = [rng.choice(ops) for _ in range(k - 1)]
+        k = num_terms[below(n_terms)]
+        operands = [below(span) for _ in range(k)]
+        operators = [ops[below(n_ops)] for _ in range(k - 1)]
         expression = str(operands[0]) + "".join(f"{o}{v}" for o, v in zip(operators, operands[1:], strict=True))
         if split_of(expression) not in members:
             misses += 1
@@ -130,6 +132,21 @@ def generate_problems(
         misses = 0
         out.append(make_problem(expression))
     return out
+
+
+def _below(rng: random.Random) -> Callable[[int], int]:
+    """``rng.choice(seq)`` is ``seq[below(len(seq))]`` and ``rng.randint(0, m)`` is ``below(m + 1)``,
+    the same draws from the same stream (``Random._randbelow``: rejection sampling on
+    ``getrandbits``) at a third of the cost; a run's start builds 20,000 rows from ~400,000 draws."""
+    bits = rng.getrandbits
+
+    def below(n: int) -> int:
+        k = n.bit_length()
+        r = bits(k)
+        while r >= n:
+            r = bits(k)
+        return r
+    return below
 
 
 def make_problem(expression: str) -> ArithProblem:

@@ -16,6 +16,11 @@ equal carries no GRPO signal: it is dropped, counted, and another prompt is admi
 Seeded: a seed in the workflow's sampling settings becomes one seed per call of each episode
 (``agentrl.rollout.seeds``), so the samples do not depend on the order episodes run in.
 
+Deterministic: with a ``lockstep`` clock (``agentrl.rollout.lockstep``), groups are admitted
+only between generation rounds, every generation call goes chunk by chunk through the clock,
+and batch k is the B accepted groups that follow batch k - 1 in row order (waiting for lower
+rows still running), formed in the round its last group finished.
+
 Recorded: with ``record_max_bytes``, every episode runs inside an ``EpisodeRecord``
 (``agentrl.rollout.record``) that ends up on its first trajectory.
 
@@ -46,6 +51,7 @@ from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus, Workflow
 from agentrl.errors import ConfigError
 from agentrl.rollout.episode import guarded
 from agentrl.rollout.journal import EpisodeLog, ReplayClient
+from agentrl.rollout.lockstep import Lockstep, LockstepClient
 from agentrl.rollout.record import recording
 from agentrl.rollout.seeds import SeededClient
 from agentrl.trainer.staleness import rollout_capacity
@@ -144,7 +150,7 @@ class RolloutExecutor:
                  group_size: int, batch_size: int, max_staleness: int, max_concurrent: int,
                  filter_equal_rewards: bool = False,
                  episode_log: EpisodeLog | None = None, run_id: str = "run",
-                 record_max_bytes: int | None = None) -> None:
+                 record_max_bytes: int | None = None, lockstep: Lockstep | None = None) -> None:
         if group_size < 1 or batch_size < 1:
             raise ConfigError(f"group_size and batch_size must be >= 1, got {group_size} and {batch_size}")
         if max_concurrent < group_size:
@@ -158,6 +164,8 @@ class RolloutExecutor:
         self.episode_log = episode_log
         self.run_id = run_id
         self.record_max_bytes = record_max_bytes
+        self.lockstep = lockstep
+        self._formed: deque[list[Group]] = deque()  # deterministic mode: batches in row order
         self.version = 0
         self.cursor = 0  # next row index to admit
         self.accepted = 0  # groups put in the queue, ever (consumed ones included)
@@ -178,13 +186,19 @@ class RolloutExecutor:
     async def start(self) -> None:
         if self.rows is None or self.run_episode is None:
             raise ConfigError("this executor has no workflow and rows to play; groups reach it by accept_group")
-        if self._loop_task is None:
+        if self.lockstep is not None:
+            self._next_version = self.version + 1  # what the next batch formed will train the policy to
+            self.lockstep.on_boundary = self._admit
+            self.lockstep.start()
+        elif self._loop_task is None:
             self._loop_task = asyncio.create_task(self._admit_loop(), name="rollout-admission")
 
     async def stop(self) -> None:
         """Cancel the admission loop and every running episode (their logged generations stay,
         and their groups stay pending in ``state()``)."""
         self._pending = deque(sorted({*self._pending, *self._running}))
+        if self.lockstep is not None:
+            await self.lockstep.stop()
         tasks = [t for t in (self._loop_task, *self._running.values()) if t is not None]
         for t in tasks:
             t.cancel()
@@ -213,7 +227,7 @@ class RolloutExecutor:
 
     @property
     def ready(self) -> int:
-        return len(self._ready)
+        return len(self._ready) + sum(len(b) for b in self._formed)
 
     def capacity(self, running: int | None = None) -> int:
         """Groups that may start now (``running``: groups in flight, default this executor's own)."""
@@ -232,6 +246,14 @@ class RolloutExecutor:
     async def next_batch(self, max_wait_s: float | None = None) -> Batch:
         """The oldest ``batch_size`` finished groups, as soon as there are that many."""
         t0 = time.perf_counter()
+        if self.lockstep is not None:
+            async with asyncio.timeout(max_wait_s):
+                while not self._formed:
+                    if self._failure is not None:
+                        raise self._failure
+                    self._changed.clear()
+                    await self._changed.wait()
+            return Batch(self._formed.popleft(), time.perf_counter() - t0)
         async with asyncio.timeout(max_wait_s):
             while len(self._ready) < self.batch_size:
                 if self._failure is not None:
@@ -244,16 +266,35 @@ class RolloutExecutor:
 
     # ------------------------------------------------------------------ admission
 
+    def _admit(self) -> None:
+        """Start as many groups as the staleness bound and the cap allow, in row order."""
+        n = self.capacity()
+        for _ in range(n):
+            index = self._pending.popleft() if self._pending else self._next_index()
+            if self.lockstep is not None:
+                self.lockstep.began(self.group_size)
+            self._running[index] = asyncio.create_task(self._run_group(index), name=f"group-{index}")
+        if n:
+            self._mark_busy()
+
+    def _form_batches(self) -> None:
+        """Deterministic mode: the next batches in row order, as soon as no lower row is still to finish."""
+        horizon = min([*self._running, *self._pending, self.cursor])
+        while len(self._ready) >= self.batch_size:
+            first = sorted(self._ready, key=lambda g: g.index)[: self.batch_size]
+            if first[-1].index >= horizon:
+                return
+            for g in first:
+                self._ready.remove(g)
+            self._formed.append(first)
+            self.lockstep.expect_publish(self._next_version)
+            self._next_version += 1
+
     async def _admit_loop(self) -> None:
         try:
             while True:
                 await self._admitting.wait()
-                n = self.capacity()
-                for _ in range(n):
-                    index = self._pending.popleft() if self._pending else self._next_index()
-                    self._running[index] = asyncio.create_task(self._run_group(index), name=f"group-{index}")
-                if n:
-                    self._mark_busy()
+                self._admit()
                 self._changed.clear()
                 if self.capacity() == 0 or not self._admitting.is_set():
                     await self._changed.wait()
@@ -287,8 +328,19 @@ class RolloutExecutor:
         row = self.rows[index]
         group = Group(index, row)
         t0 = time.perf_counter()
+        left = self.group_size
+
+        async def episode(k: int) -> list[Trajectory] | None:
+            nonlocal left
+            try:
+                return await self._run_episode(index, k, row)
+            finally:
+                left -= 1
+                if self.lockstep is not None and left:  # the last one is held until the group is done
+                    self.lockstep.ended()
+
         try:
-            results = await asyncio.gather(*(self._run_episode(index, k, row) for k in range(self.group_size)))
+            results = await asyncio.gather(*(episode(k) for k in range(self.group_size)))
             for trajectories in results:
                 group.episodes += 1
                 if trajectories is None:
@@ -302,6 +354,9 @@ class RolloutExecutor:
         finally:
             self._running.pop(index, None)
             self._mark_idle()
+            if self.lockstep is not None:
+                self._form_batches()
+                self.lockstep.ended()
             self._changed.set()
 
     def _finish_group(self, group: Group) -> None:
@@ -328,9 +383,9 @@ class RolloutExecutor:
             if done is not None:
                 self.counters["episodes_replayed"] += 1
                 return done
-            client: InferenceClient = ReplayClient(self.engine, self.episode_log, key)
+            client: InferenceClient = ReplayClient(self._engine_client(), self.episode_log, key)
         else:
-            client = self.engine
+            client = self._engine_client()
         client = SeededClient(client, index, sample)  # a seeded sampling: a seed per call of this episode
         # the workflow's bug is the episode's failure, not the run's (its time budget is its own)
         with contextlib.ExitStack() as stack:
@@ -345,6 +400,9 @@ class RolloutExecutor:
             if self.episode_log is not None:
                 self.episode_log.record_episode(key, out)
         return out
+
+    def _engine_client(self) -> InferenceClient:
+        return self.engine if self.lockstep is None else LockstepClient(self.engine, self.lockstep)
 
     # ------------------------------------------------------------------ resume
 

@@ -320,19 +320,29 @@ def torchrun_command(cfg: Any, run_dir: Path) -> list[str]:
             "-m", "agentrl.run.loop", str(run_dir)]
 
 
+SERVERS_FILE = "servers.json"
+
+
 def write_servers(run_dir: Path, urls: list[str], router: str | None) -> None:
     """``servers.json``: where rank 0 generates (the router, if any) and whom it updates (the servers)."""
-    (run_dir / "servers.json").write_text(json.dumps({"servers": urls, "router": router}))
+    path = run_dir / SERVERS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"servers": urls, "router": router}))
+    os.replace(tmp, path)  # whole: the trainer's rank 0 may be waiting for it
 
 
 def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the training job described by ``cfg`` in ``run_dir`` (config already saved there)."""
     run = Run(cfg, run_dir, echo=echo)
     try:
+        # The ranks start while the servers load (their imports and model set-up take seconds
+        # too); rank 0 waits for servers.json, written once every server is ready.
+        if cfg.node_rank == 0:
+            (run_dir / SERVERS_FILE).unlink(missing_ok=True)  # a resumed run's is stale
+        run.start_trainer()
         urls = run.start_servers()
         if cfg.node_rank == 0:
             write_servers(run_dir, urls, run.start_router(urls))
-        run.start_trainer()
         code = run.watch()
         if code != 0:
             tail = "".join(run.trainer_lines[-30:])

@@ -1,7 +1,8 @@
 """The training loop of ``agentrl train``: one process per trainer rank, under torchrun.
 
 What it is: ``python -m agentrl.run.loop RUN_DIR`` (the launcher runs it under ``torchrun``
-after writing ``RUN_DIR/config.yaml`` and ``RUN_DIR/servers.json``). Every rank builds the
+after writing ``RUN_DIR/config.yaml``, while it starts the servers; rank 0 waits for
+``RUN_DIR/servers.json``, written when they are ready). Every rank builds the
 ``Actor``; rank 0 also runs, on one event loop, the rollout executor (episodes against the
 inference servers through ``RemoteEngine``) and the trainer's side of each step, so
 generation never waits for training:
@@ -29,6 +30,7 @@ What it is not: the process launcher (``agentrl.run.local_launcher``) or the con
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
@@ -172,7 +174,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     console = Console(stderr=True, soft_wrap=True)
     decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
 
-    servers = json.loads((run_dir / "servers.json").read_text())
+    servers = await servers_ready(run_dir, cfg)
     engine = RemoteEngine(servers["servers"], cfg.inference.client, router=servers.get("router"),
                           version=actor.version)
     tr.engine = engine
@@ -199,12 +201,19 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             index = EpisodeKey.parse(key).index
             return index in pending or index >= cursor
     episode_log = EpisodeLog(run_dir / "rollout" / "episodes.jsonl", keep=keep)
+    lockstep = None
+    if cfg.deterministic and workflow is not None:
+        from agentrl.rollout.lockstep import Lockstep
+
+        await check_batch_invariant(servers["servers"])
+        lockstep = Lockstep(cfg.rollout.lockstep)
     executor = RolloutExecutor(workflow, engine, rows, group_size=cfg.rollout.group_size,
                                batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
                                max_concurrent=cfg.rollout.max_concurrent,
                                filter_equal_rewards=cfg.rollout.filter_equal_rewards,
                                episode_log=episode_log,
-                               run_id=run_dir.name, record_max_bytes=cfg.logging.record_max_bytes)
+                               run_id=run_dir.name, record_max_bytes=cfg.logging.record_max_bytes,
+                               lockstep=lockstep)
     tr.publisher = WeightPublisher(tr.transport, engine, before_pause=executor.pause_admission,
                                    after_resume=executor.resume_admission)
     eval_wf = eval_rows = None
@@ -235,6 +244,22 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
         if cmd and tr.world_size > 1:
             await asyncio.to_thread(tr.command, {"op": "publish"})
         return await tr.publisher.apublish(actor.model, actor.version)
+
+    def rollout_state() -> dict[str, float]:
+        return {"rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
+                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()}}
+
+    async def publish_step() -> tuple[Any, dict[str, float]]:
+        """The step's publish, and the rollout's state right after it (deterministic mode: between
+        the rounds the schedule fixes, so the same in every run; otherwise whenever it finishes)."""
+        if lockstep is None:
+            return await publish(), rollout_state()
+
+        async def between_rounds() -> tuple[Any, dict[str, float]]:
+            record = await publish()
+            executor.set_version(actor.version)
+            return record, rollout_state()
+        return await lockstep.publish(actor.version, between_rounds)
 
     start_step = actor.version
     colocated = cfg.placement == "colocated"
@@ -281,7 +306,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             t0 = time.perf_counter()
             stats, kept, sample = await asyncio.to_thread(tr.train, trajectories)
             t1 = time.perf_counter()
-            record = await publish()
+            record, rollout_now = await publish_step()
             step = actor.version
             executor.set_version(step)
             now = time.perf_counter()
@@ -298,8 +323,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 "perf/train_tokens_per_s": sum(len(t) for t in kept) / max(t1 - t0, 1e-9),
                 "perf/trainer_idle_fraction": batch.wait_s / max(wall, 1e-9),
                 "perf/generator_idle_fraction": 1.0 - min(1.0, (gen_busy - gen_busy_last) / max(wall, 1e-9)),
-                "rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
-                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()},
+                **rollout_now,
                 "perf/elapsed_min": (now - started) / 60,
             })
             gen_busy_last, t_last = gen_busy, now
@@ -378,6 +402,38 @@ async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Pat
     console.print(f"gateway ready on {url} (sessions: POST {url}/v1/sessions)")
 
 
+async def servers_ready(run_dir: Path, cfg: Any) -> dict[str, Any]:
+    """``servers.json``, once the launcher wrote it (the ranks start while the servers load)."""
+    from agentrl.errors import ServerUnavailable
+    from agentrl.run.local_launcher import SERVERS_FILE
+
+    path = run_dir / SERVERS_FILE
+    limit = cfg.inference.startup_timeout_s * max(1, cfg.inference.num_servers) + 60
+    t0 = time.monotonic()
+    while not path.exists():
+        if time.monotonic() - t0 > limit:
+            raise ServerUnavailable(f"{path} did not appear within {limit:.0f} s: the launcher writes it when the "
+                                    "inference servers are ready (see RUN_DIR/logs/server-*.log)")
+        await asyncio.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+async def check_batch_invariant(urls: list[str]) -> None:
+    """Deterministic mode needs batch-invariant servers (``--enable-deterministic-inference``)."""
+    import httpx
+
+    from agentrl.errors import ConfigError
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        for url in urls:
+            base = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
+            info = (await client.get(base + "/server_info")).json()
+            if info.get("enable_deterministic_inference") is not True:
+                raise ConfigError(f"config key 'deterministic': the server {url} is not batch-invariant; start "
+                                  "agentrl serve with --enable-deterministic-inference (as agentrl train does for "
+                                  "the servers it starts)")
+
+
 def _eta(summary: dict[str, Any]) -> float:
     """Minutes the next step and the final evaluation will take (as measured so far)."""
     return (summary.get("step_s_mean", 0.0) + summary.get("eval_s", 0.0)) / 60
@@ -434,16 +490,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     dist.destroy_process_group()
-    if tr.rank > 0:
-        # A follower on another node was seen aborting after its work, in C++ static destructors at
-        # interpreter exit ("terminate called without an active exception", no Python frame; 3 of
-        # ~25 two-node runs on a loaded machine), which fails its torchrun and leaves node 0's
-        # waiting 300 s at the exit barrier. Its work is done and its process group destroyed:
-        # it leaves without running those destructors.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    # Its work done and its process group destroyed, every rank leaves without the interpreter's
+    # teardown (atexit handlers still run: the Docker sandbox pool removes its containers there).
+    # On rank 0 that teardown (torch's and transformers' modules, C++ static destructors) took
+    # ~2 s of every run, which the launcher waits for. A follower on another node was seen
+    # aborting in those destructors ("terminate called without an active exception", no Python
+    # frame; 3 of ~25 two-node runs on a loaded machine), which failed its torchrun and left node
+    # 0's waiting 300 s at the exit barrier.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(0)
 
 
 if __name__ == "__main__":

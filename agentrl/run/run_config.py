@@ -23,6 +23,7 @@ from agentrl.config import option
 from agentrl.errors import ConfigError
 from agentrl.inference.serve_config import reasoning_parser_option, tool_call_parser_option
 from agentrl.rollout.gateway_config import GatewayConfig
+from agentrl.rollout.lockstep import LockstepConfig, chunkable
 from agentrl.rollout.record import RECORD_MAX_BYTES
 from agentrl.rollout.recorded import SOURCES
 from agentrl.trainer.trainer_config import TrainerConfig
@@ -100,6 +101,8 @@ class RolloutConfig:
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256),
                                      metadata={"help": "sampling during rollouts (a seed here gives each call of each "
                                                        "episode its own seed: agentrl.rollout.seeds)"})
+    lockstep: LockstepConfig = option(LockstepConfig, help="deterministic mode's generation rounds "
+                                                           "(agentrl.rollout.lockstep)")
 
     @property
     def recorded(self) -> str | None:
@@ -238,6 +241,11 @@ class RunConfig:
              "decoupled otherwise (on a CPU it measured faster: benchmarks/vs_trl.py, the demo); the run's first "
              "line says which and why")
     threads: int = option(1, ge=1, help="torch threads of each trainer rank")
+    deterministic: bool = option(
+        False, help="two runs of the same config give the same metrics and weights, η > 0 included: generation "
+                    "in rounds (rollout.lockstep), batches in row order, weights published between fixed rounds, "
+                    "agentrl serve batch-invariant, sampling seeded (rollout.sampling.seed defaults to seed). "
+                    "agentrl serve only; slower (DESIGN.md §4 'Deterministic mode')")
     inference: InferenceConfig = option(InferenceConfig, help="inference servers")
     rollout: RolloutConfig = option(RolloutConfig, help="rollouts")
     trainer: TrainerConfig = option(TrainerConfig, help="the trainer (η is trainer.max_staleness)")
@@ -410,6 +418,8 @@ def check_run_config(cfg: RunConfig) -> None:
                           f"an adapter into its weights); use load or auto with inference.engine: {other}")
     if cfg.inference.client.engine == "vllm" or cfg.inference.engine == "vllm":
         check_vllm(cfg)
+    if cfg.deterministic:
+        check_deterministic(cfg)
     if cfg.rollout.group_size < 2:  # every advantage is group-relative (trainer.advantages: GRPO, then batch norm)
         raise ConfigError(f"config key 'rollout.group_size': {cfg.rollout.group_size} episode per prompt gives "
                           "every advantage 0 (reward minus its group's mean), so the run would learn nothing; "
@@ -455,6 +465,40 @@ def check_context(cfg: RunConfig, model: Path) -> None:
                               f"every episode would fail. Use at most {context // 2} or so")
 
 
+def check_deterministic(cfg: RunConfig) -> None:
+    """What ``deterministic: true`` can hold to: agentrl serve, generation it cuts into chunks."""
+    if cfg.inference.engine != "agentrl" or cfg.inference.client.engine == "vllm":
+        raise ConfigError("config key 'deterministic': it needs agentrl serve's batch-invariant decoding "
+                          "(inference.engine: agentrl); vLLM and SGLang are not batch-invariant by default, so "
+                          "the same requests may sample other tokens from run to run")
+    if cfg.rollout.source == "gateway":
+        raise ConfigError("config key 'deterministic': with rollout.source gateway, outside agents decide when "
+                          "they call; only the run's own workflow can be held to rounds")
+    if cfg.placement == "colocated":
+        raise ConfigError("config key 'placement': deterministic mode overlaps generation and training by "
+                          "rollout.lockstep.overlap_rounds; use placement decoupled (or auto)")
+    why = chunkable(cfg.rollout.sampling)
+    if why is not None:
+        raise ConfigError(f"config key 'rollout.sampling': deterministic mode cuts generation into chunks of "
+                          f"rollout.lockstep.chunk_tokens and cannot honour {why}")
+
+
+def apply_deterministic(cfg: RunConfig) -> str | None:
+    """Deterministic mode's defaults: the servers started batch-invariant, the sampling seeded
+    from the run's ``seed``; returns the line the run prints, or None when the mode is off."""
+    if not cfg.deterministic:
+        return None
+    flag = "--enable-deterministic-inference"
+    if not cfg.inference.servers and flag not in cfg.inference.extra_args:
+        cfg.inference.extra_args = [*cfg.inference.extra_args, flag]
+    for sampling in (cfg.rollout.sampling, cfg.eval.sampling):
+        if sampling.seed is None:
+            sampling.seed = cfg.seed
+    return (f"deterministic: generation in rounds of {cfg.rollout.lockstep.chunk_tokens} tokens, "
+            f"{cfg.rollout.lockstep.overlap_rounds} of them overlapping each train step; sampling seed "
+            f"{cfg.rollout.sampling.seed}")
+
+
 def check_vllm(cfg: RunConfig) -> None:
     """What a run on vLLM servers needs (``inference.engine: vllm`` or ``inference.client.engine: vllm``)."""
     if cfg.trainer.weight_sync.transport == "distributed":
@@ -480,7 +524,8 @@ def choose_placement(cfg: RunConfig) -> tuple[str, str]:
     """(``colocated`` or ``decoupled``, why) for this run on this machine."""
     if cfg.placement != "auto":
         return cfg.placement, "placement set"
-    elsewhere = ("launcher ray" if cfg.launcher == "ray" else f"{cfg.nnodes} nodes" if cfg.nnodes > 1
+    elsewhere = ("deterministic mode (rounds overlap the train step)" if cfg.deterministic
+                 else "launcher ray" if cfg.launcher == "ray" else f"{cfg.nnodes} nodes" if cfg.nnodes > 1
                  else "rollout.source gateway (agents call at any time)" if cfg.rollout.source == "gateway"
                  else "inference.servers run elsewhere" if cfg.inference.servers else "")
     if elsewhere:

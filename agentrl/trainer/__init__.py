@@ -12,10 +12,22 @@
                    by broadcast over torch.distributed
 """
 
-from agentrl.trainer.actor import Actor
-from agentrl.trainer.batch import TrainBatch, broadcast_trajectories, prepare_batch
-from agentrl.trainer.publish import DiskTransport, DistributedTransport, WeightPublisher
-from agentrl.trainer.trainer_config import AdvantageConfig, LossConfig, TrainerConfig
+from __future__ import annotations
 
-__all__ = ["Actor", "AdvantageConfig", "DiskTransport", "DistributedTransport", "LossConfig", "TrainBatch", "TrainerConfig",
-           "WeightPublisher", "broadcast_trajectories", "prepare_batch"]
+import importlib
+from typing import Any
+
+_HOMES = {"Actor": "actor", "TrainBatch": "batch", "broadcast_trajectories": "batch", "prepare_batch": "batch",
+          "DiskTransport": "publish", "DistributedTransport": "publish", "WeightPublisher": "publish",
+          "AdvantageConfig": "trainer_config", "LossConfig": "trainer_config", "TrainerConfig": "trainer_config"}
+"""Where each name lives: imported on first use, so a process that only reads the trainer's
+config or its pure functions (``agentrl train`` before it launches, the staleness rule) does not
+import torch."""
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'agentrl.trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"agentrl.trainer.{_HOMES[name]}"), name)

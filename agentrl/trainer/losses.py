@@ -35,12 +35,9 @@ reduces with a sum into the global token mean).
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
-LossKind = Literal["decoupled_ppo", "ppo", "reinforce"]
-LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce")
+from agentrl.trainer.trainer_config import LOSS_KINDS, LossKind
 
 
 def _check(total_loss_tokens: float, *tensors: torch.Tensor) -> None:

@@ -10,10 +10,14 @@ it on every batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from agentrl.config import option
 from agentrl.errors import ConfigError
-from agentrl.trainer.losses import LOSS_KINDS
+
+LossKind = Literal["decoupled_ppo", "ppo", "reinforce"]
+LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce")
+"""The token losses of ``agentrl.trainer.losses`` (``trainer.loss.kind``)."""
 
 
 @dataclass

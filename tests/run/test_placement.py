@@ -46,6 +46,9 @@ def config(*overrides: str) -> RunConfig:
      "'trainer.weight_sync.adapters'", "merge needs agentrl serve (vllm cannot"),
     (["trainer.lora.rank=8", "inference.engine=sglang", "inference.servers=[http://127.0.0.1:9]",
       "trainer.weight_sync.adapters=merge"], "'trainer.weight_sync.adapters'", "merge needs agentrl serve"),
+    (["deterministic=true", "inference.client.engine=vllm"], "'deterministic'", "not batch-invariant"),
+    (["deterministic=true", "placement=colocated"], "'placement'", "overlap_rounds"),
+    (["deterministic=true", "rollout.sampling.stop=[</answer>]"], "'rollout.sampling'", "stop strings"),
 ])
 def test_impossible_placements_name_their_key(overrides, key, words):
     with pytest.raises(ConfigError) as e:
