@@ -159,6 +159,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
 
     from agentrl.api import TrajectoryStatus
     from agentrl.client.remote_engine import RemoteEngine
+    from agentrl.plugins import sandbox_counters
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.executor import EpisodeKey, RolloutExecutor, RowSource
     from agentrl.rollout.journal import EpisodeLog
@@ -299,6 +300,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 "perf/generator_idle_fraction": 1.0 - min(1.0, (gen_busy - gen_busy_last) / max(wall, 1e-9)),
                 "rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
                 **{f"rollout/{k}": float(v) for k, v in executor.counters.items()},
+                **{f"sandbox/{k}": float(v) for k, v in sandbox_counters().items()},
                 "perf/elapsed_min": (now - started) / 60,
             })
             gen_busy_last, t_last = gen_busy, now
@@ -351,6 +353,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     summary["minutes"] = summary.get("minutes", 0.0) + (time.perf_counter() - started) / 60
     summary["run_dir"] = str(run_dir)
     summary["counters"] = dict(executor.counters)
+    if "runs" in (sandbox := sandbox_counters()):  # the backend's own count (Docker), evaluations included
+        summary["sandbox_runs"] = sandbox["runs"]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary

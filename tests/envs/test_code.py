@@ -12,7 +12,7 @@ import gymnasium
 import pytest
 
 import envs  # noqa: F401
-import envs.code.env as code_env
+from agentrl import plugins
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
 from agentrl.env.datasets import data_path, load_rows
 from agentrl.errors import EnvError, SandboxError
@@ -105,9 +105,9 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="LocalSandbox builds i
 
 @pytest.fixture(scope="module")
 def local_sandbox():
-    sb = code_env.shared_sandbox("local")
+    sb = plugins.shared_sandbox("local")
     yield sb
-    code_env._sandboxes.pop("local", None)
+    plugins.SHARED_SANDBOXES.pop("local", None)
     asyncio.run(sb.aclose())
 
 
