@@ -3,9 +3,10 @@
 What it is: ``ToolUseEnv`` (``agentrl/ToolUse-v0``). The calculator is exactly the tool the
 tiny demo model was trained on (``agentrl.model.arith_data.CALCULATOR_TOOL``: same name, description
 and argument), so its arithmetic tasks are the ones it can already solve with a call. The
-``lookup`` tool reads a per-task price list. With ``sandbox`` set, a reply's ```python block
-is a program: it runs in that sandbox (``agentrl.plugins.shared_sandbox``: one pool per
-process) and what it printed comes back as a tool message. What it is not: a sandbox — the
+``lookup`` tool reads a per-task price list. With ``sandbox`` set, a reply's fenced code block
+(```python ... ```; the last one, ``envs.code.grading.extract_code``) is a Python program: it
+runs in that sandbox (``agentrl.plugins.shared_sandbox``: one pool per process) and what it
+printed comes back as a tool message. What it is not: a sandbox — the
 two tools are pure Python running in this process, and programs go to the sandbox backend.
 """
 
@@ -77,7 +78,7 @@ class ToolUseEnv(TextEnv):
     ``Messages``. Reset: the user's question (plus a system message when ``system_prompt``
     is set). After a reply with calls: one ``role: tool`` message per call, in order
     (malformed calls get an error message explaining the format). With ``sandbox``: after a
-    reply with a ```python block and no call, one ``role: tool`` message with what the program
+    reply with a fenced code block and no call, one ``role: tool`` message with what the program
     printed (stdout, then stderr and the status if it failed). Final step: ``[]``.
 
     ## Starting State
@@ -93,8 +94,9 @@ class ToolUseEnv(TextEnv):
     with ``sandbox``): the programs run in the episode. Running a program earns nothing.
 
     ## Episode End
-    Terminated by a reply without tool calls (and, with ``sandbox``, without a ```python block). Truncated after ``max_turns`` replies
-    (default 4, Gymnasium's TimeLimit semantics), or by ``max_tokens`` / ``max_wall_s``.
+    Terminated by a reply without tool calls (and, with ``sandbox``, without a code block).
+    Truncated after ``max_turns`` replies (default 4, Gymnasium's TimeLimit semantics), or by
+    ``max_tokens`` / ``max_wall_s``.
 
     ## Information
     Reset: ``tools`` (the OpenAI schemas, for the chat template; only the calculator when
