@@ -6,8 +6,8 @@ and argument), so its arithmetic tasks are the ones it can already solve with a 
 ``lookup`` tool reads a per-task price list. With ``sandbox`` set, a reply's fenced code block
 (```python ... ```; the last one, ``envs.code.grading.extract_code``) is a Python program: it
 runs in that sandbox (``agentrl.plugins.shared_sandbox``: one pool per process) and what it
-printed comes back as a tool message. What it is not: a sandbox — the
-two tools are pure Python running in this process, and programs go to the sandbox backend.
+printed comes back as a tool message. What it is not: a sandbox — the two tools are pure
+Python running in this process, and programs go to the sandbox backend.
 """
 
 from __future__ import annotations
