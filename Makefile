@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -167,6 +167,15 @@ demo-feedback: model
 	rm -rf runs/feedback_sft runs/feedback
 	$(BIN)/agentrl sft examples/feedback_sft.yaml
 	$(BIN)/agentrl train examples/feedback.yaml
+
+# Code run in Docker (examples/code_docker.yaml): `agentrl sft` on conversations whose answer is a
+# program's output (runs/code_docker_sft/), then GRPO on agentrl/ToolUse-v0 with the programs run
+# in containers of the Docker sandbox pool (runs/code_docker/). The last line printed is the run's
+# summary as JSON (eval_before, eval_after, sandbox_runs: programs run in containers, minutes).
+demo-code: model sandbox-image
+	rm -rf runs/code_docker_sft runs/code_docker
+	$(BIN)/agentrl sft examples/code_docker_sft.yaml
+	$(BIN)/agentrl train examples/code_docker.yaml
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) build *.egg-info

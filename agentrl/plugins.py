@@ -12,10 +12,12 @@ through ``PYTHONPATH``). It also loads the optional third-party packages of extr
 
 from __future__ import annotations
 
+import collections
 import difflib
 import importlib
 import os
 import sys
+import threading
 from typing import Any
 
 from agentrl.errors import ConfigError
@@ -131,6 +133,32 @@ def register_envs() -> None:
     """Import the environment packages so their ``agentrl/...`` ids are registered."""
     for name in ENV_PACKAGES:
         importlib.import_module(name)
+
+
+SHARED_SANDBOXES: dict[str, Any] = {}
+"""The sandboxes of this process by spec (``shared_sandbox``): every env of a run shares one pool."""
+_shared_lock = threading.Lock()
+
+
+def shared_sandbox(spec: Any) -> Any:
+    """The sandbox for ``spec`` (as ``make_sandbox`` takes it), one per process: the envs of a
+    run share one pool of workers or containers. A Sandbox object is returned as is."""
+    if not isinstance(spec, str):
+        return spec
+    with _shared_lock:
+        if spec not in SHARED_SANDBOXES:
+            SHARED_SANDBOXES[spec] = make_sandbox(spec)
+        return SHARED_SANDBOXES[spec]
+
+
+def sandbox_counters() -> collections.Counter[str]:
+    """The counters of this process's shared sandboxes, summed (those that keep ``counters``:
+    the Docker backend counts the programs run in its containers, ``runs``); empty if none."""
+    total: collections.Counter[str] = collections.Counter()
+    with _shared_lock:
+        for sandbox in SHARED_SANDBOXES.values():
+            total.update(getattr(sandbox, "counters", {}))
+    return total
 
 
 def make_sandbox(spec: Any = "local", **kwargs: Any) -> Any:

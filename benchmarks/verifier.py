@@ -168,9 +168,9 @@ async def main() -> None:
               f"broken still passing: {still}; {time.perf_counter() - start:.0f} s", flush=True)
         result.update(humaneval_canonical_pass=round(1 - len(failed) / len(rows), 4),
                       humaneval_broken_pass=round(len(still) / len(rows), 4))
-        from envs.code.env import _sandboxes
+        from agentrl.plugins import SHARED_SANDBOXES
 
-        for sandbox in _sandboxes.values():
+        for sandbox in SHARED_SANDBOXES.values():
             await sandbox.aclose()
     print(json.dumps(result))
 

@@ -1,10 +1,13 @@
-"""Multi-turn tool use: a calculator and a small price lookup; tasks need one to three calls.
+"""Multi-turn tool use: a calculator, a small price lookup and programs run in a sandbox.
 
 What it is: ``ToolUseEnv`` (``agentrl/ToolUse-v0``). The calculator is exactly the tool the
 tiny demo model was trained on (``agentrl.model.arith_data.CALCULATOR_TOOL``: same name, description
 and argument), so its arithmetic tasks are the ones it can already solve with a call. The
-``lookup`` tool reads a per-task price list. What it is not: a sandbox — both tools are
-pure Python running in this process.
+``lookup`` tool reads a per-task price list. With ``sandbox`` set, a reply's fenced code block
+(```python ... ```; the last one, ``envs.code.grading.extract_code``) is a Python program: it
+runs in that sandbox (``agentrl.plugins.shared_sandbox``: one pool per process) and what it
+printed comes back as a tool message. What it is not: a sandbox — the two tools are pure
+Python running in this process, and programs go to the sandbox backend.
 """
 
 from __future__ import annotations
@@ -13,18 +16,23 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from agentrl.api import Message
+from agentrl.api import ExecRequest, ExecStatus, Message, Sandbox
 from agentrl.env.rewards import Reward, Rubric, fact
 from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.env.tools import ToolBox
-from agentrl.errors import EnvError
+from agentrl.errors import EnvError, SandboxError
 from agentrl.model.arith_data import calculate, extract_answer, make_problem
+from agentrl.plugins import shared_sandbox
+from envs.code.agent import program_output
+from envs.code.grading import extract_code
 
 ITEMS = ("apple", "pear", "plum", "lemon", "mango", "melon", "onion", "bread", "cheese", "honey",
          "rice", "tea", "coffee", "salt", "sugar", "flour", "butter", "milk", "egg", "nut")
 KINDS = ("calc", "lookup", "lookup_calc", "two_lookups_calc")
 """Task kinds and the calls they need: calculator (1), lookup (1), lookup + calculator (2),
 two lookups + calculator (3)."""
+TOOLS = ("calculator", "lookup")
+"""The tools the env can offer by name (``tools``)."""
 
 
 def calculator(expression: str) -> str:
@@ -69,7 +77,9 @@ class ToolUseEnv(TextEnv):
     ## Observation Space
     ``Messages``. Reset: the user's question (plus a system message when ``system_prompt``
     is set). After a reply with calls: one ``role: tool`` message per call, in order
-    (malformed calls get an error message explaining the format). Final step: ``[]``.
+    (malformed calls get an error message explaining the format). With ``sandbox``: after a
+    reply with a fenced code block and no call, one ``role: tool`` message with what the program
+    printed (stdout, then stderr and the status if it failed). Final step: ``[]``.
 
     ## Starting State
     ``options["task"]``: ``{"question", "answer", "store": {item: price}}``; else a task
@@ -79,30 +89,40 @@ class ToolUseEnv(TextEnv):
     ``correct`` (weight 1): 1.0 when the final reply's last box holds the answer.
     ``tool_errors`` (weight ``tool_error_weight``, default 0): number of failed calls.
     ``used_tool_result`` (weight 0, reported only): 1.0 when the final answer is the result of
-    a call that succeeded in this episode (``tool_use_rate``: its share among right answers).
+    a call that succeeded, or the whole output of a program that ran, in this episode
+    (``tool_use_rate``: its share among right answers). ``programs`` (weight 0, reported only,
+    with ``sandbox``): the programs run in the episode. Running a program earns nothing.
 
     ## Episode End
-    Terminated by a reply without tool calls. Truncated after ``max_turns`` replies
-    (default 4, Gymnasium's TimeLimit semantics), or by ``max_tokens`` / ``max_wall_s``.
+    Terminated by a reply without tool calls (and, with ``sandbox``, without a code block).
+    Truncated after ``max_turns`` replies (default 4, Gymnasium's TimeLimit semantics), or by
+    ``max_tokens`` / ``max_wall_s``.
 
     ## Information
     Reset: ``tools`` (the OpenAI schemas, for the chat template; only the calculator when
     ``kinds`` is ``("calc",)``, the prompt the tiny model was trained on). Step: ``turn``,
     ``tool_calls`` and ``tool_errors`` (totals so far), ``correct`` and ``answer`` on the
-    final reply, ``used_tool_result`` on the final reply, ``rewards`` on the last step.
+    final reply, ``used_tool_result`` on the final reply, ``programs`` (programs run so far,
+    with ``sandbox``), ``rewards`` on the last step.
 
     ## Arguments
-    ``kinds`` (default all of ``KINDS``), ``system_prompt`` (default None, as the tiny
-    model was trained), ``max_turns``, ``tool_timeout_s``, ``tool_error_weight``,
+    ``kinds`` (default all of ``KINDS``), ``tools`` (names from ``TOOLS``; default None: the
+    calculator, and the lookup when a kind needs it; ``[]``: none), ``sandbox`` (default None:
+    code blocks are not run; "local", "docker", a URL, an import path or a Sandbox object),
+    ``system_prompt`` (default None, as the tiny model was trained), ``max_turns``,
+    ``tool_timeout_s`` (per call, and a program's time limit), ``tool_error_weight``,
     ``max_tokens``, ``max_wall_s``, ``render_mode``: "ansi" or None.
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version; ``tools`` and ``sandbox`` added later (their defaults keep the
+      observations and rewards).
     """
 
     def __init__(
         self,
         kinds: Sequence[str] = KINDS,
+        tools: Sequence[str] | None = None,
+        sandbox: str | Sandbox | None = None,
         system_prompt: str | None = None,
         max_turns: int = 4,
         tool_timeout_s: float = 5.0,
@@ -114,7 +134,8 @@ class ToolUseEnv(TextEnv):
         super().__init__(
             rubric=Rubric([Reward("correct", fact("correct")),
                            Reward("tool_errors", fact("tool_errors"), tool_error_weight),
-                           Reward("used_tool_result", fact("used_tool_result"), 0.0)]),
+                           Reward("used_tool_result", fact("used_tool_result"), 0.0)]
+                          + ([Reward("programs", fact("programs"), 0.0)] if sandbox is not None else [])),
             limits=EpisodeLimits(max_turns=max_turns, max_tokens=max_tokens, max_wall_s=max_wall_s),
             render_mode=render_mode,
         )
@@ -122,12 +143,17 @@ class ToolUseEnv(TextEnv):
         if bad or not kinds:
             raise EnvError(f"kinds must be a non-empty subset of {KINDS}, got {list(kinds)}")
         self.kinds = tuple(kinds)
+        if tools is None:  # kinds=("calc",) offers the calculator alone: exactly the tiny model's training prompt
+            tools = ("calculator",) + (("lookup",) if set(self.kinds) - {"calc"} else ())
+        if set(tools) - set(TOOLS):
+            raise EnvError(f"tools must name tools of {TOOLS}, got {list(tools)}")
         self.system_prompt = system_prompt
-        # kinds=("calc",) offers the calculator alone: exactly the tiny model's training prompt
-        tools = [calculator] + ([self.lookup] if set(self.kinds) - {"calc"} else [])
-        self.toolbox = ToolBox(tools, timeout_s=tool_timeout_s)
+        offered = {"calculator": calculator, "lookup": self.lookup}
+        self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools], timeout_s=tool_timeout_s)
+        self.sandbox_spec = sandbox
+        self.tool_timeout_s = tool_timeout_s
         self._store: dict[str, Any] = {}
-        self._calls = self._errors = 0
+        self._calls = self._errors = self._programs = 0
         self._results: list[str] = []
 
     def lookup(self, key: str) -> str:
@@ -147,7 +173,7 @@ class ToolUseEnv(TextEnv):
         if not isinstance(store, dict):
             raise EnvError(f"a tool-use task's 'store' must map item names to values, got {type(store).__name__}")
         self._store = dict(store)
-        self._calls = self._errors = 0
+        self._calls = self._errors = self._programs = 0
         self._results = []
         messages: list[Message] = []
         if self.system_prompt:
@@ -164,7 +190,25 @@ class ToolUseEnv(TextEnv):
         facts: dict[str, Any] = {"tool_calls": self._calls, "tool_errors": self._errors}
         if handled.attempted:
             return Turn(handled.messages, done=False, facts=facts)
+        code = extract_code(action) if self.sandbox_spec is not None else None
+        if code is not None:
+            output = await self.run_program(code)
+            facts["programs"] = self._programs
+            return Turn([{"role": "tool", "content": output}], done=False, facts=facts)
         answer = extract_answer(action)
         facts.update(answer=answer, correct=answer is not None and str(answer) == str(self.task["answer"]).strip(),
                      used_tool_result=answer is not None and str(answer) in self._results)
+        if self.sandbox_spec is not None:
+            facts["programs"] = self._programs
         return Turn([], done=True, facts=facts)
+
+    async def run_program(self, code: str) -> str:
+        """Run ``code`` in the sandbox: what it printed (its whole stdout is a result the final
+        answer may use). A failure of the backend itself raises ``SandboxError``."""
+        result = await shared_sandbox(self.sandbox_spec).run(ExecRequest(code=code, time_limit_s=self.tool_timeout_s))
+        if result.status is ExecStatus.SANDBOX_ERROR:
+            raise SandboxError(f"the sandbox failed to run the program: {result.error}")
+        self._programs += 1
+        if result.ok:
+            self._results.append(result.stdout.strip())
+        return program_output(result)

@@ -43,7 +43,8 @@ What is not covered, and why:
     contention between containers.
 
 Main hooks: ``await DockerSandbox().run(ExecRequest(...))``; ``session()`` borrows one
-container for a whole episode. Uses the ``docker`` SDK against ``DOCKER_HOST`` (podman's
+container for a whole episode; ``counters`` says what the pool did (``runs``: programs a
+container's supervisor ran and answered for, session calls included; ``containers_started``). Uses the ``docker`` SDK against ``DOCKER_HOST`` (podman's
 Docker-compatible socket works too).
 """
 
@@ -183,6 +184,7 @@ class DockerSession:
             await asyncio.shield(self._sandbox._in_thread(self._box.destroy))
             raise
         self.cpu_s = float(reply.get("session_cpu_s", self.cpu_s))
+        self._sandbox._count_run(reply)
         return result_from_reply(reply)
 
 
@@ -200,6 +202,9 @@ class DockerSandbox:
         self._cond: asyncio.Condition | None = None
         self._cond_loop: asyncio.AbstractEventLoop | None = None
         self._started = False
+        self.counters: collections.Counter[str] = collections.Counter()
+        """``runs``: programs run in a container (a reply from its supervisor other than
+        sandbox_error); ``containers_started``: containers created, replacements included."""
         # one uid per container (RLIMIT_NPROC counts per uid across the host)
         self._uids = itertools.cycle(range(self.config.uid, self.config.uid + 1000))
         with open(SUPERVISOR_PATH) as f:
@@ -282,6 +287,7 @@ class DockerSandbox:
             reply = box.call({"op": "ping"}, cfg.start_timeout_s)
             if not reply.get("ok"):
                 raise SandboxError(f"the container's supervisor answered {reply}")
+            self.counters["containers_started"] += 1
         except BaseException:
             with contextlib.suppress(Exception):
                 container.remove(force=True)
@@ -361,7 +367,12 @@ class DockerSandbox:
             await asyncio.shield(self._release(box, True))
             raise
         await self._release(box, reply.get("status") == "sandbox_error")
+        self._count_run(reply)
         return result_from_reply(reply)
+
+    def _count_run(self, reply: dict[str, Any]) -> None:
+        if reply.get("status") != "sandbox_error":
+            self.counters["runs"] += 1
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[DockerSession]:

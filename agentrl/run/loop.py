@@ -162,6 +162,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
 
     from agentrl.api import TrajectoryStatus
     from agentrl.client.remote_engine import RemoteEngine
+    from agentrl.plugins import sandbox_counters
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.executor import EpisodeKey, RolloutExecutor, RowSource
     from agentrl.rollout.journal import EpisodeLog
@@ -247,7 +248,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
 
     def rollout_state() -> dict[str, float]:
         return {"rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
-                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()}}
+                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()},
+                **{f"sandbox/{k}": float(v) for k, v in sandbox_counters().items()}}
 
     async def publish_step() -> tuple[Any, dict[str, float]]:
         """The step's publish, and the rollout's state right after it (deterministic mode: between
@@ -376,6 +378,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     summary["minutes"] = summary.get("minutes", 0.0) + (time.perf_counter() - started) / 60
     summary["run_dir"] = str(run_dir)
     summary["counters"] = dict(executor.counters)
+    if "runs" in (sandbox := sandbox_counters()):  # the backend's own count (Docker), evaluations included
+        summary["sandbox_runs"] = sandbox["runs"]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
     return summary

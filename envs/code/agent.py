@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from agentrl.api import ExecRequest, ExecStatus, Message, SandboxSession
+from agentrl.api import ExecRequest, ExecResult, ExecStatus, Message, SandboxSession
 from agentrl.env.text_env import Turn
 from agentrl.env.tools import ToolBox
 from agentrl.errors import SandboxError
@@ -21,6 +21,18 @@ from envs.code.env import CodeEnv
 
 JAIL_SETUP_S = 15.0  # on top of the program's time limit, for a tool call's own timeout
 MAX_TOOL_OUTPUT = 2000
+
+
+def program_output(result: ExecResult) -> str:
+    """What a program run shows the model: its stdout, then its stderr and status if any, cut
+    to ``MAX_TOOL_OUTPUT`` characters (``[no output]`` when it printed nothing)."""
+    parts = [result.stdout]
+    if result.stderr:
+        parts.append(f"[stderr]\n{result.stderr}")
+    if result.status is not ExecStatus.OK:
+        parts.append(f"[status: {result.status.value}]")
+    text = "\n".join(p for p in parts if p).strip() or "[no output]"
+    return text if len(text) <= MAX_TOOL_OUTPUT else text[:MAX_TOOL_OUTPUT] + "\n[output cut]"
 
 
 class CodeAgentEnv(CodeEnv):
@@ -88,13 +100,7 @@ class CodeAgentEnv(CodeEnv):
                                                      memory_limit_mb=self.memory_limit_mb))
         if result.status is ExecStatus.SANDBOX_ERROR:
             raise SandboxError(f"the sandbox session failed: {result.error}")
-        parts = [result.stdout]
-        if result.stderr:
-            parts.append(f"[stderr]\n{result.stderr}")
-        if result.status is not ExecStatus.OK:
-            parts.append(f"[status: {result.status.value}]")
-        text = "\n".join(p for p in parts if p).strip() or "[no output]"
-        return text if len(text) <= MAX_TOOL_OUTPUT else text[:MAX_TOOL_OUTPUT] + "\n[output cut]"
+        return program_output(result)
 
     async def _start(self, task: dict[str, Any]) -> list[Message]:
         self._calls = self._errors = 0

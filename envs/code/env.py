@@ -2,7 +2,7 @@
 
 What it is: ``CodeEnv`` (``agentrl/Code-v0``), single turn, over HumanEval-style rows
 (``prompt``, ``entry_point``, ``test``) or stdin/stdout rows (``question``, ``inputs``,
-``outputs``); and ``shared_sandbox``, the per-process sandbox the code envs default to.
+``outputs``), its sandbox shared by every env of the process (``agentrl.plugins.shared_sandbox``).
 What it is not: the grader (envs/code/grading.py) or a sandbox (``agentrl.api.Sandbox``,
 backends in ``sandboxes/``, chosen by name through ``agentrl.plugins.make_sandbox``).
 """
@@ -10,7 +10,6 @@ backends in ``sandboxes/``, chosen by name through ``agentrl.plugins.make_sandbo
 from __future__ import annotations
 
 import functools
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +18,11 @@ from agentrl.env.datasets import data_path, load_rows
 from agentrl.env.rewards import Reward, Rubric, fact
 from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.errors import EnvError
-from agentrl.plugins import make_sandbox
+from agentrl.plugins import shared_sandbox
 from envs.code.grading import extract_code, grade, task_kind
 
 DEFAULT_DATASET = "HumanEval.jsonl.gz"
 REWARD_MODES = ("all", "fraction")
-
-_sandboxes: dict[str, Any] = {}
-_sandboxes_lock = threading.Lock()
-
-
-def shared_sandbox(spec: str | Sandbox) -> Sandbox:
-    """The sandbox for ``spec`` ("local", "docker", a URL, an import path), one per process;
-    a Sandbox object is returned as is."""
-    if not isinstance(spec, str):
-        return spec
-    with _sandboxes_lock:
-        if spec not in _sandboxes:
-            _sandboxes[spec] = make_sandbox(spec)
-        return _sandboxes[spec]
 
 
 @functools.lru_cache(maxsize=8)

@@ -12,7 +12,7 @@ import gymnasium
 import pytest
 
 import envs  # noqa: F401
-import envs.code.env as code_env
+from agentrl import plugins
 from agentrl.api import ExecRequest, ExecResult, ExecStatus
 from agentrl.env.datasets import data_path, load_rows
 from agentrl.errors import EnvError, SandboxError
@@ -105,9 +105,9 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="LocalSandbox builds i
 
 @pytest.fixture(scope="module")
 def local_sandbox():
-    sb = code_env.shared_sandbox("local")
+    sb = plugins.shared_sandbox("local")
     yield sb
-    code_env._sandboxes.pop("local", None)
+    plugins.SHARED_SANDBOXES.pop("local", None)
     asyncio.run(sb.aclose())
 
 
@@ -222,6 +222,41 @@ def test_code_agent_session_persists_within_an_episode_only(local_sandbox):
     obs, *_ = env.step(tool_call_text("python", {"code": "print(x)"}))
     assert "NameError" in obs[0]["content"]  # a new episode, a new session
     env.close()
+
+
+@needs_root
+def test_tool_use_runs_code_blocks_and_rewards_only_the_right_answer(local_sandbox):
+    """examples/code_docker.yaml's env: ToolUse-v0 with a sandbox and no tool. A code block runs
+    and what it printed is the next turn; the reward is the right answer (a program earns nothing);
+    used_tool_result counts a program's whole output, never a failed one's; without a sandbox
+    the same reply is the final answer."""
+    task = {"question": "What is 37*48?", "answer": "1776"}
+    env = gymnasium.make("agentrl/ToolUse-v0", kinds=["calc"], tools=[], sandbox="local", max_turns=3)
+    obs, info = env.reset(options={"task": task})
+    assert info["tools"] == [] and obs == [{"role": "user", "content": "What is 37*48?"}]
+    obs, reward, terminated, _, info = env.step(fenced("print(37*48)"))
+    assert obs == [{"role": "tool", "content": "1776"}] and (reward, terminated, info["programs"]) == (0.0, False, 1)
+    _, reward, terminated, _, info = env.step("\\boxed{1776}")
+    assert (reward, terminated) == (1.0, True)
+    assert info["rewards"] == {"correct": 1.0, "tool_errors": 0.0, "used_tool_result": 1.0, "programs": 1.0}
+    env.reset(options={"task": task})  # a failing program: its error is shown, it is no result to use
+    obs, *_ = env.step(fenced("print(37*48)\nprint(1776 // 0)"))
+    assert obs[0]["content"].startswith("1776\n") and "[stderr]" in obs[0]["content"]
+    assert "ZeroDivisionError" in obs[0]["content"] and obs[0]["content"].endswith("[status: runtime_error]")
+    _, reward, _, _, info = env.step("\\boxed{1776}")
+    assert reward == 1.0 and info["rewards"]["used_tool_result"] == 0.0
+    env.reset(options={"task": task})  # programs alone never end the episode, nor earn
+    for _ in range(3):
+        obs, reward, terminated, truncated, info = env.step(fenced("print(1776)"))
+    assert (reward, terminated, truncated, info["programs"]) == (0.0, False, True, 3)
+    env.close()
+    env = gymnasium.make("agentrl/ToolUse-v0", kinds=["calc"], tools=[])
+    env.reset(options={"task": task})
+    _, reward, terminated, _, info = env.step(fenced("print(37*48)"))
+    assert (reward, terminated, "programs" in info["rewards"]) == (0.0, True, False)
+    env.close()
+    with pytest.raises(EnvError, match="tools must name tools of"):
+        gymnasium.make("agentrl/ToolUse-v0", tools=["python"])
 
 
 # --------------------------------------------------------------------------- other backends

@@ -181,6 +181,27 @@ def test_feedback_configs_run_the_sft_stage_then_rl_on_episodes_with_a_hint(tmp_
                for r in sampled if r["num_turns"] == 1)  # right at once: nothing to fix
 
 
+def test_code_docker_configs_run_the_sft_stage_then_rl_with_programs_run_in_containers(tmp_path, docker_ready):
+    """Issue 25's code example, short: its SFT stage (conversations whose answer is a program's
+    output) writes a model, and RL on ToolUse-v0 with the Docker sandbox plays episodes in which
+    the model's code block ran in a container and what it printed came back as a masked tool
+    turn; the summary carries sandbox_runs, the Docker pool's own count of programs run."""
+    # 40 short SFT steps: the model writes a program in ~1 sample of 7 (30 steps: never)
+    model = sft("examples/code_docker_sft.yaml", tmp_path / "sft", "steps=40")
+    summary, sampled = train("examples/code_docker.yaml", tmp_path / "run", f"model={model}", "eval.limit=8")
+    ran = [r for r in sampled if r["num_turns"] > 1]
+    assert ran, [r["num_turns"] for r in sampled]  # the model wrote a program in some episodes
+    for r in sampled:  # the programs are the model's own sampled text; their output is never trained on
+        assert "<|tool|>" not in text(r, 1), text(r, 1)
+    for r in ran:
+        assert "```" in text(r, 1) and r["metrics"]["reward/programs"] >= 1, (text(r, 1), r["metrics"])
+    assert any("<|tool|>" in text(r, 0) for r in ran)
+    # the counter is the containers' own: every program the logged episodes ran (all of both steps'),
+    # and the evaluations' on top
+    assert summary["sandbox_runs"] >= sum(r["metrics"]["reward/programs"] for r in sampled) > 0, summary
+    assert "code_use_rate_after" in summary and "code_use_rate_before" in summary  # None when nothing was right
+
+
 def test_every_example_config_is_run_by_a_test():
     """Issue 31: "a test runs each" example config; examples/arith_retry.yaml had none. A test
     runs one when a line of it names the file and the command (train or sft)."""

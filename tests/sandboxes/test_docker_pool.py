@@ -69,6 +69,7 @@ async def test_a_cancelled_run_destroys_its_container_at_once(docker_sandbox):
 
 async def test_a_dead_container_is_replaced(docker_sandbox):
     before = {c.id for c in _containers(docker_sandbox)}
+    counted = dict(docker_sandbox.counters)
     victim = next(iter(docker_sandbox._idle)).container
     await asyncio.to_thread(victim.kill)
     results = await asyncio.gather(*[docker_sandbox.run(ExecRequest(code="print('up')")) for _ in range(4)])
@@ -79,6 +80,21 @@ async def test_a_dead_container_is_replaced(docker_sandbox):
     assert r.status is ExecStatus.OK
     after = {c.id for c in _containers(docker_sandbox)}
     assert victim.id not in after and len(after) == len(before)
+    # the counters (a run's summary reports sandbox_runs from them): a program that never ran in
+    # a container is not counted; each replacement is a container started
+    failed = statuses.count(ExecStatus.SANDBOX_ERROR)
+    assert docker_sandbox.counters["runs"] - counted["runs"] == 4 - failed + 1
+    assert docker_sandbox.counters["containers_started"] - counted["containers_started"] == failed
+
+
+async def test_session_calls_and_failing_programs_count_as_runs(docker_sandbox):
+    runs = docker_sandbox.counters["runs"]
+    r = await docker_sandbox.run(ExecRequest(code="raise SystemExit(3)"))
+    assert r.status is ExecStatus.RUNTIME_ERROR  # it ran, and failed: a run all the same
+    async with docker_sandbox.session() as session:
+        await session.run(ExecRequest(code="x = 6"))
+        r = await session.run(ExecRequest(code="print(x * 7)"))
+    assert r.stdout == "42\n" and docker_sandbox.counters["runs"] == runs + 3
 
 
 async def test_container_oom_kill_is_survived(docker_sandbox):
