@@ -35,6 +35,7 @@ from agentrl.errors import RequestRejected
 from agentrl.process_group import DEFAULT_TIMEOUT_S, UpdateGroup, host_store, open_process_group
 from agentrl.trainer.checkpoint import export_adapter, export_hf
 from agentrl.trainer.lora import is_lora
+from agentrl.trainer.trainer_config import ADAPTER_MODES
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +136,8 @@ class DiskTransport(WeightTransport):
         self.dtype = dtype
         self.keep_last = keep_last
         self.lora = False  # the last staged model was a LoRA model: its directory is an adapter
-        if adapters not in ("auto", "merge", "load"):
-            raise ValueError(f"adapters must be auto, merge or load, got {adapters!r}")
+        if adapters not in ADAPTER_MODES:
+            raise ValueError(f"adapters must be one of {list(ADAPTER_MODES)}, got {adapters!r}")
         self.adapters = adapters
         self._by_name = False  # the adapter delivered last was loaded by name (send switches to it)
 

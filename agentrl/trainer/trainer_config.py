@@ -18,6 +18,8 @@ from agentrl.errors import ConfigError
 LossKind = Literal["decoupled_ppo", "ppo", "reinforce"]
 LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce")
 """The token losses of ``agentrl.trainer.losses`` (``trainer.loss.kind``)."""
+ADAPTER_MODES: tuple[str, ...] = ("auto", "merge", "load")
+"""How a LoRA run's adapters reach the servers (``trainer.weight_sync.adapters``, ``DiskTransport``)."""
 
 
 @dataclass
@@ -75,7 +77,7 @@ class WeightSyncConfig:
                                       "them into a staging copy) and pause them only to swap it in; needs agentrl "
                                       "serve, SGLang servers get every bucket inside the pause whatever this says; "
                                       "false: inside the pause everywhere, as SGLang's own protocol")
-    adapters: str = option("auto", choices=("auto", "merge", "load"),
+    adapters: str = option("auto", choices=ADAPTER_MODES,
                            help="a LoRA run's adapters (disk): merge: each update merges the adapter into the "
                                 "servers' base weights (agentrl serve only; staged before the pause); load: every "
                                 "server loads it by name before the pause (SGLang's /load_lora_adapter, "
