@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import AgentRLError, ServerUnavailable, TrainerError
+from agentrl.errors import AgentRLError, ConfigError, ServerUnavailable, TrainerError
 from agentrl.process.services import (
     ServerProcess,
     ServiceProcess,
@@ -323,6 +323,24 @@ def torchrun_command(cfg: Any, run_dir: Path) -> list[str]:
 SERVERS_FILE = "servers.json"
 
 
+def check_batch_invariant(urls: list[str]) -> None:
+    """Deterministic mode needs batch-invariant servers (``agentrl serve --enable-deterministic-inference``,
+    as the launchers start them; a listed server must say so in ``/server_info``)."""
+    import httpx
+
+    for url in urls:
+        base = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
+        try:
+            info = httpx.get(base + "/server_info", timeout=30).json()
+        except (httpx.HTTPError, ValueError) as e:
+            raise ConfigError(f"config key 'deterministic': cannot ask the server {url} whether it is "
+                              f"batch-invariant ({e!r})") from None
+        if not isinstance(info, dict) or info.get("enable_deterministic_inference") is not True:
+            raise ConfigError(f"config key 'deterministic': the server {url} is not batch-invariant; start agentrl "
+                              "serve with --enable-deterministic-inference (as agentrl train does for the servers it "
+                              "starts)")
+
+
 def write_servers(run_dir: Path, urls: list[str], router: str | None) -> None:
     """``servers.json``: where rank 0 generates (the router, if any) and whom it updates (the servers)."""
     path = run_dir / SERVERS_FILE
@@ -342,6 +360,8 @@ def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None
         run.start_trainer()
         urls = run.start_servers()
         if cfg.node_rank == 0:
+            if cfg.deterministic:
+                check_batch_invariant(urls)
             write_servers(run_dir, urls, run.start_router(urls))
         code = run.watch()
         if code != 0:

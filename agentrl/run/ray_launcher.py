@@ -45,7 +45,7 @@ from typing import Any
 
 from agentrl.errors import ConfigError, ServerUnavailable, TrainerError
 from agentrl.process.services import pump_output, stop_process
-from agentrl.run.local_launcher import ManagedServer, watch_servers, write_servers
+from agentrl.run.local_launcher import ManagedServer, check_batch_invariant, watch_servers, write_servers
 
 FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_TOKEN", "WANDB_API_KEY", "AGENTRL_DATA_DIR", "AGENTRL_SANDBOX_API_KEY")
 """Variables of ``agentrl train``'s environment the actors' processes get too (when set)."""
@@ -274,6 +274,8 @@ def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None
         run.say(f"on the Ray cluster at {ray.get_runtime_context().gcs_address} "
                 f"({ray.cluster_resources().get('CPU', 0):.0f} CPUs, {ray.cluster_resources().get('GPU', 0):.0f} GPUs)")
         urls = run.start_servers(ray)
+        if cfg.deterministic:
+            check_batch_invariant(urls)
         write_servers(run.run_dir, urls, run.start_router(urls, ray))
         run.start_trainer(ray)
         run.watch(ray)

@@ -65,3 +65,12 @@ def test_two_deterministic_runs_at_eta_2_are_identical(tmp_path):
     assert w1.keys() == w2.keys() and all(bool((w1[k] == w2[k]).all()) for k in w1)
     initial = load_file(str(ROOT / "examples" / "tiny-model" / "model.safetensors"))
     assert any(not bool((w1[k] == initial[k]).all()) for k in w1)  # and training moved them
+
+
+def test_a_listed_server_that_is_not_batch_invariant_is_refused_in_one_line(tiny_server, tmp_path):
+    out = subprocess.run([str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={tmp_path / 'run'}",
+                          "deterministic=true", f"inference.servers=[{tiny_server.url}]", "steps=1",
+                          "eval.dataset=null"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert "config key 'deterministic'" in line and "--enable-deterministic-inference" in line, line
