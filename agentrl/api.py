@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import enum
 import math
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from itertools import compress
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
@@ -144,6 +145,12 @@ def _plain(value: Any) -> Any:
 FinishReason = Literal["stop", "length", "abort"]
 
 
+def continuation_seed(seed: int, offset: int) -> int:
+    """The sampling seed of a seeded generation's continuation after ``offset`` tokens: the
+    seed itself at 0, another stream for each later offset (a stable hash of both)."""
+    return seed if offset == 0 else zlib.crc32(f"{seed}@{offset}".encode()) & 0x7FFFFFFF
+
+
 @dataclass
 class SamplingParams:
     """Sampling settings of one generation request, in SGLang's vocabulary (its names, defaults
@@ -197,6 +204,17 @@ class SamplingParams:
                              f"got {self.min_new_tokens}")
         if not all(math.isfinite(v) for v in self.logit_bias.values()):
             raise ValueError("logit_bias values must be finite numbers")
+
+    def continued(self, done: int, budget: int | None = None) -> SamplingParams:
+        """The settings of the rest of a generation that has ``done`` tokens already (a request
+        resumed after an interruption, or deterministic mode's next chunk), at most ``budget``
+        more: what is left of the token budget and of ``min_new_tokens``, and, if seeded, a seed
+        of its own (``continuation_seed``; the same seed again would repeat the first part's
+        random numbers)."""
+        left = self.max_new_tokens - done
+        n = left if budget is None else min(budget, left)
+        return replace(self, max_new_tokens=n, min_new_tokens=min(n, max(0, self.min_new_tokens - done)),
+                       seed=None if self.seed is None else continuation_seed(self.seed, done))
 
     def to_sglang(self) -> dict[str, Any]:
         """The ``sampling_params`` object of SGLang's ``POST /generate``."""

@@ -215,3 +215,15 @@ def test_exec_types_round_trip_through_json_dicts():
         ExecRequest(code="x", language="ruby")
     with pytest.raises(ValueError):
         ExecRequest(code="x", time_limit_s=0)
+
+
+def test_a_continued_generation_keeps_its_budget_and_draws_fresh_random_numbers():
+    from agentrl.api import continuation_seed
+
+    sp = SamplingParams(max_new_tokens=12, min_new_tokens=10, seed=7)
+    rest = sp.continued(8)  # interrupted after 8 tokens: 4 left, and 2 of the minimum
+    assert (rest.max_new_tokens, rest.min_new_tokens) == (4, 2)
+    assert rest.seed == continuation_seed(7, 8) != 7  # the same seed would repeat the first 8 tokens' draws
+    assert sp.continued(0).seed == 7 and sp.continued(0, budget=3).max_new_tokens == 3
+    assert SamplingParams(max_new_tokens=5).continued(2).seed is None  # unseeded stays unseeded
+    assert continuation_seed(7, 8) != continuation_seed(7, 9)

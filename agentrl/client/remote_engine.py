@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 _TRANSPORT_ERRORS = (httpx.TransportError,)
 
 
-def _base_url(address: str) -> str:
+def base_url(address: str) -> str:
+    """A server's address as given (``host:port`` or a URL) as the URL its routes hang from."""
     return address.rstrip("/") if "://" in address else f"http://{address.rstrip('/')}"
 
 
@@ -123,8 +124,8 @@ class RemoteEngine:
         self.config = config = replace(config or RemoteEngineConfig(), **settings)
         if config.engine not in ENGINES:
             raise ValueError(f"engine must be one of {list(ENGINES)}, got {config.engine!r}")
-        self._servers = [_Server(_base_url(a)) for a in addresses]
-        self._router = _Server(_base_url(router)) if router else None
+        self._servers = [_Server(base_url(a)) for a in addresses]
+        self._router = _Server(base_url(router)) if router else None
         self.timeout, self.control_timeout = config.timeout, config.control_timeout
         self.max_retries, self.backoff = config.max_retries, config.backoff
         self.health_check_interval, self.max_resumes = config.health_check_interval, config.max_resumes
@@ -280,7 +281,7 @@ class RemoteEngine:
                             server = None
                         server = await self._pick()
                         server.inflight += 1
-                    this = replace(sampling, max_new_tokens=remaining)
+                    this = sampling.continued(len(tokens))
                     rid = f"{base_rid}-{attempt}"
                     attempt += 1
                     try:

@@ -64,10 +64,9 @@ small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the ba
 
 INVARIANT_ROWS = 32
 """With ``batch_invariant``, every matmul over the packed rows runs in blocks of exactly this many
-rows (the last one padded with zeros). A CPU GEMM's result for one row depends on how many rows
-share the call (measured on torch 2.13's CPU kernels: three classes of results for M = 1, M = 2-5
-or 2-15, and larger M, a fourth above ~255 rows with two threads); one fixed shape gives every row
-the same numbers whatever it is batched with, with one thread or several."""
+rows (the last one padded with zeros). A GEMM kernel may pick its blocking, and so its order of
+sums, by how many rows share the call (docs/DESIGN.md, "Deterministic mode", has what was
+measured); one fixed shape gives every row the same numbers whatever it is batched with."""
 INVARIANT_KEYS = 32
 """With ``batch_invariant``, a token at position p attends over its slot's first
 ``ceil((p + 1) / INVARIANT_KEYS) * INVARIANT_KEYS`` keys (those past p masked): a length set by

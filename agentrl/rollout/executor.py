@@ -189,6 +189,7 @@ class RolloutExecutor:
         if self.lockstep is not None:
             self._next_version = self.version + 1  # what the next batch formed will train the policy to
             self.lockstep.on_boundary = self._admit
+            self.lockstep.on_failure = self._fail
             self.lockstep.start()
         elif self._loop_task is None:
             self._loop_task = asyncio.create_task(self._admit_loop(), name="rollout-admission")
@@ -302,8 +303,12 @@ class RolloutExecutor:
             raise
         except BaseException as e:  # a bug here must reach the trainer, not hang it
             log.exception("the rollout admission loop failed")
-            self._failure = e
-            self._changed.set()
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        """Admission failed (here or in the lockstep clock): ``next_batch`` raises ``e``."""
+        self._failure = e
+        self._changed.set()
 
     def _next_index(self) -> int:
         index = self.cursor

@@ -17,7 +17,7 @@ in the default mode is fixed by the config instead:
   tokens each version samples — and which generations a publish splits — is fixed.
 - ``LockstepClient``, an episode's client under the clock: one ``generate`` call becomes
   chunks, each continuing from the prompt and the tokens so far with its own seed
-  (``agentrl.rollout.seeds.chunk_seed``), every token tagged with the version that sampled it.
+  (``SamplingParams.continued``), every token tagged with the version that sampled it.
 
 With batch-invariant servers (``agentrl serve --enable-deterministic-inference``) a chunk's
 tokens do not depend on what else the round sends, so two runs of the same config and seed
@@ -31,7 +31,6 @@ hooks: ``Lockstep.start()``, ``expect_publish(version)``, ``await publish(versio
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +39,6 @@ from typing import Any
 from agentrl.api import Completion, InferenceClient, SamplingParams
 from agentrl.config import option
 from agentrl.errors import ConfigError
-from agentrl.rollout.seeds import chunk_seed
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +76,7 @@ class Lockstep:
         self.round = 0
         self.busy = 0  # episodes (and finishing groups) doing anything but waiting at the gate
         self.on_boundary: Callable[[], None] | None = None  # admission, between rounds
+        self.on_failure: Callable[[BaseException], None] | None = None  # the executor's: its trainer must hear
         self._parked: list[asyncio.Future] = []
         self._admitted_round = -1  # the round whose end last admitted groups
         self._due: dict[int, int] = {}  # version -> the round it is published after
@@ -167,6 +166,8 @@ class Lockstep:
             for _, done in self._publishes.values():
                 if not done.done():
                     done.set_exception(e)
+            if self.on_failure is not None:  # a trainer waiting for a batch, not a publish
+                self.on_failure(e)
 
     async def _between_rounds(self) -> None:
         """The end of round ``self.round``: the publishes due, admission, then the next round."""
@@ -219,10 +220,8 @@ class LockstepClient:
         versions: list[int] = []
         while True:
             await self.clock.turn()
-            n = min(self.clock.chunk_tokens, sampling.max_new_tokens - len(tokens))
-            chunk = dataclasses.replace(
-                sampling, max_new_tokens=n, min_new_tokens=min(n, max(0, sampling.min_new_tokens - len(tokens))),
-                seed=None if sampling.seed is None else chunk_seed(sampling.seed, len(tokens)))
+            chunk = sampling.continued(len(tokens), self.clock.chunk_tokens)
+            n = chunk.max_new_tokens
             out = await self.client.generate(prompt + tokens, chunk)
             tokens += out.tokens
             logprobs += out.logprobs

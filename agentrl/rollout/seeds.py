@@ -28,13 +28,6 @@ def call_seed(seed: int, index: int, sample: int, call: int) -> int:
     return zlib.crc32(f"{seed}:{index}:{sample}:{call}".encode()) & 0x7FFFFFFF
 
 
-def chunk_seed(seed: int, offset: int) -> int:
-    """The seed of a call's continuation after ``offset`` tokens (deterministic mode's chunks,
-    ``agentrl.rollout.lockstep``): the call's own seed for its first chunk, another stream for
-    each later one (the same seed again would repeat the first chunk's random numbers)."""
-    return seed if offset == 0 else zlib.crc32(f"{seed}@{offset}".encode()) & 0x7FFFFFFF
-
-
 class SeededClient:
     """One episode's client: each call's seed becomes ``call_seed(its seed, index, sample, call)``."""
 

@@ -328,10 +328,11 @@ def check_batch_invariant(urls: list[str]) -> None:
     as the launchers start them; a listed server must say so in ``/server_info``)."""
     import httpx
 
+    from agentrl.client.remote_engine import base_url
+
     for url in urls:
-        base = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
         try:
-            info = httpx.get(base + "/server_info", timeout=30).json()
+            info = httpx.get(base_url(url) + "/server_info", timeout=30).json()
         except (httpx.HTTPError, ValueError) as e:
             raise ConfigError(f"config key 'deterministic': cannot ask the server {url} whether it is "
                               f"batch-invariant ({e!r})") from None

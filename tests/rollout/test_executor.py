@@ -167,3 +167,17 @@ def test_bad_sizes_are_refused_with_the_key():
         executor(Scripted(), group_size=8, max_concurrent=4)
     with pytest.raises(ConfigError, match="empty"):
         RowSource([])
+
+
+async def test_a_failure_in_the_lockstep_clock_reaches_the_trainer_waiting_for_a_batch():
+    from agentrl.rollout.lockstep import Lockstep, LockstepConfig
+
+    ex = executor(Scripted(), lockstep=Lockstep(LockstepConfig()))
+
+    def broken_capacity(running=None):
+        raise RuntimeError("admission broke")
+    ex.capacity = broken_capacity  # admission runs in the clock, between rounds
+    await ex.start()
+    with pytest.raises(RuntimeError, match="admission broke"):
+        await ex.next_batch(max_wait_s=5)
+    await ex.stop()

@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from agentrl.api import Completion, SamplingParams
+from agentrl.api import Completion, SamplingParams, continuation_seed
 from agentrl.rollout.lockstep import Lockstep, LockstepClient, LockstepConfig
-from agentrl.rollout.seeds import chunk_seed
 
 
 class FakeEngine:
@@ -94,5 +93,5 @@ def test_the_schedule_is_the_same_whatever_the_timing():
     for i, calls_of_episode in enumerate(results):
         (tokens, versions), second = calls_of_episode
         assert versions == [0, 0, 0, 0, 1, 1] and second[1] == [1] * 6
-        rnd, cont = random.Random(10 * i), random.Random(chunk_seed(10 * i, 4))
+        rnd, cont = random.Random(10 * i), random.Random(continuation_seed(10 * i, 4))
         assert tokens == [rnd.randrange(100) for _ in range(4)] + [cont.randrange(100) for _ in range(2)]
