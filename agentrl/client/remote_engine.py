@@ -152,6 +152,7 @@ class RemoteEngine:
         self._lora: tuple[str, int] | None = None  # (name, version) of the adapter every request names
         self._unpaused = asyncio.Event()
         self._unpaused.set()
+        self._released: set[str] = set()  # memory every server freed while paused ("weights", "kv_cache")
         # a server came back from a restart while the weights travel by broadcast: it is out of
         # rotation until the weight group is formed again and the next update reaches it
         self.needs_rejoin = False
@@ -630,12 +631,44 @@ class RemoteEngine:
             return None
 
     async def resume(self) -> None:
-        """Step 6: generation continues; waiting and aborted requests are (re-)sent."""
+        """Step 6: generation continues; waiting and aborted requests are (re-)sent. Memory
+        released while paused is taken back first (``release_memory``)."""
         try:
             vllm = await self._resolve_engine() == "vllm"
+            await self.occupy_memory()
             await self._control(vllm_wire.RESUME if vllm else "/continue_generation", {})
         finally:
             self._unpaused.set()
+
+    # ------------------------------------------------------------------ memory, colocated training
+
+    async def release_memory(self) -> None:
+        """While paused (placement colocated, DESIGN.md §4): every server frees its KV cache and
+        what it can of its weights' memory for the trainer — SGLang's (and agentrl serve's)
+        ``/release_memory_occupation``, vLLM's ``/sleep`` at level 1. ``occupy_memory`` takes the
+        weights back before an update, ``resume`` the rest before generation goes on."""
+        if self._unpaused.is_set():
+            raise RuntimeError("release_memory needs paused servers: call pause() first")
+        if await self._resolve_engine() == "vllm":
+            await self._control(vllm_wire.SLEEP, {})
+        else:
+            await self._control("/release_memory_occupation", {})
+        self._released = {"weights", "kv_cache"}
+
+    async def occupy_memory(self, *, weights_only: bool = False) -> None:
+        """Take back what ``release_memory`` freed: the weights alone (before a weight update:
+        SGLang and vLLM update resident weights, and an update's buffers need not coexist with the
+        KV cache), or everything left."""
+        vllm = await self._resolve_engine() == "vllm"
+        if "weights" in self._released:
+            await self._control(vllm_wire.WAKE_WEIGHTS if vllm else "/resume_memory_occupation",
+                                {} if vllm else {"tags": ["weights"]})
+            self._released.discard("weights")
+        if weights_only or not self._released:
+            return
+        await self._control(vllm_wire.WAKE_KV_CACHE if vllm else "/resume_memory_occupation",
+                            {} if vllm else {"tags": ["kv_cache", "cuda_graph"]})
+        self._released.clear()
 
     # ------------------------------------------------------------------ weights over torch.distributed
 

@@ -32,6 +32,9 @@ RPC = "/collective_rpc"
 RESET_PREFIX_CACHE = "/reset_prefix_cache"
 LOAD_LORA = "/v1/load_lora_adapter"  # needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora
 UNLOAD_LORA = "/v1/unload_lora_adapter"
+SLEEP = "/sleep?level=1&mode=abort"  # level 1: weights offloaded to CPU, KV cache discarded
+WAKE_WEIGHTS = "/wake_up?tags=weights"
+WAKE_KV_CACHE = "/wake_up?tags=kv_cache"  # the last tag: vLLM resumes scheduling once all are back
 
 
 def sampling_params(sp: SamplingParams, n: int = 1) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentrl.config import option
+from agentrl.errors import Refused
 
 
 @dataclass
@@ -44,6 +45,26 @@ class UpdateWeightsFromDisk:
     agentrl_stage_only: bool = option(False, help="ours, not SGLang's: load and check the checkpoint (or LoRA "
                                                   "adapter) into a staging copy while generation goes on; the next "
                                                   "update of the same model_path swaps it in without reading it again")
+
+
+MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
+"""SGLang's names for what ``/release_memory_occupation`` frees. On ``agentrl serve``: ``kv_cache``
+the slot cache and the prefix pool, ``weights`` the spare copies kept for staging (the served
+weights stay), ``cuda_graph`` nothing (it has none)."""
+
+
+@dataclass
+class MemoryOccupation:
+    """``POST /release_memory_occupation`` and ``/resume_memory_occupation``."""
+
+    tags: list[str] | None = option(None, help=f"what to free or occupy again, of {', '.join(MEMORY_TAGS)}; "
+                                               "null or empty: all")
+
+    def chosen(self) -> set[str]:
+        unknown = [t for t in self.tags or () if t not in MEMORY_TAGS]
+        if unknown:
+            raise Refused(f"unknown memory tag(s) {unknown}: expected some of {list(MEMORY_TAGS)}, or none for all")
+        return set(self.tags or MEMORY_TAGS)
 
 
 @dataclass

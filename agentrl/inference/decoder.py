@@ -202,15 +202,49 @@ class Decoder:
         # [layers, slots + 1, positions, kv_heads, head_dim]: a slot's keys are one [positions,
         # kv_heads * head_dim] matrix (what the decode attention reads in one piece); one slot
         # past the last is the scratch slot that filler rows write to.
-        shape = (s.num_layers, num_slots + 1, max_len, s.num_kv_heads, s.head_dim)
-        self.cache_k = torch.zeros(shape, device=self.device, dtype=dtype)
-        self.cache_v = torch.zeros(shape, device=self.device, dtype=dtype)
+        self._cache_shape = (s.num_layers, num_slots + 1, max_len, s.num_kv_heads, s.head_dim)
         # The prefix cache's entries, one token each: [layers, pool_tokens, kv_heads, head_dim].
         self.pool_tokens = pool_tokens
-        pool = (s.num_layers, pool_tokens, s.num_kv_heads, s.head_dim)
-        self.pool_k = torch.zeros(pool, device=self.device, dtype=dtype)
-        self.pool_v = torch.zeros(pool, device=self.device, dtype=dtype)
+        self._pool_shape = (s.num_layers, pool_tokens, s.num_kv_heads, s.head_dim)
+        self.kv_released = False
+        self._allocate_kv()
         self.cos, self.sin = self._rope_table(max_len)
+
+    def _allocate_kv(self) -> None:
+        dev, dtype = self.device, self.dtype
+        self.cache_k = torch.zeros(self._cache_shape, device=dev, dtype=dtype)
+        self.cache_v = torch.zeros(self._cache_shape, device=dev, dtype=dtype)
+        self.pool_k = torch.zeros(self._pool_shape, device=dev, dtype=dtype)
+        self.pool_v = torch.zeros(self._pool_shape, device=dev, dtype=dtype)
+
+    # ------------------------------------------------------------------ memory (colocated training)
+
+    def release_kv(self) -> None:
+        """Free the slot cache and the prefix pool (SGLang's ``kv_cache`` tag of
+        ``/release_memory_occupation``): nothing may run until ``occupy_kv``. The scheduler
+        calls it with no request in a slot and the prefix cache emptied."""
+        empty = torch.empty(0, device=self.device, dtype=self.dtype)
+        self.cache_k = self.cache_v = self.pool_k = self.pool_v = empty
+        self.kv_released = True
+
+    def occupy_kv(self) -> None:
+        """The slot cache and the prefix pool again, zeroed (``/resume_memory_occupation``)."""
+        if self.kv_released:
+            self._allocate_kv()
+            self.kv_released = False
+
+    def release_spares(self) -> None:
+        """Free the spare weight copies kept for the next staging (``weights`` tag). The served
+        weights stay where they are: offloading them is not built."""
+        self._spares = []
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes held now: the served weights (their base too, when an adapter is merged), the
+        spares, and the slot cache with the prefix pool."""
+        def size(tensors: list[torch.Tensor]) -> int:
+            return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+        return {"weights": size(_fused(self.weights) + _fused(self.base)), "spares": size(self._spares),
+                "kv_cache": size([self.cache_k, self.cache_v, self.pool_k, self.pool_v])}
 
     def _rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         rope = dict(getattr(self.config, "rope_parameters", None) or {})

@@ -5,6 +5,8 @@ streamed), ``/pause_generation``, ``/continue_generation``, ``/abort_request``,
 ``/update_weights_from_disk``, ``/update_weight_version``, ``/load_lora_adapter``,
 ``/unload_lora_adapter`` (a request's ``lora_path`` names a loaded adapter, applied to its
 rows at run time: ``Decoder.forward``), ``GET|POST /flush_cache``,
+``/release_memory_occupation`` and ``/resume_memory_occupation`` (colocated training:
+``control_bodies.MEMORY_TAGS`` says what each tag frees here),
 ``GET /model_info`` (+ ``/get_model_info``), ``/server_info`` (+ ``/get_server_info``),
 ``/health``, ``/health_generate``, ``/ready``, ``/v1/loads``, ``/get_load`` (0.5.10's, which
 sglang-router polls) — with SGLang's field names and response shapes (``agentrl.inference.server``
@@ -31,6 +33,7 @@ from agentrl.inference import openapi
 from agentrl.inference.control_bodies import (
     AbortRequest,
     LoadLoraAdapter,
+    MemoryOccupation,
     PauseGeneration,
     UnloadLoraAdapter,
     UpdateWeightsFromDisk,
@@ -164,6 +167,25 @@ def native_routes(state: ServerState) -> APIRouter:
         return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. "
                                  "(When there are running or waiting requests, the operation will not be performed.)\n")
 
+    memory_body = json_body(body_schema(MemoryOccupation), required=False)
+
+    async def memory_tags(http: Request) -> set[str]:
+        if http.method == "GET":
+            return MemoryOccupation().chosen()
+        return (await control_body(MemoryOccupation, http, allow_empty=True)).chosen()
+
+    @router.get("/release_memory_occupation")
+    @router.post("/release_memory_occupation", openapi_extra=memory_body, operation_id="release_memory_post")
+    async def release_memory_occupation(http: Request):
+        await asyncio.wrap_future(state.scheduler.release_memory(await memory_tags(http)))
+        return None  # SGLang's handler answers nothing: 200, null
+
+    @router.get("/resume_memory_occupation")
+    @router.post("/resume_memory_occupation", openapi_extra=memory_body, operation_id="resume_memory_post")
+    async def resume_memory_occupation(http: Request):
+        await asyncio.wrap_future(state.scheduler.resume_memory(await memory_tags(http)))
+        return None
+
     @router.get("/model_info")
     @router.get("/get_model_info")
     async def model_info():
@@ -193,7 +215,10 @@ def native_routes(state: ServerState) -> APIRouter:
                                      "num_prefill_calls": state.scheduler.prefill_calls,
                                      "prefill_seconds": round(state.scheduler.prefill_s, 3),
                                      "decode_seconds": round(state.scheduler.decode_s, 3),
-                                     "effective_max_running_requests_per_dp": c.max_running_requests}],
+                                     "effective_max_running_requests_per_dp": c.max_running_requests,
+                                     # SGLang's key (GB); ours adds the spare weight copies
+                                     "memory_usage": {k: round(v / 2 ** 30, 6)
+                                                      for k, v in state.decoder.memory_bytes().items()}}],
                 "version": f"{SGLANG_API_VERSION} (agentrl serve)", "frontend": "python",
                 # ours: buckets can be staged while generating, then committed (weight_sync)
                 "agentrl_staged_weight_updates": True,

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import torch
 
 from agentrl.api import SamplingParams
+from agentrl.errors import Refused
 from agentrl.inference.decoder import Decoder, Step
 from agentrl.inference.lora_adapter import LoraWeights
 from agentrl.inference.prefix_cache import PrefixCache
@@ -180,6 +181,29 @@ class Scheduler:
     def resume(self) -> Future:
         def run() -> None:
             self.paused = None
+        return self._call(run)
+
+    def release_memory(self, tags: set[str]) -> Future:
+        """Free the memory of ``tags`` (``control_bodies.MEMORY_TAGS``) for another process's use — colocated
+        training — until ``resume_memory``; with ``kv_cache`` released nothing runs (waiting
+        requests wait). SGLang's rule: no request may be in a slot (pause generation first)."""
+        def run() -> None:
+            running = sum(1 for r in self._slots if r is not None)
+            if running:
+                raise Refused(f"cannot release memory while {running} request(s) are running; pause generation "
+                              "first (POST /pause_generation with mode abort or retract)")
+            if "weights" in tags:
+                self.decoder.release_spares()
+            if "kv_cache" in tags:
+                self._flush_cache()
+                self.decoder.release_kv()
+        return self._call(run)
+
+    def resume_memory(self, tags: set[str]) -> Future:
+        """Occupy again what ``release_memory`` freed (the spares come back with the next staging)."""
+        def run() -> None:
+            if "kv_cache" in tags:
+                self.decoder.occupy_kv()
         return self._call(run)
 
     def install_weights(self, weights: dict, version: str | None, abort_all: bool = False) -> Future:
@@ -363,9 +387,10 @@ class Scheduler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             running = any(r is not None for r in self._slots)
-            idle = self.paused is not None or (not running and not self._waiting)
+            held = self.paused is not None or self.decoder.kv_released
+            idle = held or (not running and not self._waiting)
             self._drain_commands(block=idle)
-            if self.paused is not None:
+            if held:
                 continue
             try:
                 self._step()

@@ -86,7 +86,8 @@ class ManagedServer:
         else:
             cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.cfg.model, "--host", self.host,
                    "--port", str(self.port), "--weight-version", "0", "--random-seed", str(self.cfg.seed + self.index),
-                   *sglang_lora_args(self.cfg), *inf.extra_args]
+                   *sglang_lora_args(self.cfg), *(["--enable-memory-saver"] if inf.release_memory else []),
+                   *inf.extra_args]
             env = self.gpu_env()
             with open(log_path, "a") as log:  # the child has its own copy of the descriptor
                 self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -180,6 +181,8 @@ def vllm_command(cfg: Any, host: str, port: int, index: int) -> tuple[list[str],
                    OMP_NUM_THREADS=str(inf.threads))
     else:
         env = {**env, **(ManagedServer.gpu_env_of(cfg, index) or {})}
+        if inf.release_memory:  # /sleep frees memory only with it (on a CPU it frees none, and is refused)
+            cmd.append("--enable-sleep-mode")
     return [*cmd, *inf.extra_args], env
 
 

@@ -9,7 +9,8 @@ generation never waits for training:
 
     eval (before) → executor.start()
     loop: batch = await next_batch()  (B finished groups; generation goes on meanwhile —
-          or, with placement colocated, is paused here: in-flight requests resume after the publish)
+          or, with placement colocated, is paused here, the servers' memory released if
+          inference.release_memory: in-flight requests resume after the publish)
           → broadcast to every rank → prepare_batch → Actor.train_step (in a thread)
           → WeightPublisher: stage (every rank) → pause → send → continue (rank 0;
             trainer.weight_sync: a checkpoint on disk, or a broadcast over torch.distributed)
@@ -264,6 +265,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
 
     start_step = actor.version
     colocated = cfg.placement == "colocated"
+    release = colocated and bool(cfg.inference.release_memory)
     started = time.perf_counter()
     if state is not None:
         executor.restore(state, actor.version)
@@ -302,11 +304,15 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             if colocated:  # the trainer takes the cores (or GPU): generation stops until the publish resumes it
                 await executor.pause_admission()
                 await engine.pause()
+                if release:  # and the servers' memory, until the weight update (weights) and the resume (the rest)
+                    await engine.release_memory()
             if tr.world_size > 1:
                 await asyncio.to_thread(tr.command, {"op": "train"})
             t0 = time.perf_counter()
             stats, kept, sample = await asyncio.to_thread(tr.train, trajectories)
             t1 = time.perf_counter()
+            if release:
+                await engine.occupy_memory(weights_only=True)
             record, rollout_now = await publish_step()
             step = actor.version
             executor.set_version(step)

@@ -60,6 +60,13 @@ class InferenceConfig:
                                                 "of the current directory or of this checkout, else this Python")
     vllm_kv_cache_gib: float = option(1.0, gt=0, help="engine vllm on CPU: GiB of KV cache per server "
                                                       "(VLLM_CPU_KVCACHE_SPACE)")
+    release_memory: bool | None = option(None,
+                                 help="placement colocated: while the trainer trains, the servers free their KV "
+                                      "cache (and weight memory where they can) and take it back for the weight "
+                                      "update and generation (SGLang: /release_memory_occupation, started with "
+                                      "--enable-memory-saver; vLLM: /sleep and /wake_up; agentrl serve: the slot "
+                                      "cache, the prefix pool and the spare weight copies); null: when the "
+                                      "servers share the trainer's GPU")
     client: RemoteEngineConfig = option(RemoteEngineConfig, help="how the trainer and the rollouts reach the servers")
 
     def __post_init__(self) -> None:
@@ -547,8 +554,15 @@ def apply_placement(cfg: RunConfig) -> str:
     per trainer rank and ``inference.threads`` per started server); returns the run's first line."""
     placement, why = choose_placement(cfg)
     cfg.placement = placement
+    release = cfg.inference.release_memory
     if placement == "decoupled":
+        if release:
+            raise ConfigError(f"config key 'inference.release_memory': true frees the servers' memory while the "
+                              f"trainer trains, which needs placement colocated (this run is decoupled: {why})")
+        cfg.inference.release_memory = False
         return f"placement decoupled ({why}): generation and training run at the same time"
+    if release is None:
+        cfg.inference.release_memory = cfg.device == "cuda"
     line = f"placement colocated ({why}): generation and training take turns"
     if cfg.device == "cpu":
         cores = usable_cores()
@@ -556,6 +570,8 @@ def apply_placement(cfg: RunConfig) -> str:
         if not cfg.inference.servers:
             cfg.inference.threads = max(1, cores // cfg.inference.num_servers)
         line += f", each with all {cores} cores (threads={cfg.threads}, inference.threads={cfg.inference.threads})"
+    if cfg.inference.release_memory:
+        line += ", the servers' memory released while the trainer trains"
     return line
 
 

@@ -7,9 +7,10 @@ operation, derandomized; the server has a 192-token context, so that no generati
 but SGLang's default ``max_new_tokens`` (128) fits beside a short prompt.
 The generation schemas carry the server's bounds, so many drawn bodies are valid and reach
 the engine — the test checks that they did (a fuzz test that only ever meets the parsers'
-400s would not test the engine). Each case is followed by ``/continue_generation``, since a
-fuzzed ``/pause_generation`` would otherwise hold every later ``/generate`` (as SGLang's
-pause does), and the server must still answer ``/health`` and generate at the end."""
+400s would not test the engine). Each case is followed by ``/resume_memory_occupation`` and
+``/continue_generation``, since a fuzzed ``/release_memory_occupation`` or ``/pause_generation``
+would otherwise hold every later ``/generate`` (as SGLang's do), and the server must still
+answer ``/health`` and generate at the end."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_no_route_answers_5xx_or_hangs(untrained_model_dir, openapi_fuzz):
         def resume(response) -> None:
             if response is not None:
                 answered[response.request.path_url, response.status_code] += 1
+            httpx.post(url + "/resume_memory_occupation", json={}, timeout=HANG_S)
             httpx.post(url + "/continue_generation", json={}, timeout=HANG_S)
         count, failures = openapi_fuzz(url, examples=EXAMPLES, hang_s=HANG_S, after=resume, coverage=COVERAGE)
         assert not failures, "\n".join(failures)

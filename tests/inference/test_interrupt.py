@@ -157,3 +157,51 @@ async def test_a_group_interrupted_by_a_weight_update_loses_no_token(
         assert torch.allclose(torch.tensor(out.logprobs[:k]), before, atol=1e-4)
         assert torch.allclose(torch.tensor(out.logprobs[k:]), after, atol=1e-4)
     assert all(len(o.tokens) == 300 and o.versions[-1] == 1 for o in outs)
+
+
+async def test_released_memory_holds_generation_until_resumed_and_the_update_between_serves_its_version(
+        untrained_model_dir, second_model_dir, updatable_server):
+    """Colocated training's cycle (inference.release_memory): pause, release, the weights back, an
+    update, resume. The KV cache is really freed, a request in flight resumes on the new weights
+    with per-token versions, and what is refused is refused by name."""
+    proc = updatable_server
+    await reset(proc.url, untrained_model_dir, "0")
+
+    async def kv_gb(client) -> float:
+        return (await client.get(proc.url + "/server_info")).json()["internal_states"][0]["memory_usage"]["kv_cache"]
+
+    sampling = SamplingParams(max_new_tokens=300, temperature=1.0, ignore_eos=True, seed=5)
+    async with RemoteEngine([proc.url], timeout=120) as engine, httpx.AsyncClient(timeout=60) as client:
+        held = await kv_gb(client)
+        assert held > 0
+        r = await client.post(proc.url + "/release_memory_occupation", json={"tags": ["kv_cache", "gpu"]})
+        assert r.status_code == 400 and "unknown memory tag" in r.json()["error"]["message"]
+        job = asyncio.create_task(engine.generate(PROMPT, sampling))
+        await until_generating(proc.url, min_tokens=20)
+        with pytest.raises(RuntimeError, match="pause"):
+            await engine.release_memory()  # not paused
+        frozen = await client.post(proc.url + "/pause_generation", json={"mode": "in_place"})
+        assert frozen.status_code == 200
+        r = await client.post(proc.url + "/release_memory_occupation", json={})
+        assert r.status_code == 400 and "running" in r.json()["error"]["message"]  # frozen in a slot
+        await engine.pause()  # abort mode: the request comes back to the client, which waits
+        await engine.release_memory()
+        assert await kv_gb(client) == 0.0
+        other = asyncio.create_task(client.post(proc.url + "/generate", json={
+            "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}}))
+        await client.post(proc.url + "/continue_generation", json={})  # unpaused, but its memory is gone
+        done, _ = await asyncio.wait({other}, timeout=1.0)
+        assert not done, "nothing may run while the KV cache is released"
+        await client.post(proc.url + "/pause_generation", json={})
+        await engine.occupy_memory(weights_only=True)
+        assert await kv_gb(client) == 0.0  # only the weights came back
+        await engine.update_weights(str(second_model_dir), 1)
+        await engine.resume()
+        assert await kv_gb(client) == held
+        out = await job
+        assert (await other).status_code == 200
+    assert out.finish_reason == "length" and len(out.tokens) == 300
+    k = out.versions.index(1)
+    assert 20 <= k < 300 and out.versions == [0] * k + [1] * (300 - k)
+    after = teacher_forced_logprobs(second_model_dir, PROMPT, out.tokens)[k:]
+    assert torch.allclose(torch.tensor(out.logprobs[k:]), after, atol=1e-4)  # a zeroed cache, refilled right

@@ -48,11 +48,14 @@ def config(*overrides: str) -> RunConfig:
       "trainer.weight_sync.adapters=merge"], "'trainer.weight_sync.adapters'", "merge needs agentrl serve"),
     (["deterministic=true", "inference.client.engine=vllm"], "'deterministic'", "not batch-invariant"),
     (["deterministic=true", "placement=colocated"], "'placement'", "overlap_rounds"),
+    (["inference.release_memory=true"], "'inference.release_memory'", "needs placement colocated"),
     (["deterministic=true", "rollout.sampling.stop=[</answer>]"], "'rollout.sampling'", "stop strings"),
 ])
 def test_impossible_placements_name_their_key(overrides, key, words):
     with pytest.raises(ConfigError) as e:
-        check_run_config(config(*overrides))
+        cfg = config(*overrides)
+        check_run_config(cfg)
+        apply_placement(cfg)  # what only the machine decides (auto)
     assert key in str(e.value) and words in str(e.value)
 
 
@@ -120,3 +123,18 @@ def test_nccl_weights_to_a_server_on_the_trainers_gpu_are_refused_by_name(monkey
                             "trainer.weight_sync.backend=gloo"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # the server has GPU 1
     check_run_config(config("device=cuda", "trainer.weight_sync.transport=distributed"))
+
+
+@pytest.mark.parametrize(("overrides", "gpus", "release"), [
+    (["placement=colocated"], 0, False),  # a CPU: RAM is rarely what training lacks
+    (["placement=colocated", "inference.release_memory=true"], 0, True),
+    (["device=cuda"], 1, True),  # null: colocated on the trainer's GPU, which training needs
+    (["device=cuda", "inference.release_memory=false"], 1, False),
+    (["device=cuda"], 2, False),  # decoupled: nothing to give back
+])
+def test_colocated_servers_release_their_memory_where_training_needs_it(monkeypatch, overrides, gpus, release):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    cfg = config(*overrides)
+    line = apply_placement(cfg)
+    assert cfg.inference.release_memory == release
+    assert ("memory released" in line) == release

@@ -126,15 +126,18 @@ def test_resume_continues_from_the_checkpoint(run, tmp_path):
 def test_colocated_runs_train_and_resume(tmp_path, eta):
     """placement colocated: generation pauses for each train step (in-flight requests resume after
     the publish), with η = 0 (synchronous) and η = 1 (the next batch's episodes admitted during a
-    step, their tokens at most one version old); a checkpoint, then --resume to the end."""
+    step, their tokens at most one version old); a checkpoint, then --resume to the end. At η = 1
+    the server also releases its KV cache while the trainer trains (inference.release_memory)."""
     run_dir = tmp_path / "run"
     small = ["eval.limit=20", "rollout.batch_size=4", "rollout.group_size=4", "max_minutes=null",
              "logging.trajectories_per_step=0", "checkpoint.every_steps=2"]
+    release = "true" if eta else "null"
     out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "placement=colocated",
-                f"trainer.max_staleness={eta}", "steps=2", *small)
+                f"trainer.max_staleness={eta}", "steps=2", f"inference.release_memory={release}", *small)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.startswith("agentrl train: placement colocated (placement set): generation and training "
                                  "take turns, each with all"), out.stdout[:300]
+    assert ("memory released" in out.stdout.splitlines()[0]) == bool(eta)
     out = train("--resume", str(run_dir), "steps=4")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "placement colocated" in out.stdout.splitlines()[0] and "resumed from step_000002" in out.stdout

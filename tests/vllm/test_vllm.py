@@ -160,6 +160,45 @@ def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_
     assert hf_logprobs(base, prompt, run.tokens[at:at + 20]) != pytest.approx(run.logprobs[at:at + 20], abs=2e-3)
 
 
+def test_colocated_memory_release_sleeps_and_wakes_vllm_around_an_update(vllm_server, hf_model, tiny_model_dir,
+                                                                          perturbed):
+    """Colocated training's cycle on vLLM (inference.release_memory): pause, /sleep (level 1),
+    the weights woken for an update from disk, the KV cache woken by resume. vLLM's CPU build
+    frees no memory on /sleep (its worker says so), but its engine goes through the same states:
+    asleep until the last tag wakes, then scheduling again. A request in flight keeps every token."""
+    async def sleeping(client) -> bool:
+        return (await client.get(vllm_server.url + "/is_sleeping")).json()["is_sleeping"]
+
+    async def main():
+        async with RemoteEngine(vllm_server.url, version=0) as engine, httpx.AsyncClient(timeout=30) as client:
+            job = asyncio.create_task(engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=300, ignore_eos=True)))
+            await until_tokens(engine, vllm_server.url, 40)
+            await engine.pause()
+            await engine.release_memory()
+            states = [await sleeping(client)]
+            await engine.occupy_memory(weights_only=True)
+            states.append(await sleeping(client))  # the KV cache still asleep
+            try:
+                await engine.update_weights(str(perturbed), 1)
+            finally:
+                await engine.resume()
+            states.append(await sleeping(client))
+            out = await job
+            await engine.pause()  # the committed weights back, for the other tests
+            await engine.update_weights(str(tiny_model_dir), 0)
+            await engine.resume()
+            return out, states
+
+    out, states = asyncio.run(main())
+    assert states == [True, True, False]
+    assert len(out.tokens) == 300 and out.finish_reason == "length"
+    at = out.versions.index(1)
+    assert 40 <= at and out.versions == [0] * at + [1] * (300 - at)
+    last = AutoModelForCausalLM.from_pretrained(perturbed, dtype=torch.float32).eval()
+    prompt = PROMPTS[0] + out.tokens[:at]
+    assert out.logprobs[at:at + 20] == pytest.approx(hf_logprobs(last, prompt, out.tokens[at:at + 20]), abs=2e-3)
+
+
 async def until_tokens(engine: RemoteEngine, url: str, n: int) -> None:
     """Until the server has produced ``n`` more tokens (vLLM's Prometheus counter)."""
     async with httpx.AsyncClient(timeout=10) as http:
