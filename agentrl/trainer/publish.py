@@ -247,6 +247,7 @@ class DistributedTransport:
         self.agentrl_serve = False  # every server of the group is agentrl serve (asked when it forms)
         self.staging = False  # ... and overlap: buckets are staged before the pause
         self._delivered: int | None = None  # the version staged on every server, awaiting its commit
+        self._told = False  # the log has said that adapters alone are broadcast
         self._flat: list[torch.Tensor] = []
 
     def stage(self, model: torch.nn.Module, version: int) -> StagedTensors | None:
@@ -404,6 +405,11 @@ class DistributedTransport:
         except BaseException:
             await self._disband(target)
             raise
+        if not self._told:
+            self._told = True
+            log.info("a LoRA run: each publish broadcasts the adapter alone (%s), %s", staged,
+                     "loaded by name on every server" if self.adapters == "load"
+                     else "merged into the servers' base weights")
         if not stage_only and self.adapters != "load":
             await target.commit_staged_weights(self.group_name, version)
         return True
