@@ -2,7 +2,8 @@
 into the served model's fused weights or served beside them, per request.
 
 What it is: ``read_adapter`` (``adapter_config.json`` + ``adapter_model.safetensors``, as peft
-writes them and a LoRA run publishes them); ``runtime_adapter`` (the adapter laid out per fused
+writes them and a LoRA run publishes them; ``adapter_of`` takes the same tensors and config as a
+broadcast brings them); ``runtime_adapter`` (the adapter laid out per fused
 projection, ``LoraWeights``, which ``Decoder.forward`` adds to the rows of the requests that name
 it: SGLang's ``/load_lora_adapter`` and a request's ``lora_path``); and ``merge_adapter`` (a new weights dict: each
 targeted projection ``W + (B @ A) * scale``, computed as peft's ``merge_and_unload`` does, in

@@ -6,7 +6,9 @@ broadcast, check them, swap them in between two scheduler steps) and ``POST
 /destroy_weights_update_group``, with sglang 0.5.23's fields and answers
 (``python/sglang/srt/managers/io_struct.py``, ``python/sglang/srt/entrypoints/http_server.py``);
 and ours, ``"agentrl_stage_only": true`` + ``POST /agentrl/commit_staged_weights``, so the
-transfer overlaps generation. The protocol, the checks and the differences from SGLang are in
+transfer overlaps generation, and ``POST /agentrl/lora_adapter_from_distributed``: a LoRA
+adapter's tensors, received into an adapter (merged into a staging copy, or loaded by name),
+never into the served weights. The protocol, the checks and the differences from SGLang are in
 docs/DESIGN.md §4 "Weight update". gloo on CPU, NCCL on GPU; the group is made by
 ``agentrl.process_group`` and shares nothing with anything else in the process.
 

@@ -197,14 +197,14 @@ class DiskTransport(WeightTransport):
 @dataclass
 class StagedTensors:
     """Rank 0's tensors for one broadcast: the full weights cut into buckets of at most
-    ``bucket_bytes``, or a LoRA model's adapter in one bucket (peft's names) with ``lora``, its
-    config as the server takes it (``adapter_metadata``). With ``flat`` (SGLang's
-    ``flattened_bucket``), each bucket's tensors are there as one buffer of their bytes end to
-    end, and ``buckets`` keep only their names, dtypes and shapes."""
+    ``bucket_bytes``, or a LoRA model's adapter in one bucket (peft's names) with
+    ``lora_config``, its config as the server takes it (``adapter_metadata``). With ``flat``
+    (SGLang's ``flattened_bucket``), each bucket's tensors are there as one buffer of their
+    bytes end to end, and ``buckets`` keep only their names, dtypes and shapes."""
 
     buckets: list[list[tuple[str, torch.Tensor]]]
     flat: list[torch.Tensor] | None = None
-    lora: dict[str, Any] | None = None
+    lora_config: dict[str, Any] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -213,7 +213,7 @@ class StagedTensors:
 
     def __str__(self) -> str:
         count = sum(len(b) for b in self.buckets)
-        what = "adapter, " if self.lora is not None else ""
+        what = "adapter, " if self.lora_config is not None else ""
         return f"broadcast: {what}{count} tensors, {self.nbytes} bytes, {len(self.buckets)} bucket(s)"
 
 
@@ -262,7 +262,7 @@ class DistributedTransport:
                 return None
             # widest elements first: every tensor of a flattened bucket starts aligned to its own
             ordered = sorted(tensors.items(), key=lambda kv: -kv[1].element_size())
-            return self._packed([ordered], lora=adapter_metadata(model))
+            return self._packed([ordered], lora_config=adapter_metadata(model))
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if dist.get_rank() != 0:
             return None
@@ -285,9 +285,10 @@ class DistributedTransport:
             size += nbytes
         return self._packed(buckets)
 
-    def _packed(self, buckets: list[list[tuple[str, torch.Tensor]]], lora: dict[str, Any] | None = None) -> StagedTensors:
+    def _packed(self, buckets: list[list[tuple[str, torch.Tensor]]],
+                lora_config: dict[str, Any] | None = None) -> StagedTensors:
         if not self.flatten:
-            return StagedTensors(buckets, lora=lora)
+            return StagedTensors(buckets, lora_config=lora_config)
         # the previous publish's buffers are written again (sent by now): no fresh pages to fault in
         old = self._flat if len(self._flat) == len(buckets) else []
         flat = []
@@ -298,7 +299,7 @@ class DistributedTransport:
             flat.append(torch.cat(parts, out=out))
         self._flat = flat
         meta = [[(n, torch.empty(t.shape, dtype=t.dtype, device="meta")) for n, t in b] for b in buckets]
-        return StagedTensors(meta, flat, lora)
+        return StagedTensors(meta, flat, lora_config)
 
     async def deliver(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
         """Before the pause: where every server can stage (and ``overlap``), broadcast every
@@ -306,7 +307,7 @@ class DistributedTransport:
         adapter: loaded by name (``load``, whatever ``overlap`` says), or merged into a staging
         copy (with ``overlap``)."""
         self._delivered = None
-        if not self.overlap and not (staged.lora is not None and self.adapters == "load"):
+        if not self.overlap and not (staged.lora_config is not None and self.adapters == "load"):
             return
         if await self._attempts(target, staged, version, stage_only=True):
             self._delivered = version
@@ -316,7 +317,7 @@ class DistributedTransport:
         restarted since, say) bucket by bucket as SGLang takes them, the last with the version.
         An adapter loaded by name: every request names it from now on."""
         delivered, self._delivered = self._delivered, None
-        if staged.lora is not None and self.adapters == "load":
+        if staged.lora_config is not None and self.adapters == "load":
             if delivered != version:
                 await self._attempts(target, staged, version, stage_only=True)
             await target.serve_lora_adapter(version)
@@ -352,7 +353,7 @@ class DistributedTransport:
         if self.group is None or target.needs_rejoin:
             await self._form(target)
         assert self.group is not None
-        if staged.lora is not None:
+        if staged.lora_config is not None:
             return await self._send_adapter(target, staged, version, stage_only=stage_only)
         if stage_only and not self.staging:
             return False
@@ -392,14 +393,14 @@ class DistributedTransport:
         shapes = [list(t.shape) for _, t in bucket]
         tensors = staged.flat if staged.flat is not None else [t for _, t in bucket]
         load_format = "flattened_bucket" if staged.flat is not None else None
-        assert staged.lora is not None and self.group is not None
+        assert staged.lora_config is not None and self.group is not None
         if self.adapters == "load":
             call = target.load_lora_adapter_from_distributed(names, dtypes, shapes, group_name=self.group_name,
-                                                             config=staged.lora, version=version,
+                                                             config=staged.lora_config, version=version,
                                                              load_format=load_format)
         else:
             call = target.stage_lora_adapter_from_distributed(names, dtypes, shapes, group_name=self.group_name,
-                                                              config=staged.lora, load_format=load_format)
+                                                              config=staged.lora_config, load_format=load_format)
         try:
             await asyncio.gather(call, asyncio.to_thread(self._broadcast, self.group, tensors))
         except BaseException:

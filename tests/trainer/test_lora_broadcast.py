@@ -106,7 +106,7 @@ def test_a_broadcast_adapter_serves_what_its_merged_checkpoint_serves_from_disk(
 
     # only the adapter's bytes moved: peft's tensors, as export_adapter writes them
     staged = found["staged"]
-    assert staged.lora == {"peft_type": "LORA", "r": 4, "lora_alpha": 8.0, "use_rslora": False,
+    assert staged.lora_config == {"peft_type": "LORA", "r": 4, "lora_alpha": 8.0, "use_rslora": False,
                            "target_modules": sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                      "down_proj"])}
     assert sorted(n for b in staged.buckets for n, _ in b) == sorted(on_disk)
