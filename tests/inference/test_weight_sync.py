@@ -8,6 +8,7 @@ and `RemoteEngine` calls `agentrl train` makes."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import httpx
@@ -458,3 +459,61 @@ def test_without_staging_every_bucket_goes_inside_the_pause(server, untrained_mo
     assert len(updates) == len(weights.buckets) and not any("agentrl_stage_only" in p for p in updates)
     assert [p.get("weight_version") for p in updates] == [None] * (len(updates) - 1) + ["2"]
     assert_serves_like_disk(server, second_model_dir)
+
+
+# ---------------------------------------------------------------- LoRA adapters by broadcast (ours)
+# /agentrl/lora_adapter_from_distributed: an adapter's tensors under peft's names, with its config
+# in the request, received into an adapter — merged into a staging copy of the base (committed
+# by /agentrl/commit_staged_weights) or loaded by name — and checked as an adapter directory is.
+
+
+def test_a_broadcast_adapter_is_checked_as_a_directory_is_and_merges_as_it_does(server, untrained_model_dir,
+                                                                               random_adapter, tmp_path):
+    from ..conftest import LORA_PROJECTIONS
+
+    from_disk(server, untrained_model_dir, "1")
+    before = outputs(server)
+    adapter = random_adapter(untrained_model_dir, tmp_path / "adapter")
+    tensors = list(load_file(adapter / "adapter_model.safetensors").items())
+    config = {"peft_type": "LORA", "r": 8, "lora_alpha": 16.0, "target_modules": LORA_PROJECTIONS}
+    tr = DistributedTransport(master_address="127.0.0.1", group_name=GROUP, timeout_s=60, adapters="merge")
+    names = [n for n, _ in tensors]
+    dtypes = ["float32"] * len(tensors)
+    shapes = [list(t.shape) for _, t in tensors]
+
+    async def scenario() -> None:
+        async with RemoteEngine(server, version=1) as engine:
+            # received, then refused, before any pause: a module the config does not target, a bad rank
+            for lora_config, says in [
+                    ({**config, "target_modules": ["q_proj"]}, "target_modules ['q_proj'] does not name"),
+                    ({**config, "r": 4}, "lora_A of 'model.layers.0.mlp.down_proj.weight' has shape (8, 384), "
+                                         "expected (4, 384) (r=4)")]:
+                with pytest.raises(RequestRejected, match=re.escape(says)):
+                    await tr.deliver(engine, StagedTensors([tensors], lora_config=lora_config), 2)
+                assert (await engine._http.get(server + "/ready", timeout=10)).status_code == 200  # never paused
+            # a config that is not a plain LoRA: refused before receiving (the group is then out of step)
+            await tr._form(engine)
+            with pytest.raises(RequestRejected, match="lora_config holds \\['use_dora'\\]"):
+                await engine.stage_lora_adapter_from_distributed(names, dtypes, shapes, group_name=GROUP,
+                                                                 config={**config, "use_dora": True})
+            with pytest.raises(RequestRejected, match="out of step"):
+                await engine.stage_lora_adapter_from_distributed(names, dtypes, shapes, group_name=GROUP,
+                                                                 config=config)
+            engine.needs_rejoin = True  # what the publisher does after a failed update
+            # the adapter itself: merged while the server generates, served from the commit on
+            await tr.deliver(engine, StagedTensors([tensors], lora_config=config), 3)
+            info = (await engine._http.get(server + "/model_info", timeout=10)).json()
+            assert info["weight_version"] == "1"  # staged, not served yet
+            await _publish(engine, tr, StagedTensors([tensors], lora_config=config), 3)
+            await tr.close(engine)
+            # SGLang cannot take one: the transport says so before sending anything
+            async with _SGLangLike(server, version=3) as sglang:
+                with pytest.raises(RequestRejected, match="agentrl serve only .*transport: disk"):
+                    await tr.deliver(sglang, StagedTensors([tensors], lora_config=config), 4)
+                await tr.close(sglang)
+
+    asyncio.run(scenario())
+    # base + adapter, exactly as the same adapter directory merges from disk
+    assert_serves_like_disk(server, adapter, "3")
+    from_disk(server, untrained_model_dir, "1")
+    assert outputs(server) == before  # the refused adapters never served, and the good one did not linger
