@@ -517,3 +517,55 @@ def test_a_broadcast_adapter_is_checked_as_a_directory_is_and_merges_as_it_does(
     assert_serves_like_disk(server, adapter, "3")
     from_disk(server, untrained_model_dir, "1")
     assert outputs(server) == before  # the refused adapters never served, and the good one did not linger
+
+
+def test_an_adapter_loaded_by_name_by_broadcast_serves_later_requests_and_a_server_without_it_waits(
+        server, untrained_model_dir, random_adapter, tmp_path):
+    """``adapters: load`` by broadcast: each publish loads ``agentrl-policy-v<N>`` before the pause
+    and every later request names it, with version N on its tokens; it computes what the same
+    directory loaded by name computes. A server found without it (restarted, here played by an
+    unload) cannot be sent it alone: it waits out of rotation until the next publish."""
+    from ..conftest import LORA_PROJECTIONS
+
+    from_disk(server, untrained_model_dir, "1")
+    adapter = random_adapter(untrained_model_dir, tmp_path / "adapter", seed=3)
+    tensors = list(load_file(adapter / "adapter_model.safetensors").items())
+    config = {"peft_type": "LORA", "r": 8, "lora_alpha": 16.0, "target_modules": LORA_PROJECTIONS}
+    tr = DistributedTransport(master_address="127.0.0.1", group_name=GROUP, timeout_s=60, adapters="load")
+    sampled = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7, ignore_eos=True)
+
+    async def publish(engine: RemoteEngine, version: int) -> None:
+        st = StagedTensors([tensors], lora_config=config)
+        await tr.deliver(engine, st, version)
+        await _publish(engine, tr, st, version)
+
+    async def scenario():
+        async with RemoteEngine(server, version=1) as engine:
+            await publish(engine, 2)
+            served = await engine.generate(PROMPT, sampled)
+            cards = (await engine._http.get(server + "/v1/models", timeout=10)).json()["data"][1:]
+            r = await engine._http.post(server + "/unload_lora_adapter", json={"lora_name": "agentrl-policy-v2"})
+            assert r.status_code == 200, r.text
+            health = await engine.check_health()
+            waiting = engine.needs_rejoin, engine.healthy_addresses()
+            await publish(engine, 3)
+            back = engine.needs_rejoin, engine.healthy_addresses(), await engine.generate(PROMPT, sampled)
+            await tr.close(engine)
+            r = await engine._http.post(server + "/load_lora_adapter", json={"lora_name": "dir", "lora_path": str(adapter)})
+            assert r.status_code == 200, r.text
+            by_dir = (await engine._http.post(server + "/generate", json={
+                "input_ids": PROMPT, "lora_path": "dir", "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 12, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True}}
+            )).json()["meta_info"]["output_token_logprobs"]
+            await engine._http.post(server + "/unload_lora_adapter", json={"lora_name": "dir"})
+            return served, cards, health, waiting, back, by_dir
+
+    served, cards, health, waiting, back, by_dir = asyncio.run(scenario())
+    assert [(c["id"], c["root"]) for c in cards] == [("agentrl-policy-v2", f"broadcast:{GROUP}")]
+    assert served.versions == [2] * 12 and back[2].versions == [3] * 12
+    assert served.tokens == [t[1] for t in by_dir] == back[2].tokens
+    assert served.logprobs == [t[0] for t in by_dir]
+    assert served.tokens != outputs(server)[1]  # the adapter changed what is sampled: the checks above could fail
+    assert health == {server: False} and waiting == (True, [])
+    assert back[:2] == (False, [server])
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "1"  # the base never changed
