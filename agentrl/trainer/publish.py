@@ -8,9 +8,9 @@ torch.distributed group of its own with every server, SGLang's bucketed
 ``/update_weights_from_distributed``; against ``agentrl serve`` the buckets are staged before
 the pause and only committed inside it). A LoRA model publishes its adapter alone on either
 transport: a peft directory on disk, or its tensors in one broadcast (``agentrl serve`` only)
-that the server merges into its base or loads by name (``adapters``). The protocol — stage and deliver while generation
-goes on, then stop admission, pause, send, resume, with ``resume`` run even when the update
-fails — is DESIGN.md §4 "Weight update".
+that the server merges into its base or loads by name (``adapters``). The protocol — stage
+and deliver while generation goes on, then stop admission, pause, send, resume, with
+``resume`` run even when the update fails — is DESIGN.md §4 "Weight update".
 
 What it is not: the inference client (``agentrl.client.RemoteEngine`` implements the
 ``WeightUpdateTarget`` and ``BroadcastTarget`` protocols here), the HF export itself

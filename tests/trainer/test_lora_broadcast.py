@@ -60,7 +60,9 @@ def test_a_broadcast_adapter_serves_what_its_merged_checkpoint_serves_from_disk(
                 return (await client.get(url + "/model_info")).json()["weight_version"]
 
             found = {"base": await both()}
-            merge = DistributedTransport(master_address="127.0.0.1", group_name="merged", adapters="merge", timeout_s=60)
+            # merged in the pause here (overlap false); before it in tests/inference/test_weight_sync.py and a run
+            merge = DistributedTransport(master_address="127.0.0.1", group_name="merged", adapters="merge",
+                                         overlap=False, timeout_s=60)
             publisher = WeightPublisher(merge, engine)
             actor.train_step(_batch(actor.config, 0))
             await publisher.apublish(actor.model, 1)
