@@ -253,7 +253,7 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                 log.warning("receiving a LoRA adapter on group %r failed: %s", name, e)
                 return _answer(False, f"Failed to receive the LoRA adapter: {e}; " + BROKEN.format(name=name))
             try:
-                adapter = _checked_adapter(state, names, tensors, config)
+                adapter = await asyncio.to_thread(_checked_adapter, state, names, tensors, config)
                 if lora_name is not None:
                     if lora_name in state.loras:
                         raise ModelError(f"an adapter named {lora_name[:200]!r} is already loaded (unload it first)")
@@ -402,7 +402,8 @@ def _receive_flat(state: ServerState, opened: _Open, names: list[str], specs: li
                   device: torch.device, onto: dict | None = None, *,
                   plain: bool = False) -> tuple[list[torch.Tensor], dict]:
     """SGLang's ``flattened_bucket``: one broadcast of every tensor's bytes end to end (worker
-    thread); the tensors are views into that buffer, which the next bucket reuses."""
+    thread); the tensors are views into that buffer, which the next bucket reuses (``plain``
+    changes nothing here: an adapter's are copied out by the caller)."""
     total = sum(math.prod(s) * d.itemsize for d, s in specs)
     flat = opened.flat
     if flat is None or flat.numel() < total or flat.device != device:
