@@ -148,7 +148,8 @@ class RemoteEngine:
                                      max_new_tokens=-1 if router else config.batch_max_new_tokens)
         self._version = version
         self._last_update: tuple[str | None, int] | None = None  # (checkpoint path, or None: by broadcast; version)
-        self._adapters: dict[str, str] = {}  # name -> path of the adapters every server holds (load_lora_adapter)
+        # name -> path of the adapters every server holds (load_lora_adapter); None: sent by broadcast
+        self._adapters: dict[str, str | None] = {}
         self._lora: tuple[str, int] | None = None  # (name, version) of the adapter every request names
         self._unpaused = asyncio.Event()
         self._unpaused.set()
@@ -439,9 +440,17 @@ class RemoteEngine:
                 held = {c.get("id") for c in cards.get("data", [])} if isinstance(cards, dict) else set()
                 load, _ = await self._lora_routes()
                 for name, path in self._adapters.items():
-                    if name not in held:
-                        await self._post(server, load, {"lora_name": name, "lora_path": path}, self.control_timeout,
-                                         plain=True)
+                    if name in held:
+                        continue
+                    if path is None:  # came by broadcast: it waits out of rotation for the next one
+                        ok = False
+                        if not was_stale:
+                            log.warning("inference server %s came back without the LoRA adapter %s (sent by "
+                                        "broadcast); it generates again after the next update", server.address, name)
+                        server.stale = self.needs_rejoin = True
+                        break
+                    await self._post(server, load, {"lora_name": name, "lora_path": path}, self.control_timeout,
+                                     plain=True)
         except (httpx.HTTPError, ValueError, ServerError, RequestRejected):
             ok = False
         server.down_since = time.monotonic()
@@ -742,6 +751,37 @@ class RemoteEngine:
         await self._every_server("/agentrl/commit_staged_weights", [
             {"group_name": group_name, "weight_version": str(version), "flush_cache": True}] * len(self._servers))
         self._served_by_broadcast(int(version))
+
+    async def stage_lora_adapter_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                                  *, group_name: str, config: dict[str, Any],
+                                                  load_format: str | None = None) -> None:
+        """Every server receives a LoRA adapter's tensors (peft's names, one broadcast from rank 0
+        of ``group_name``, sent by the caller at the same time) with its ``config`` (``r``,
+        ``lora_alpha``, ``target_modules``) and merges it into its base weights in a staging copy
+        while it keeps generating; ``commit_staged_weights`` serves it (``agentrl serve`` only:
+        ``/agentrl/lora_adapter_from_distributed``). A refusal raises ``RequestRejected``."""
+        payload = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                   "load_format": load_format, "lora_config": config}
+        await self._every_server("/agentrl/lora_adapter_from_distributed", [payload] * len(self._servers))
+
+    async def load_lora_adapter_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                                 *, group_name: str, config: dict[str, Any], version: int,
+                                                 load_format: str | None = None) -> None:
+        """As ``stage_lora_adapter_from_distributed``, but every server loads the adapter as
+        ``lora_name(version)`` (no request names it yet: ``serve_lora_adapter``), as
+        ``load_lora_adapter`` does from disk. The same version loaded again replaces it."""
+        name = lora_name(version)
+        if name in self._adapters:
+            del self._adapters[name]
+            await self._unload(name)
+        payload = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                   "load_format": load_format, "lora_config": config, "lora_name": name}
+        await self._every_server("/agentrl/lora_adapter_from_distributed", [payload] * len(self._servers))
+        self._adapters[name] = None
+        for s in self._servers:  # every member received it: a stale one can serve it too
+            if not s.healthy:
+                s.healthy, s.down_since = True, time.monotonic()
+            s.stale = False
 
     def _served_by_broadcast(self, version: int) -> None:
         self._last_update = (None, version)

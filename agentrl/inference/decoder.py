@@ -45,6 +45,7 @@ from agentrl.inference.hf_weights import (
     spec_of,
 )
 from agentrl.inference.lora_adapter import (
+    Adapter,
     LoraWeights,
     is_adapter_dir,
     merge_adapter,
@@ -271,7 +272,7 @@ class Decoder:
         into the base weights (``lora_adapter``): the adapter alone travels, and the result is
         base + this adapter whatever adapter was served before."""
         if is_adapter_dir(model_dir):
-            return merge_adapter(read_adapter(model_dir, self.slots), self.base, self.slots, alloc=self._alloc)
+            return self.merge_adapter(read_adapter(model_dir, self.slots))
         config = read_config(model_dir)
         spec = spec_of(config)
         if spec != self.spec:
@@ -287,8 +288,16 @@ class Decoder:
     def load_adapter(self, adapter_dir: str | Path, name: str) -> LoraWeights:
         """A LoRA adapter directory, validated (``read_adapter``) and laid out for run-time use
         (``Step.lora``): it adds to whatever weights are served, full updates included."""
-        adapter = read_adapter(adapter_dir, self.slots)
-        return runtime_adapter(adapter, self.slots, self.spec.num_layers, name=name, path=str(adapter_dir),
+        return self.runtime_adapter(read_adapter(adapter_dir, self.slots), name, str(adapter_dir))
+
+    def merge_adapter(self, adapter: Adapter) -> dict:
+        """A staging copy: the base weights with a validated ``adapter`` merged in (a directory's,
+        or one received by broadcast); as ``prepare_weights``, under the server's weight lock."""
+        return merge_adapter(adapter, self.base, self.slots, alloc=self._alloc)
+
+    def runtime_adapter(self, adapter: Adapter, name: str, path: str) -> LoraWeights:
+        """A validated ``adapter`` laid out for run-time use, as ``load_adapter``'s."""
+        return runtime_adapter(adapter, self.slots, self.spec.num_layers, name=name, path=path,
                                device=self.device, dtype=self.dtype)
 
     def prepare_tensors(self, tensors: list[tuple[str, torch.Tensor]], where: str,

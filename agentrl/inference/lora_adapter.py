@@ -2,7 +2,8 @@
 into the served model's fused weights or served beside them, per request.
 
 What it is: ``read_adapter`` (``adapter_config.json`` + ``adapter_model.safetensors``, as peft
-writes them and a LoRA run publishes them); ``runtime_adapter`` (the adapter laid out per fused
+writes them and a LoRA run publishes them; ``adapter_of`` takes the same tensors and config as a
+broadcast brings them); ``runtime_adapter`` (the adapter laid out per fused
 projection, ``LoraWeights``, which ``Decoder.forward`` adds to the rows of the requests that name
 it: SGLang's ``/load_lora_adapter`` and a request's ``lora_path``); and ``merge_adapter`` (a new weights dict: each
 targeted projection ``W + (B @ A) * scale``, computed as peft's ``merge_and_unload`` does, in
@@ -105,12 +106,6 @@ def read_adapter(adapter_dir: str | Path, slots: dict[str, Slot]) -> Adapter:
 
     path = Path(adapter_dir)
     config = _read_config(path)
-    rank, alpha = config.get("r"), config.get("lora_alpha")
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
-        raise ModelError(f"{path}/{ADAPTER_CONFIG}: r must be a positive integer, got {str(rank)[:40]}")
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha <= 0:
-        raise ModelError(f"{path}/{ADAPTER_CONFIG}: lora_alpha must be a positive number, got {str(alpha)[:40]}")
-    scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
     weights = path / ADAPTER_WEIGHTS
     if not weights.is_file():
         raise ModelError(f"{str(path)!r} has no {ADAPTER_WEIGHTS}; save the adapter with peft's save_pretrained")
@@ -118,31 +113,46 @@ def read_adapter(adapter_dir: str | Path, slots: dict[str, Slot]) -> Adapter:
         tensors = load_file(str(weights))
     except Exception as e:  # the library's message may quote the file; ours names it
         raise ModelError(f"{weights}: not a readable safetensors file ({type(e).__name__}); re-save the adapter") from None
+    return adapter_of(tensors, config, slots, where=str(path), config_at=f"{path}/{ADAPTER_CONFIG}")
+
+
+def adapter_of(tensors: dict[str, torch.Tensor], config: dict[str, Any], slots: dict[str, Slot], *, where: str,
+               config_at: str) -> Adapter:
+    """An adapter from its tensors under peft's names and its config (``r``, ``lora_alpha``,
+    ``use_rslora``; already through ``check_config``), checked against ``slots``: a directory's
+    (``read_adapter``) or a broadcast's (``agentrl.inference.weight_sync``). Errors name
+    ``where`` the tensors came from, and ``config_at`` for the config's keys."""
+    rank, alpha = config.get("r"), config.get("lora_alpha")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise ModelError(f"{config_at}: r must be a positive integer, got {str(rank)[:40]}")
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha <= 0:
+        raise ModelError(f"{config_at}: lora_alpha must be a positive number, got {str(alpha)[:40]}")
+    scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
     halves: dict[str, dict[str, torch.Tensor]] = {}
     for name, t in tensors.items():
         m = TENSOR_NAME.fullmatch(name)
         target = canonical(m.group("module") + ".weight") if m else None
         slot = slots.get(target) if target else None
         if slot is None or slot.key[-1] not in PROJECTIONS:
-            raise ModelError(f"{path}: tensor {name[:200]!r} is not the lora_A or lora_B of a linear projection of "
+            raise ModelError(f"{where}: tensor {name[:200]!r} is not the lora_A or lora_B of a linear projection of "
                              "the served architecture")
         halves.setdefault(target, {})[m.group("which")] = t
     if not halves:
-        raise ModelError(f"{path}: the adapter holds no lora_A/lora_B tensors")
+        raise ModelError(f"{where}: the adapter holds no lora_A/lora_B tensors")
     pairs = {}
     for target, ab in halves.items():
         if set(ab) != {"A", "B"}:
-            raise ModelError(f"{path}: {target!r} has lora_{next(iter(ab))} but not lora_{'AB'.replace(next(iter(ab)), '')}")
+            raise ModelError(f"{where}: {target!r} has lora_{next(iter(ab))} but not lora_{'AB'.replace(next(iter(ab)), '')}")
         a, b = ab["A"], ab["B"]
         out, inp = slots[target].shape
         for which, t, shape in (("A", a, (rank, inp)), ("B", b, (out, rank))):
             if tuple(t.shape) != shape:
-                raise ModelError(f"{path}: lora_{which} of {target!r} has shape {tuple(t.shape)}, expected {shape} "
+                raise ModelError(f"{where}: lora_{which} of {target!r} has shape {tuple(t.shape)}, expected {shape} "
                                  f"(r={rank})")
             if not t.is_floating_point():
-                raise ModelError(f"{path}: lora_{which} of {target!r} has dtype {t.dtype}, expected a floating dtype")
+                raise ModelError(f"{where}: lora_{which} of {target!r} has dtype {t.dtype}, expected a floating dtype")
             if not all_finite(t):
-                raise ModelError(f"{path}: lora_{which} of {target!r} holds NaN or infinite values")
+                raise ModelError(f"{where}: lora_{which} of {target!r} holds NaN or infinite values")
         pairs[target] = (a, b)
     return Adapter(pairs, scale)
 
@@ -182,15 +192,21 @@ def _read_config(path: Path) -> dict[str, Any]:
         config = json.loads(file.read_bytes())
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{file}: not a readable JSON adapter config ({type(e).__name__})") from None
+    check_config(config, str(file))
+    return config
+
+
+def check_config(config: Any, where: str) -> None:
+    """A plain LoRA's config (peft's ``adapter_config.json``, or a broadcast's ``lora_config``):
+    ``peft_type`` LORA, none of ``UNSUPPORTED``, bias none. ``ModelError`` naming ``where``."""
     if not isinstance(config, dict):
-        raise ModelError(f"{file} must hold a JSON object")
+        raise ModelError(f"{where} must hold a JSON object")
     if config.get("peft_type") != "LORA":
-        raise ModelError(f"{file}: peft_type is {str(config.get('peft_type'))[:40]!r}; only LoRA adapters (LORA) "
+        raise ModelError(f"{where}: peft_type is {str(config.get('peft_type'))[:40]!r}; only LoRA adapters (LORA) "
                          "can be merged by agentrl serve")
     for key, what in UNSUPPORTED.items():
         if config.get(key):
-            raise ModelError(f"{file}: {what} ({key}) is not supported by agentrl serve's merge; train a plain LoRA")
+            raise ModelError(f"{where}: {what} ({key}) is not supported by agentrl serve's merge; train a plain LoRA")
     if config.get("bias", "none") != "none":
-        raise ModelError(f"{file}: bias {str(config.get('bias'))[:40]!r} is not supported by agentrl serve's merge; "
+        raise ModelError(f"{where}: bias {str(config.get('bias'))[:40]!r} is not supported by agentrl serve's merge; "
                          "train with bias 'none'")
-    return config

@@ -6,7 +6,9 @@ broadcast, check them, swap them in between two scheduler steps) and ``POST
 /destroy_weights_update_group``, with sglang 0.5.23's fields and answers
 (``python/sglang/srt/managers/io_struct.py``, ``python/sglang/srt/entrypoints/http_server.py``);
 and ours, ``"agentrl_stage_only": true`` + ``POST /agentrl/commit_staged_weights``, so the
-transfer overlaps generation. The protocol, the checks and the differences from SGLang are in
+transfer overlaps generation, and ``POST /agentrl/lora_adapter_from_distributed``: a LoRA
+adapter's tensors, received into an adapter (merged into a staging copy, or loaded by name),
+never into the served weights. The protocol, the checks and the differences from SGLang are in
 docs/DESIGN.md §4 "Weight update". gloo on CPU, NCCL on GPU; the group is made by
 ``agentrl.process_group`` and shares nothing with anything else in the process.
 
@@ -34,6 +36,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from agentrl.errors import ModelError, Refused
+from agentrl.inference.lora_adapter import adapter_of, check_config
 from agentrl.inference.native_routes import update_options
 from agentrl.inference.state import ServerState
 from agentrl.inference.wire import check_type, read_json
@@ -54,6 +57,13 @@ STAGE_ONLY = "agentrl_stage_only"
 the bucket into the group's staging copy without serving it (``COMMIT_ROUTE`` swaps it in)."""
 COMMIT_ROUTE = "/agentrl/commit_staged_weights"
 """Ours, not SGLang's: swap in what ``agentrl_stage_only`` buckets staged, with the version."""
+LORA_ROUTE = "/agentrl/lora_adapter_from_distributed"
+"""Ours, not SGLang's: a LoRA adapter's tensors (peft's names, all in this one request) by
+broadcast, with its ``lora_config``; with ``lora_name`` loaded under that name (as
+``/load_lora_adapter``), without it merged into the base weights in the group's staging copy,
+which ``COMMIT_ROUTE`` serves."""
+LORA_CONFIG_KEYS = ("peft_type", "r", "lora_alpha", "target_modules", "use_rslora")
+"""What a broadcast adapter's ``lora_config`` may hold (the trainer's ``adapter_metadata``)."""
 
 
 @dataclass
@@ -206,6 +216,65 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
             message += f" Weight version updated to {version}."
         return _answer(True, message)
 
+    @router.post(LORA_ROUTE)
+    async def lora_adapter_from_distributed(http: Request):
+        body = await read_json(http, state.config.max_request_bytes)
+        name = body.get("group_name", DEFAULT_GROUP)
+        opened = groups.get(name) if isinstance(name, str) else None
+        if opened is None:
+            return _answer(False, f"Group {name!r} not in {sorted(groups)}. Please call `init_weights_update_group` "
+                                  "first.")
+        if opened.broken:
+            return _answer(False, BROKEN.format(name=name))
+        async with opened.busy:
+            try:
+                flattened = body.get("load_format") == FLATTENED
+                if body.get("load_format") is not None and not flattened:
+                    raise Refused(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
+                                  f"serve; leave it null (one broadcast per tensor) or send {FLATTENED!r}")
+                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
+                if len(set(names)) != len(names):
+                    raise Refused("names must be distinct: each adapter tensor once")
+                config = _lora_config(body.get("lora_config"))
+                lora_name = body.get("lora_name")
+                if lora_name is not None and (not isinstance(lora_name, str) or not lora_name):
+                    raise Refused("lora_name must be a non-empty string (load the adapter under that name), or "
+                                  "absent (merge it into the base weights)")
+            except Refused as e:  # nothing was received: the sender's broadcast has no taker now
+                opened.broken = True
+                return _answer(False, f"Failed to receive the LoRA adapter: {e}; nothing was received, and "
+                                      + BROKEN.format(name=name))
+            device = torch.device("cpu") if opened.group.backend == "gloo" else state.decoder.device
+            receive = _receive_flat if flattened else _receive
+            try:
+                tensors, _ = await asyncio.to_thread(receive, state, opened, names, specs, device, plain=True)
+            except Exception as e:  # a timeout or a lost peer: the group cannot be trusted any more
+                opened.broken = True
+                log.warning("receiving a LoRA adapter on group %r failed: %s", name, e)
+                return _answer(False, f"Failed to receive the LoRA adapter: {e}; " + BROKEN.format(name=name))
+            try:
+                adapter = await asyncio.to_thread(_checked_adapter, state, names, tensors, config)
+                if lora_name is not None:
+                    if lora_name in state.loras:
+                        raise ModelError(f"an adapter named {lora_name[:200]!r} is already loaded (unload it first)")
+                    lora = await asyncio.to_thread(state.decoder.runtime_adapter, adapter, lora_name,
+                                                   f"broadcast:{name}")
+                    if lora_name in state.loras:  # loaded under this name meanwhile
+                        raise ModelError(f"an adapter named {lora_name[:200]!r} is already loaded (unload it first)")
+                    state.loras[lora_name] = lora
+                    return _answer(True, f"Loaded LoRA adapter {lora_name} ({len(names)} tensors).")
+                async with state.weight_lock:  # one staging copy at a time (the disk route takes it too)
+                    staging, opened.staged = opened.staged, None
+                    if staging is not None:  # buckets or an adapter staged before: replaced
+                        state.decoder.discard(staging.weights)
+                    origin = state.decoder.weights
+                    weights = await asyncio.to_thread(state.decoder.merge_adapter, adapter)
+                    opened.staged = _Staging(weights, origin)
+            except ModelError as e:
+                return _answer(False, f"Failed to load LoRA adapter: {e}")
+        return _answer(True, f"Staged the LoRA adapter ({len(names)} tensors) merged into the base weights; "
+                             f"{COMMIT_ROUTE} serves them.")
+
     @router.post("/destroy_weights_update_group")
     async def destroy_weights_update_group(http: Request):
         body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
@@ -282,12 +351,45 @@ def _byte_limit(state: ServerState) -> int:
     return 2 * 4 * sum(math.prod(slot.shape) for slot in state.decoder.slots.values()) + (1 << 20)
 
 
+def _lora_config(config: Any) -> dict[str, Any]:
+    """A broadcast adapter's ``lora_config``: only ``LORA_CONFIG_KEYS``, ``target_modules`` a
+    list of projection names; the rest is checked as an adapter directory's config is."""
+    if not isinstance(config, dict):
+        raise Refused(f"lora_config is required: an object with {', '.join(LORA_CONFIG_KEYS)}")
+    unknown = sorted(set(config) - set(LORA_CONFIG_KEYS))
+    if unknown:
+        raise Refused(f"lora_config holds {str(unknown)[:200]}; it takes {', '.join(LORA_CONFIG_KEYS)} only (a plain "
+                      "LoRA)")
+    targets = config.get("target_modules")
+    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t for t in targets):
+        raise Refused("lora_config.target_modules must be a non-empty list of module names such as 'q_proj'")
+    try:
+        check_config({"peft_type": "LORA", **config}, "lora_config")
+    except ModelError as e:
+        raise Refused(str(e)) from None
+    return config
+
+
+def _checked_adapter(state: ServerState, names: list[str], tensors: list[torch.Tensor], config: dict[str, Any]):
+    """The received tensors as a validated ``Adapter`` (copied out of the group's reused buffer):
+    each of them a ``lora_A``/``lora_B`` of a module ``target_modules`` names."""
+    where = f"the broadcast adapter ({LORA_ROUTE})"
+    adapter = adapter_of({n: t.clone() for n, t in zip(names, tensors, strict=True)}, config, state.decoder.slots,
+                         where=where, config_at="lora_config")
+    for target in adapter.pairs:
+        module = target.rsplit(".", 2)[-2]
+        if module not in config["target_modules"]:
+            raise ModelError(f"{where}: {target!r} has an adapter, but lora_config.target_modules "
+                             f"{config['target_modules']} does not name {module!r}")
+    return adapter
+
+
 def _receive(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
-             device: torch.device, onto: dict | None = None) -> tuple[list[torch.Tensor], dict]:
+             device: torch.device, onto: dict | None = None, *, plain: bool = False) -> tuple[list[torch.Tensor], dict]:
     """Every announced tensor, one broadcast each from rank 0 (worker thread): where it has the
     served dtype and shape, straight into the staging copy's fused tensors (``onto``: the
-    group's staging copy so far)."""
-    if device == state.decoder.device:
+    group's staging copy so far); ``plain``: into tensors of their own (an adapter's)."""
+    if device == state.decoder.device and not plain:
         tensors, fresh = state.decoder.receive_targets([(n, d, tuple(s)) for n, (d, s) in zip(names, specs, strict=True)],
                                                        onto)
     else:
@@ -297,9 +399,11 @@ def _receive(state: ServerState, opened: _Open, names: list[str], specs: list[tu
 
 
 def _receive_flat(state: ServerState, opened: _Open, names: list[str], specs: list[tuple[torch.dtype, list[int]]],
-                  device: torch.device, onto: dict | None = None) -> tuple[list[torch.Tensor], dict]:
+                  device: torch.device, onto: dict | None = None, *,
+                  plain: bool = False) -> tuple[list[torch.Tensor], dict]:
     """SGLang's ``flattened_bucket``: one broadcast of every tensor's bytes end to end (worker
-    thread); the tensors are views into that buffer, which the next bucket reuses."""
+    thread); the tensors are views into that buffer, which the next bucket reuses (``plain``
+    changes nothing here: an adapter's are copied out by the caller)."""
     total = sum(math.prod(s) * d.itemsize for d, s in specs)
     flat = opened.flat
     if flat is None or flat.numel() < total or flat.device != device:

@@ -85,7 +85,8 @@ class Trainer:
             self.transport = DistributedTransport(master_address=address,
                                                   master_port=sync.master_port, backend=backend,
                                                   bucket_bytes=int(sync.bucket_mb * (1 << 20)), flatten=sync.flatten,
-                                                  timeout_s=sync.timeout_s, overlap=sync.overlap)
+                                                  timeout_s=sync.timeout_s, overlap=sync.overlap,
+                                                  adapters=sync.adapters)
         else:
             self.transport = DiskTransport(run_dir / "weights", source_dir=cfg.model, keep_last=2,
                                            adapters=sync.adapters)

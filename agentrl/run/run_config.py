@@ -423,6 +423,10 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.trainer.lora.enabled and cfg.trainer.weight_sync.adapters == "merge" and other != "agentrl":
         raise ConfigError(f"config key 'trainer.weight_sync.adapters': merge needs agentrl serve ({other} cannot merge "
                           f"an adapter into its weights); use load or auto with inference.engine: {other}")
+    if cfg.trainer.lora.enabled and cfg.trainer.weight_sync.transport == "distributed" and other != "agentrl":
+        raise ConfigError(f"config key 'trainer.weight_sync.transport': a LoRA run's adapter is broadcast to agentrl "
+                          f"serve only ({other} loads adapters from disk); use transport: disk with inference.engine: "
+                          f"{other}")
     if cfg.inference.client.engine == "vllm" or cfg.inference.engine == "vllm":
         check_vllm(cfg)
     if cfg.deterministic:

@@ -210,19 +210,12 @@ def export_adapter(model: torch.nn.Module, out_dir: str | Path) -> Path:
     format at ``out_dir`` (under ``<out_dir>.tmp``, renamed when complete). Nothing of the
     frozen base is gathered or written."""
     from safetensors.torch import save_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from agentrl.api import ADAPTER_WEIGHTS
-    from agentrl.trainer.lora import peft_module
 
-    peft = peft_module()
     out = Path(out_dir)
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
-                                                              ignore_frozen_params=True))
-    if dist.get_rank() == 0:
-        tensors = peft.get_peft_model_state_dict(model, state_dict=sd)
-        tensors = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
-
+    tensors = adapter_state(model)
+    if tensors is not None:
         def write(tmp: Path) -> None:
             save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
             model.peft_config["default"].save_pretrained(str(tmp))
@@ -230,6 +223,23 @@ def export_adapter(model: torch.nn.Module, out_dir: str | Path) -> Path:
         _write_dir(out, write, "write the LoRA adapter")
     dist.barrier()
     return out
+
+
+def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The adapter's full tensors under peft's names (``...q_proj.lora_A.weight``, as
+    ``export_adapter`` writes them), on rank 0's CPU; None on the other ranks. Every rank calls
+    this (a gather); nothing of the frozen base is gathered."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from agentrl.trainer.lora import peft_module
+
+    peft = peft_module()
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
+                                                              ignore_frozen_params=True))
+    if dist.get_rank() != 0:
+        return None
+    tensors = peft.get_peft_model_state_dict(model, state_dict=sd)
+    return {k: v.detach().contiguous().clone() for k, v in tensors.items()}
 
 
 def _write_dir(out: Path, write: Callable[[Path], None], what: str) -> None:

@@ -53,6 +53,15 @@ def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
+def adapter_metadata(model: torch.nn.Module) -> dict[str, Any]:
+    """What a server needs besides an ``apply_lora`` model's adapter tensors to apply them (the
+    ``lora_config`` of ``DistributedTransport``'s broadcast): peft's ``r``, ``lora_alpha``,
+    ``target_modules`` and ``use_rslora``."""
+    config = model.peft_config["default"]
+    return {"peft_type": "LORA", "r": int(config.r), "lora_alpha": float(config.lora_alpha),
+            "target_modules": sorted(config.target_modules), "use_rslora": bool(config.use_rslora)}
+
+
 def find_adapter(path: str | Path) -> Path:
     """The adapter directory ``path`` names: an adapter directory itself, a LoRA checkpoint
     (``<step>/trainer/adapter``, also given as ``<step>/trainer``) or a run directory (its latest

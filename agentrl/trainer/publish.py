@@ -6,9 +6,11 @@ pause, ``send`` on rank 0 while the servers are paused, ``close``): ``DiskTransp
 directory per version, ``/update_weights_from_disk``) and ``DistributedTransport`` (a
 torch.distributed group of its own with every server, SGLang's bucketed
 ``/update_weights_from_distributed``; against ``agentrl serve`` the buckets are staged before
-the pause and only committed inside it). The protocol — stage and deliver while generation
-goes on, then stop admission, pause, send, resume, with ``resume`` run even when the update
-fails — is DESIGN.md §4 "Weight update".
+the pause and only committed inside it). A LoRA model publishes its adapter alone on either
+transport: a peft directory on disk, or its tensors in one broadcast (``agentrl serve`` only)
+that the server merges into its base or loads by name (``adapters``). The protocol — stage
+and deliver while generation goes on, then stop admission, pause, send, resume, with
+``resume`` run even when the update fails — is DESIGN.md §4 "Weight update".
 
 What it is not: the inference client (``agentrl.client.RemoteEngine`` implements the
 ``WeightUpdateTarget`` and ``BroadcastTarget`` protocols here), the HF export itself
@@ -33,8 +35,8 @@ import torch.distributed as dist
 
 from agentrl.errors import RequestRejected
 from agentrl.process_group import DEFAULT_TIMEOUT_S, UpdateGroup, host_store, open_process_group
-from agentrl.trainer.checkpoint import export_adapter, export_hf
-from agentrl.trainer.lora import is_lora
+from agentrl.trainer.checkpoint import adapter_state, export_adapter, export_hf
+from agentrl.trainer.lora import adapter_metadata, is_lora
 from agentrl.trainer.trainer_config import ADAPTER_MODES
 
 log = logging.getLogger(__name__)
@@ -69,8 +71,8 @@ class AdapterTarget(Protocol):
 @runtime_checkable
 class BroadcastTarget(Protocol):
     """What ``DistributedTransport`` needs besides (``RemoteEngine`` has it all): SGLang's group
-    calls to every server, its 0.5.23 update session, the servers' addresses, and whether a
-    restarted server waits to join."""
+    calls to every server, its 0.5.23 update session, the servers' addresses, whether a
+    restarted server waits to join, and ``agentrl serve``'s staging and adapter routes."""
 
     addresses: list[str]
     needs_rejoin: bool
@@ -95,6 +97,16 @@ class BroadcastTarget(Protocol):
     async def can_stage_weights(self) -> bool: ...
 
     async def commit_staged_weights(self, group_name: str, version: int) -> None: ...
+
+    async def stage_lora_adapter_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                                  *, group_name: str, config: dict[str, Any],
+                                                  load_format: str | None = None) -> None: ...
+
+    async def load_lora_adapter_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                                 *, group_name: str, config: dict[str, Any], version: int,
+                                                 load_format: str | None = None) -> None: ...
+
+    async def serve_lora_adapter(self, version: int) -> None: ...
 
 
 @runtime_checkable
@@ -184,44 +196,73 @@ class DiskTransport(WeightTransport):
 
 @dataclass
 class StagedTensors:
-    """Rank 0's full weights for one broadcast, cut into buckets of at most ``bucket_bytes``.
-    With ``flat`` (SGLang's ``flattened_bucket``), each bucket's tensors are there as one buffer
-    of their bytes end to end, and ``buckets`` keep only their names, dtypes and shapes."""
+    """Rank 0's tensors for one broadcast: the full weights cut into buckets of at most
+    ``bucket_bytes``, or a LoRA model's adapter in one bucket (peft's names) with
+    ``lora_config``, its config as the server takes it (``adapter_metadata``). With ``flat``
+    (SGLang's ``flattened_bucket``), each bucket's tensors are there as one buffer of their
+    bytes end to end, and ``buckets`` keep only their names, dtypes and shapes."""
 
     buckets: list[list[tuple[str, torch.Tensor]]]
     flat: list[torch.Tensor] | None = None
+    lora_config: dict[str, Any] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes this broadcast moves."""
+        return sum(t.numel() * t.element_size() for b in self.buckets for _, t in b)
 
     def __str__(self) -> str:
-        tensors = [t for b in self.buckets for _, t in b]
-        size = sum(t.numel() * t.element_size() for t in tensors)
-        return f"broadcast: {len(tensors)} tensors, {size} bytes, {len(self.buckets)} bucket(s)"
+        count = sum(len(b) for b in self.buckets)
+        what = "adapter, " if self.lora_config is not None else ""
+        return f"broadcast: {what}{count} tensors, {self.nbytes} bytes, {len(self.buckets)} bucket(s)"
 
 
 class DistributedTransport:
     """The tensors themselves, broadcast from trainer rank 0 to every server (SGLang's
     ``/update_weights_from_distributed``). One group per transport, formed at the first transfer.
     ``overlap``: where every server can stage (``agentrl serve``), broadcast the buckets before
-    the pause and only commit them in it; false, or against SGLang: every bucket in the pause."""
+    the pause and only commit them in it; false, or against SGLang: every bucket in the pause.
+
+    A LoRA model's adapter (``agentrl serve`` only: SGLang and vLLM take adapters from disk) goes
+    as its own tensors in one request with its config (``agentrl serve``'s
+    ``/agentrl/lora_adapter_from_distributed``), as ``adapters`` says: ``merge`` or ``auto`` —
+    merged into the servers' base weights in a staging copy (before the pause with ``overlap``,
+    else in it), committed in the pause; ``load`` — loaded by name (``agentrl-policy-v<N>``)
+    before the pause, and from the pause on every request names it."""
 
     def __init__(self, *, master_address: str, master_port: int = 0, backend: str = "gloo",
                  group_name: str = "agentrl_weights", bucket_bytes: int = 512 << 20, dtype: torch.dtype | None = None,
-                 flatten: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S, overlap: bool = True) -> None:
+                 flatten: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S, overlap: bool = True,
+                 adapters: str = "auto") -> None:
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+        if adapters not in ADAPTER_MODES:
+            raise ValueError(f"adapters must be one of {list(ADAPTER_MODES)}, got {adapters!r}")
+        self.adapters = adapters
         self.master_address, self.master_port = master_address, master_port
         self.backend, self.group_name = backend, group_name
         self.bucket_bytes, self.dtype, self.timeout_s = bucket_bytes, dtype, timeout_s
         self.flatten, self.overlap = flatten, overlap
         self.group: UpdateGroup | None = None
-        self.staging = False  # every server of the group can stage buckets (asked when it forms)
+        self.agentrl_serve = False  # every server of the group is agentrl serve (asked when it forms)
+        self.staging = False  # ... and overlap: buckets are staged before the pause
         self._delivered: int | None = None  # the version staged on every server, awaiting its commit
+        self._told = False  # the log has said that adapters alone are broadcast
         self._flat: list[torch.Tensor] = []
 
     def stage(self, model: torch.nn.Module, version: int) -> StagedTensors | None:
         """Gather the full state dict into rank 0's CPU memory (every rank joins); cast to
-        ``dtype``; a tied output layer is left out (the servers share it with the embedding)."""
+        ``dtype``; a tied output layer is left out (the servers share it with the embedding).
+        A LoRA model: its adapter's tensors only, in their own dtype (as on disk), one bucket."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+        if is_lora(model):
+            tensors = adapter_state(model)
+            if tensors is None:
+                return None
+            # widest elements first: every tensor of a flattened bucket starts aligned to its own
+            ordered = sorted(tensors.items(), key=lambda kv: -kv[1].element_size())
+            return self._packed([ordered], lora_config=adapter_metadata(model))
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if dist.get_rank() != 0:
             return None
@@ -242,8 +283,12 @@ class DistributedTransport:
                 size = 0
             buckets[-1].append((name, t))
             size += nbytes
+        return self._packed(buckets)
+
+    def _packed(self, buckets: list[list[tuple[str, torch.Tensor]]],
+                lora_config: dict[str, Any] | None = None) -> StagedTensors:
         if not self.flatten:
-            return StagedTensors(buckets)
+            return StagedTensors(buckets, lora_config=lora_config)
         # the previous publish's buffers are written again (sent by now): no fresh pages to fault in
         old = self._flat if len(self._flat) == len(buckets) else []
         flat = []
@@ -254,21 +299,29 @@ class DistributedTransport:
             flat.append(torch.cat(parts, out=out))
         self._flat = flat
         meta = [[(n, torch.empty(t.shape, dtype=t.dtype, device="meta")) for n, t in b] for b in buckets]
-        return StagedTensors(meta, flat)
+        return StagedTensors(meta, flat, lora_config)
 
     async def deliver(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
         """Before the pause: where every server can stage (and ``overlap``), broadcast every
-        bucket into their staging copies while they keep generating with the old weights."""
+        bucket into their staging copies while they keep generating with the old weights. An
+        adapter: loaded by name (``load``, whatever ``overlap`` says), or merged into a staging
+        copy (with ``overlap``)."""
         self._delivered = None
-        if not self.overlap:
+        if not self.overlap and not (staged.lora_config is not None and self.adapters == "load"):
             return
         if await self._attempts(target, staged, version, stage_only=True):
             self._delivered = version
 
     async def send(self, target: BroadcastTarget, staged: StagedTensors, version: int) -> None:
         """In the pause: commit what ``deliver`` staged; else (or if the commit fails: a server
-        restarted since, say) bucket by bucket as SGLang takes them, the last with the version."""
+        restarted since, say) bucket by bucket as SGLang takes them, the last with the version.
+        An adapter loaded by name: every request names it from now on."""
         delivered, self._delivered = self._delivered, None
+        if staged.lora_config is not None and self.adapters == "load":
+            if delivered != version:
+                await self._attempts(target, staged, version, stage_only=True)
+            await target.serve_lora_adapter(version)
+            return
         if delivered == version and self.group is not None and not target.needs_rejoin:
             try:
                 await target.commit_staged_weights(self.group_name, version)
@@ -300,6 +353,8 @@ class DistributedTransport:
         if self.group is None or target.needs_rejoin:
             await self._form(target)
         assert self.group is not None
+        if staged.lora_config is not None:
+            return await self._send_adapter(target, staged, version, stage_only=stage_only)
         if stage_only and not self.staging:
             return False
         await target.begin_weight_update()
@@ -323,6 +378,41 @@ class DistributedTransport:
         finally:
             with contextlib.suppress(Exception):
                 await target.end_weight_update()
+        return True
+
+    async def _send_adapter(self, target: BroadcastTarget, staged: StagedTensors, version: int, *,
+                            stage_only: bool) -> bool:
+        """The adapter in one request and one broadcast: loaded as ``agentrl-policy-v<version>``
+        (``load``), or merged into a staging copy, then (unless ``stage_only``) committed."""
+        if not self.agentrl_serve:
+            raise RequestRejected("a LoRA adapter can be broadcast to agentrl serve only (SGLang and vLLM load "
+                                  "adapters from disk); set trainer.weight_sync.transport: disk")
+        (bucket,) = staged.buckets
+        names = [n for n, _ in bucket]
+        dtypes = [str(t.dtype).removeprefix("torch.") for _, t in bucket]
+        shapes = [list(t.shape) for _, t in bucket]
+        tensors = staged.flat if staged.flat is not None else [t for _, t in bucket]
+        load_format = "flattened_bucket" if staged.flat is not None else None
+        assert staged.lora_config is not None and self.group is not None
+        if self.adapters == "load":
+            call = target.load_lora_adapter_from_distributed(names, dtypes, shapes, group_name=self.group_name,
+                                                             config=staged.lora_config, version=version,
+                                                             load_format=load_format)
+        else:
+            call = target.stage_lora_adapter_from_distributed(names, dtypes, shapes, group_name=self.group_name,
+                                                              config=staged.lora_config, load_format=load_format)
+        try:
+            await asyncio.gather(call, asyncio.to_thread(self._broadcast, self.group, tensors))
+        except BaseException:
+            await self._disband(target)
+            raise
+        if not self._told:
+            self._told = True
+            log.info("a LoRA run: each publish broadcasts the adapter alone (%s), %s", staged,
+                     "loaded by name on every server" if self.adapters == "load"
+                     else "merged into the servers' base weights")
+        if not stage_only and self.adapters != "load":
+            await target.commit_staged_weights(self.group_name, version)
         return True
 
     async def close(self, target: BroadcastTarget) -> None:
@@ -356,7 +446,8 @@ class DistributedTransport:
             raise
         self.group = await joining
         target.needs_rejoin = False
-        self.staging = self.overlap and await target.can_stage_weights()
+        self.agentrl_serve = await target.can_stage_weights()
+        self.staging = self.overlap and self.agentrl_serve
         log.info("weight group %r formed: trainer rank 0 and %d server rank(s) on %d server(s), %s, port %d; %s",
                  self.group_name, world - 1, len(ranks), self.backend, store.port,
                  "buckets staged while the servers generate, committed in the pause" if self.staging

@@ -19,7 +19,8 @@ LossKind = Literal["decoupled_ppo", "ppo", "reinforce"]
 LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce")
 """The token losses of ``agentrl.trainer.losses`` (``trainer.loss.kind``)."""
 ADAPTER_MODES: tuple[str, ...] = ("auto", "merge", "load")
-"""How a LoRA run's adapters reach the servers (``trainer.weight_sync.adapters``, ``DiskTransport``)."""
+"""How a LoRA run's adapters reach the servers (``trainer.weight_sync.adapters``, ``DiskTransport``,
+``DistributedTransport``)."""
 
 
 @dataclass
@@ -60,7 +61,8 @@ class WeightSyncConfig:
                             help="disk: rank 0 writes an HF checkpoint to RUN_DIR/weights and every server loads "
                                  "it (a filesystem they all mount); distributed: rank 0 broadcasts the tensors to "
                                  "every server over a torch.distributed group of its own (SGLang's "
-                                 "/update_weights_from_distributed; gloo on CPU, NCCL on GPUs)")
+                                 "/update_weights_from_distributed; gloo on CPU, NCCL on GPUs); a LoRA run's "
+                                 "adapter goes either way, broadcast to agentrl serve only")
     backend: str = option("auto", choices=("auto", "gloo", "nccl"),
                           help="distributed: the group's backend; auto = nccl when the trainer runs on cuda, "
                                "else gloo (agentrl serve on CPU takes gloo only)")
@@ -69,7 +71,8 @@ class WeightSyncConfig:
                                                    "torchrun and the Ray launcher set it)")
     master_port: int = option(0, ge=0, le=65535, help="distributed: the group's port on rank 0; 0 = a free one")
     bucket_mb: float = option(512.0, gt=0, help="distributed: tensors sent per /update_weights_from_distributed "
-                                                "request, in MiB (a larger tensor goes alone)")
+                                                "request, in MiB (a larger tensor goes alone; a LoRA adapter "
+                                                "goes whole, in one request)")
     flatten: bool = option(True, help="distributed: send each bucket as SGLang's flattened_bucket (one collective "
                                       "for all its tensors' bytes); false: one collective per tensor")
     timeout_s: float = option(600.0, gt=0, help="distributed: seconds joining the group or one broadcast may take")
@@ -78,9 +81,10 @@ class WeightSyncConfig:
                                       "serve, SGLang servers get every bucket inside the pause whatever this says; "
                                       "false: inside the pause everywhere, as SGLang's own protocol")
     adapters: str = option("auto", choices=ADAPTER_MODES,
-                           help="a LoRA run's adapters (disk): merge: each update merges the adapter into the "
-                                "servers' base weights (agentrl serve only; staged before the pause); load: every "
-                                "server loads it by name before the pause (SGLang's /load_lora_adapter, "
+                           help="a LoRA run's adapters, which alone travel (a peft directory on disk, or their "
+                                "tensors by broadcast: agentrl serve only): merge: each update merges the adapter "
+                                "into the servers' base weights (agentrl serve only; staged before the pause); "
+                                "load: every server loads it by name before the pause (SGLang's /load_lora_adapter, "
                                 "agentrl-policy-v<version>) and from the pause on every request names it "
                                 "(lora_path; applied per request); auto: merge on agentrl serve, load on SGLang")
 
@@ -156,6 +160,3 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"config key 'betas': expected two numbers in [0, 1), got {self.betas!r}")
-        if self.lora.enabled and self.weight_sync.transport != "disk":
-            raise ConfigError("config key 'trainer.weight_sync.transport': a LoRA run (trainer.lora.rank > 0) publishes its adapter "
-                              "through 'disk' only (broadcasting adapters is not built); set it to disk")

@@ -8,6 +8,7 @@ and `RemoteEngine` calls `agentrl train` makes."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import httpx
@@ -458,3 +459,113 @@ def test_without_staging_every_bucket_goes_inside_the_pause(server, untrained_mo
     assert len(updates) == len(weights.buckets) and not any("agentrl_stage_only" in p for p in updates)
     assert [p.get("weight_version") for p in updates] == [None] * (len(updates) - 1) + ["2"]
     assert_serves_like_disk(server, second_model_dir)
+
+
+# ---------------------------------------------------------------- LoRA adapters by broadcast (ours)
+# /agentrl/lora_adapter_from_distributed: an adapter's tensors under peft's names, with its config
+# in the request, received into an adapter — merged into a staging copy of the base (committed
+# by /agentrl/commit_staged_weights) or loaded by name — and checked as an adapter directory is.
+
+
+def test_a_broadcast_adapter_is_checked_as_a_directory_is_and_merges_as_it_does(server, untrained_model_dir,
+                                                                               random_adapter, tmp_path):
+    from ..conftest import LORA_PROJECTIONS
+
+    from_disk(server, untrained_model_dir, "1")
+    before = outputs(server)
+    adapter = random_adapter(untrained_model_dir, tmp_path / "adapter")
+    tensors = list(load_file(adapter / "adapter_model.safetensors").items())
+    config = {"peft_type": "LORA", "r": 8, "lora_alpha": 16.0, "target_modules": LORA_PROJECTIONS}
+    tr = DistributedTransport(master_address="127.0.0.1", group_name=GROUP, timeout_s=60, adapters="merge")
+    names = [n for n, _ in tensors]
+    dtypes = ["float32"] * len(tensors)
+    shapes = [list(t.shape) for _, t in tensors]
+
+    async def scenario() -> None:
+        async with RemoteEngine(server, version=1) as engine:
+            # received, then refused, before any pause: a module the config does not target, a bad rank
+            for lora_config, says in [
+                    ({**config, "target_modules": ["q_proj"]}, "target_modules ['q_proj'] does not name"),
+                    ({**config, "r": 4}, "lora_A of 'model.layers.0.mlp.down_proj.weight' has shape (8, 384), "
+                                         "expected (4, 384) (r=4)")]:
+                with pytest.raises(RequestRejected, match=re.escape(says)):
+                    await tr.deliver(engine, StagedTensors([tensors], lora_config=lora_config), 2)
+                assert (await engine._http.get(server + "/ready", timeout=10)).status_code == 200  # never paused
+            # a config that is not a plain LoRA: refused before receiving (the group is then out of step)
+            await tr._form(engine)
+            with pytest.raises(RequestRejected, match="lora_config holds \\['use_dora'\\]"):
+                await engine.stage_lora_adapter_from_distributed(names, dtypes, shapes, group_name=GROUP,
+                                                                 config={**config, "use_dora": True})
+            with pytest.raises(RequestRejected, match="out of step"):
+                await engine.stage_lora_adapter_from_distributed(names, dtypes, shapes, group_name=GROUP,
+                                                                 config=config)
+            engine.needs_rejoin = True  # what the publisher does after a failed update
+            # the adapter itself: merged while the server generates, served from the commit on
+            await tr.deliver(engine, StagedTensors([tensors], lora_config=config), 3)
+            info = (await engine._http.get(server + "/model_info", timeout=10)).json()
+            assert info["weight_version"] == "1"  # staged, not served yet
+            await _publish(engine, tr, StagedTensors([tensors], lora_config=config), 3)
+            await tr.close(engine)
+            # SGLang cannot take one: the transport says so before sending anything
+            async with _SGLangLike(server, version=3) as sglang:
+                with pytest.raises(RequestRejected, match="agentrl serve only .*transport: disk"):
+                    await tr.deliver(sglang, StagedTensors([tensors], lora_config=config), 4)
+                await tr.close(sglang)
+
+    asyncio.run(scenario())
+    # base + adapter, exactly as the same adapter directory merges from disk
+    assert_serves_like_disk(server, adapter, "3")
+    from_disk(server, untrained_model_dir, "1")
+    assert outputs(server) == before  # the refused adapters never served, and the good one did not linger
+
+
+def test_an_adapter_loaded_by_name_by_broadcast_serves_later_requests_and_a_server_without_it_waits(
+        server, untrained_model_dir, random_adapter, tmp_path):
+    """``adapters: load`` by broadcast: each publish loads ``agentrl-policy-v<N>`` before the pause
+    and every later request names it, with version N on its tokens; it computes what the same
+    directory loaded by name computes. A server found without it (restarted, here played by an
+    unload) cannot be sent it alone: it waits out of rotation until the next publish."""
+    from ..conftest import LORA_PROJECTIONS
+
+    from_disk(server, untrained_model_dir, "1")
+    adapter = random_adapter(untrained_model_dir, tmp_path / "adapter", seed=3)
+    tensors = list(load_file(adapter / "adapter_model.safetensors").items())
+    config = {"peft_type": "LORA", "r": 8, "lora_alpha": 16.0, "target_modules": LORA_PROJECTIONS}
+    tr = DistributedTransport(master_address="127.0.0.1", group_name=GROUP, timeout_s=60, adapters="load")
+    sampled = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7, ignore_eos=True)
+
+    async def publish(engine: RemoteEngine, version: int) -> None:
+        st = StagedTensors([tensors], lora_config=config)
+        await tr.deliver(engine, st, version)
+        await _publish(engine, tr, st, version)
+
+    async def scenario():
+        async with RemoteEngine(server, version=1) as engine:
+            await publish(engine, 2)
+            served = await engine.generate(PROMPT, sampled)
+            cards = (await engine._http.get(server + "/v1/models", timeout=10)).json()["data"][1:]
+            r = await engine._http.post(server + "/unload_lora_adapter", json={"lora_name": "agentrl-policy-v2"})
+            assert r.status_code == 200, r.text
+            health = await engine.check_health()
+            waiting = engine.needs_rejoin, engine.healthy_addresses()
+            await publish(engine, 3)
+            back = engine.needs_rejoin, engine.healthy_addresses(), await engine.generate(PROMPT, sampled)
+            await tr.close(engine)
+            r = await engine._http.post(server + "/load_lora_adapter", json={"lora_name": "dir", "lora_path": str(adapter)})
+            assert r.status_code == 200, r.text
+            by_dir = (await engine._http.post(server + "/generate", json={
+                "input_ids": PROMPT, "lora_path": "dir", "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 12, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True}}
+            )).json()["meta_info"]["output_token_logprobs"]
+            await engine._http.post(server + "/unload_lora_adapter", json={"lora_name": "dir"})
+            return served, cards, health, waiting, back, by_dir
+
+    served, cards, health, waiting, back, by_dir = asyncio.run(scenario())
+    assert [(c["id"], c["root"]) for c in cards] == [("agentrl-policy-v2", f"broadcast:{GROUP}")]
+    assert served.versions == [2] * 12 and back[2].versions == [3] * 12
+    assert served.tokens == [t[1] for t in by_dir] == back[2].tokens
+    assert served.logprobs == [t[0] for t in by_dir]
+    assert served.tokens != outputs(server)[1]  # the adapter changed what is sampled: the checks above could fail
+    assert health == {server: False} and waiting == (True, [])
+    assert back[:2] == (False, [server])
+    assert httpx.get(server + "/model_info", timeout=10).json()["weight_version"] == "1"  # the base never changed

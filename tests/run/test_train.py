@@ -169,6 +169,26 @@ def test_a_short_run_with_weights_sent_by_broadcast(tmp_path):
     assert all(r["perf/weight_deliver_s"] > 0 for r in steps)
 
 
+def test_a_lora_run_sends_its_adapter_by_broadcast(tmp_path):
+    """trainer.lora with trainer.weight_sync.transport=distributed: each publish broadcasts the
+    adapter alone to agentrl serve, which merges it (adapters: auto); no file is written for it."""
+    run_dir = tmp_path / "run"
+    out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "trainer.lora.rank=8",
+                "trainer.weight_sync.transport=distributed", "steps=2", "eval.dataset=null", "rollout.batch_size=2",
+                "rollout.group_size=4", "max_minutes=null", "checkpoint.every_steps=0",
+                "logging.trajectories_per_step=0", "logging.tensorboard=false", timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["steps"] == 2
+    assert not (run_dir / "weights").exists()  # nothing went through files
+    log = (run_dir / "logs" / "trainer.log").read_text()
+    assert "weight group 'agentrl_weights' formed: trainer rank 0 and 1 server rank(s) on 1 server(s), gloo" in log
+    assert ("each publish broadcasts the adapter alone (broadcast: adapter, 70 tensors, " in log  # 5 layers x 7 x A, B
+            and "1 bucket(s)), merged into the servers' base weights" in log), log[-2000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["perf/weight_deliver_s"] > 0 for r in steps)
+
+
 def test_a_lora_run_on_two_ranks_publishes_adapters_and_resumes(tmp_path):
     """trainer.lora on two FSDP ranks: every publish and checkpoint holds the adapter alone (peft's
     files; the full weights are never written), and --resume continues the run from its checkpoint."""

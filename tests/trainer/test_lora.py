@@ -13,6 +13,7 @@ from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import prepare_batch
 from agentrl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.trainer.lora import find_adapter
+from agentrl.trainer.publish import DistributedTransport
 from agentrl.trainer.trainer_config import LoraConfig, TrainerConfig, WeightSyncConfig
 
 from .dist_worker import make_trajectories
@@ -117,8 +118,11 @@ def test_a_checkpoint_holds_a_peft_adapter_that_computes_what_the_trainer_does(g
 def test_lora_settings_are_checked():
     with pytest.raises(ConfigError, match="lora.target_modules"):
         LoraConfig(rank=4, target_modules=["q_proj", "embed_tokens"])
-    with pytest.raises(ConfigError, match="weight_sync.transport"):
-        TrainerConfig(lora=LORA, weight_sync=WeightSyncConfig(transport="distributed"))
+    # an adapter goes over either transport (the broadcast: test_lora_broadcast.py)
+    sync = TrainerConfig(lora=LORA, weight_sync=WeightSyncConfig(transport="distributed")).weight_sync
+    assert sync.transport == "distributed" and sync.adapters == "auto"
+    with pytest.raises(ValueError, match="adapters must be one of"):
+        DistributedTransport(master_address="127.0.0.1", adapters="merged")
 
 
 PROMPT = [1, 2, 3, 4, 5]
