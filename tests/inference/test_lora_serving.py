@@ -77,7 +77,9 @@ def test_a_batch_mixing_adapters_gives_each_row_what_it_gives_alone_and_what_the
         assert r.status_code == 200, r.text
         tokens, logprobs = _alone(server, None)
         assert tokens == alone["a"][0]
-        assert torch.allclose(logprobs, alone["a"][1], atol=1e-5, rtol=0)
+        # a run-time row computes x W + s (x A) B, the merged weights x (W + s B A): equal in exact
+        # arithmetic, rounded differently (up to 1.1e-5 apart on one of our machines' CPUs)
+        assert torch.allclose(logprobs, alone["a"][1], atol=3e-5, rtol=0)
     finally:
         r = httpx.post(server + "/update_weights_from_disk", json={"model_path": str(untrained_model_dir)}, timeout=120)
         assert r.status_code == 200, r.text
