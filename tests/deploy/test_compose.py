@@ -24,7 +24,7 @@ from agentrl.process.services import free_port
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = ("steps=2 eval.limit=20 rollout.batch_size=4 rollout.group_size=4 checkpoint.every_steps=1 "
          "max_minutes=null logging.trajectories_per_step=4")
-LONG_RUNNING = ("inference-cpu", "inference", "sandbox", "gateway", "gateway-gpu")
+LONG_RUNNING = ("inference-cpu", "inference", "inference-vllm", "sandbox", "gateway", "gateway-gpu")
 PROFILES = ("--profile", "cpu", "--profile", "gateway")
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
@@ -77,6 +77,13 @@ def test_the_file_validates_and_keeps_secrets_out(compose):
     assert services["trainer"]["depends_on"] == {"inference-cpu": {"condition": "service_healthy"},
                                                  "sandbox": {"condition": "service_healthy"}}
     assert services["inference"]["profiles"] == ["gpu"] and services["inference-cpu"]["profiles"] == ["cpu"]
+    # vLLM's server with the flags and routes agentrl's own launcher gives it, and a trainer against it
+    vllm = services["inference-vllm"]
+    assert vllm["profiles"] == ["vllm"] and vllm["environment"]["VLLM_SERVER_DEV_MODE"] == "1"
+    assert vllm["entrypoint"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "--logprobs-mode processed_logprobs" in vllm["command"]
+    assert services["trainer-vllm"]["depends_on"]["inference-vllm"] == {"condition": "service_healthy"}
+    assert "inference.servers=[http://inference-vllm:30000]" in services["trainer-vllm"]["command"]
     gpus = services["inference"]["deploy"]["resources"]["reservations"]["devices"]
     assert gpus[0]["capabilities"] == ["gpu"]
     key = compose.env["AGENTRL_SANDBOX_API_KEY"]
