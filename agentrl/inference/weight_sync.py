@@ -126,20 +126,13 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
     @router.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(http: Request):
         body = await read_json(http, state.config.max_request_bytes)
-        name = body.get("group_name", DEFAULT_GROUP)
-        opened = groups.get(name) if isinstance(name, str) else None
-        if opened is None:
-            return _answer(False, f"Group {name!r} not in {sorted(groups)}. Please call `init_weights_update_group` "
-                                  "first.")
-        if opened.broken:
-            return _answer(False, BROKEN.format(name=name))
+        name, opened = _group_of(groups, body)
+        if isinstance(opened, JSONResponse):
+            return opened
         async with opened.busy:
             try:
                 version, abort_all = update_options(body)
-                flattened = body.get("load_format") == FLATTENED
-                if body.get("load_format") is not None and not flattened:
-                    raise Refused(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
-                                     f"serve; leave it null (one broadcast per tensor) or send {FLATTENED!r}")
+                flattened = _flattened(body)
                 for key in ("flush_cache", "torch_empty_cache", STAGE_ONLY):
                     check_type(key, body.get(key, False), (bool,), "true or false")
                 stage_only = body.get(STAGE_ONLY, False)
@@ -219,19 +212,12 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
     @router.post(LORA_ROUTE)
     async def lora_adapter_from_distributed(http: Request):
         body = await read_json(http, state.config.max_request_bytes)
-        name = body.get("group_name", DEFAULT_GROUP)
-        opened = groups.get(name) if isinstance(name, str) else None
-        if opened is None:
-            return _answer(False, f"Group {name!r} not in {sorted(groups)}. Please call `init_weights_update_group` "
-                                  "first.")
-        if opened.broken:
-            return _answer(False, BROKEN.format(name=name))
+        name, opened = _group_of(groups, body)
+        if isinstance(opened, JSONResponse):
+            return opened
         async with opened.busy:
             try:
-                flattened = body.get("load_format") == FLATTENED
-                if body.get("load_format") is not None and not flattened:
-                    raise Refused(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl "
-                                  f"serve; leave it null (one broadcast per tensor) or send {FLATTENED!r}")
+                flattened = _flattened(body)
                 names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
                 if len(set(names)) != len(names):
                     raise Refused("names must be distinct: each adapter tensor once")
@@ -295,6 +281,26 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
 
 def _answer(success: bool, message: str) -> JSONResponse:
     return JSONResponse({"success": success, "message": message}, status_code=200 if success else 400)
+
+
+def _group_of(groups: dict[str, _Open], body: dict[str, Any]) -> tuple[Any, _Open | JSONResponse]:
+    """The request's group (``group_name``), or SGLang's answer when it is unknown or broken."""
+    name = body.get("group_name", DEFAULT_GROUP)
+    opened = groups.get(name) if isinstance(name, str) else None
+    if opened is None:
+        return name, _answer(False, f"Group {name!r} not in {sorted(groups)}. Please call "
+                                    "`init_weights_update_group` first.")
+    if opened.broken:
+        return name, _answer(False, BROKEN.format(name=name))
+    return name, opened
+
+
+def _flattened(body: dict[str, Any]) -> bool:
+    """Whether the tensors come as SGLang's ``flattened_bucket``, the one ``load_format`` taken."""
+    if body.get("load_format") is not None and body.get("load_format") != FLATTENED:
+        raise Refused(f"load_format {str(body['load_format'])[:40]!r} is not supported by agentrl serve; leave it "
+                      f"null (one broadcast per tensor) or send {FLATTENED!r}")
+    return body.get("load_format") == FLATTENED
 
 
 def _integer(body: dict[str, Any], key: str, *, lo: int, hi: int | None = None) -> int:
