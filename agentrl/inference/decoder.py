@@ -559,8 +559,10 @@ class Decoder:
         out = q.new_empty(q.shape[0], H * hd)
         for idx, slots, length, bias in groups:
             R = idx.shape[0]
-            keys = ck[slots, :length].permute(0, 2, 3, 1)  # [R, KV, hd, length]
-            values = cv[slots, :length].transpose(1, 2)  # [R, KV, length, hd]
+            # contiguous: on a strided operand the matmul's kernel (and so its order of sums) was
+            # seen to depend on R — one row alone took another path than the same row among others
+            keys = ck[slots, :length].permute(0, 2, 3, 1).contiguous()  # [R, KV, hd, length]
+            values = cv[slots, :length].transpose(1, 2).contiguous()  # [R, KV, length, hd]
             scores = torch.matmul(q[idx].view(R, KV, H // KV, hd), keys).add_(bias)
             out[idx] = torch.matmul(scores.softmax(dim=-1), values).reshape(R, H * hd)
         return out

@@ -60,3 +60,32 @@ def test_a_seeded_request_gives_the_same_bits_alone_or_in_any_crowd(serve_factor
         logits = hf_model(torch.tensor([TARGET + tokens])).logits[0, len(TARGET) - 1 : -1].float()
     expected = logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
     assert torch.allclose(torch.tensor(logprobs), expected, atol=2e-5), (logprobs[:4], expected[:4].tolist())
+
+
+def test_a_decode_token_has_the_same_logits_alone_or_among_other_rows(untrained_model_dir):
+    """In-process, the decoder alone: a request's decode steps, alone and beside other decode and
+    prefill rows, give bit-equal logits. (A strided key operand once made one row alone take
+    another matmul kernel than the same row among others, on an AMD EPYC CPU: ~3e-6 apart.)"""
+    from agentrl.inference.decoder import Decoder, Step
+
+    torch.set_num_threads(1)
+    dec = Decoder(untrained_model_dir, num_slots=8, max_len=128, batch_invariant=True)
+
+    def decode_logits(crowd_seed: int | None) -> list[torch.Tensor]:
+        rnd = random.Random(crowd_seed)
+        dec.cache_k.zero_()
+        dec.cache_v.zero_()
+        others = [] if crowd_seed is None else [[rnd.randrange(250) for _ in range(rnd.randint(1, 60))]
+                                                for _ in range(rnd.randint(1, 3))]
+        out = [dec.forward(Step(decode=[], prefill=[(0, 0, TARGET), *((1 + j, 0, p) for j, p in enumerate(others))]))[0]]
+        pos = [len(TARGET), *(len(p) for p in others)]
+        for _ in range(6):
+            extra = [] if crowd_seed is None or rnd.random() < 0.5 or len(pos) > 6 else [
+                (len(pos), 0, [rnd.randrange(250) for _ in range(rnd.randint(1, 40))])]
+            out.append(dec.forward(Step(decode=[(7, p) for p in pos], prefill=extra))[0])
+            pos = [p + 1 for p in pos] + [len(e[2]) for e in extra]
+        return out
+
+    alone = decode_logits(None)
+    for seed in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(alone, decode_logits(seed), strict=True)), seed
