@@ -494,6 +494,7 @@ class Scheduler:
         budget, and copy each one's cached prefix into its slot. A request whose tokens equal
         those of one admitted before it in this step is its *twin*: it computes nothing."""
         self._flush_saves()
+        self._compact()
         free = [i for i, r in enumerate(self._slots) if r is None]
         admitted: list[_Admitted] = []
         leaders: dict[tuple[LoraWeights | None, tuple[int, ...]], GenRequest] = {}
@@ -537,6 +538,28 @@ class Scheduler:
         self._waiting.extendleft(reversed(deferred))
         self.decoder.load_prefixes(loads)
         return admitted
+
+    def _compact(self) -> None:
+        """Move the requests of the highest slots into the free slots below them (their
+        keys/values copied), so that the running requests hold slots ``0 .. n - 1`` and new ones
+        are admitted above: the decode rows are consecutive slots without filler rows, which
+        would cost a whole row of the forward pass each (after saves are flushed: they read slots)."""
+        moves: list[tuple[int, int, int]] = []
+        top = len(self._slots) - 1
+        for hole, r in enumerate(self._slots):
+            if r is not None:
+                continue
+            while top > hole and self._slots[top] is None:
+                top -= 1
+            if top <= hole:
+                break
+            r = self._slots[top]
+            assert r is not None
+            # every token but the last sampled one has its keys/values in the slot
+            moves.append((top, hole, len(r.input_ids) + len(r.output_ids) - 1))
+            self._slots[hole], self._slots[top] = r, None
+            r.slot = hole
+        self.decoder.copy_prefixes([m for m in moves if m[2] > 0])
 
     @staticmethod
     def _waits_for_batch(seq: list[int], cached: int, admitted: list[_Admitted]) -> bool:
