@@ -63,6 +63,12 @@ CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3,
 small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
 
 
+DECODE_SEGMENT_KEYS = 256
+"""Decode rows attend in runs of consecutive slots, each over its own longest row's keys
+(``decode_segments``); a run costs about as much as reading this many more keys (its call
+overhead: a few small ops per layer), so a cut must save more than that."""
+
+
 INVARIANT_ROWS = 32
 """With ``batch_invariant``, every matmul over the packed rows runs in blocks of exactly this many
 rows (the last one padded with zeros). A GEMM kernel may pick its blocking, and so its order of
@@ -82,6 +88,32 @@ def _blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     padded = F.pad(x, (0, 0, 0, blocks * INVARIANT_ROWS - n))
     return torch.cat([F.linear(padded[b * INVARIANT_ROWS : (b + 1) * INVARIANT_ROWS], weight, bias)
                       for b in range(blocks)])[:n]
+
+
+def decode_segments(positions: list[int]) -> tuple[list[tuple[int, int, int]], float]:
+    """Decode rows ``0 .. len(positions) - 1`` (one per consecutive slot) cut into runs
+    ``(start, end, keys)`` that each attend over their own longest row's ``keys``, and the cost
+    of those runs: the cuts minimise the keys read, ``sum((end - start) * keys)``, plus
+    ``DECODE_SEGMENT_KEYS`` per run, with cuts only every ``len // 16`` rows (a small exact
+    search, ~0.05 ms). Rows of similar positions in neighbouring slots make it cheap."""
+    D = len(positions)
+    width = -(-D // 16)
+    cuts = [*range(0, D, width), D]
+    tops = [max(positions[cuts[i] : cuts[i + 1]]) + 1 for i in range(len(cuts) - 1)]
+    best, back = [0] + [math.inf] * len(tops), [0] * (len(tops) + 1)
+    for j in range(1, len(tops) + 1):
+        top = 0
+        for i in range(j - 1, -1, -1):
+            top = max(top, tops[i])
+            cost = best[i] + (cuts[j] - cuts[i]) * top + DECODE_SEGMENT_KEYS
+            if cost < best[j]:
+                best[j], back[j] = cost, i
+    runs, j = [], len(tops)
+    while j:
+        i = back[j]
+        runs.append((cuts[i], cuts[j], max(tops[i:j])))
+        j = i
+    return runs[::-1], best[-1]
 
 
 def _fused(weights: dict) -> list[torch.Tensor]:
@@ -413,7 +445,8 @@ class Decoder:
         All tokens go through the projections and the MLP as one packed ``[N, hidden]``
         matrix. Attention is the only per-row part: decode rows read their slot's keys in
         place (consecutive slots: a view, no copy) with small batched matmuls
-        (``ROW_ATTENTION_MAX``); prefill rows gather their slots' keys and run one masked SDPA
+        (``ROW_ATTENTION_MAX``), in runs of neighbouring slots padded to each run's longest row
+        (``decode_segments``); prefill rows gather their slots' keys and run one masked SDPA
         call, padded to the longest prefill row (padding in attention only, not in the matmuls).
         Rows with a LoRA adapter (``Step.lora``) add its ``(x @ A.T) @ B.T`` to each projection
         it targets: one pair of small matmuls per adapter in the step, over its rows only.
@@ -447,22 +480,23 @@ class Decoder:
         # Rows of a layer's cache flattened to [(S + 1) * max_len, KV * hd] this call writes: [N].
         write_rows = torch.tensor(wslot, device=dev) * self.max_len + positions
         invariant = self._invariant_groups(wslot, pos) if self.batch_invariant else None
-        if D and invariant is None:
-            dec_pos = positions[:D]
-            dec_len = int(dec_pos.max()) + 1
-            # Short keys: each row's H query heads against its slot's keys as one [dec_len * KV,
-            # hd] matrix (column j: position j // KV, key head j % KV; a query head sees only its
-            # own key head's columns): KV times the attention FLOPs in one matmul per row instead
-            # of KV, which is cheaper while the keys are short. Long keys: one matmul per key head.
-            per_row = KV == 1 or H * hd * dec_len <= ROW_ATTENTION_MAX
-            cols = torch.arange(dec_len * KV if per_row else dec_len, device=dev)
-            seen = ((cols // KV) if per_row else cols)[None, :] <= dec_pos[:, None]  # [D, cols]
+        segments = []  # decode rows a .. b - 1 against their slots' first `keys` keys: (a, b, keys, per_row, bias)
+        for a, b, keys in decode_segments(pos[:D])[0] if D and invariant is None else []:
+            dec_pos = positions[a:b]
+            # Short keys: each row's H query heads against its slot's keys as one [keys * KV, hd]
+            # matrix (column j: position j // KV, key head j % KV; a query head sees only its own
+            # key head's columns): KV times the attention FLOPs in one matmul per row instead of
+            # KV, which is cheaper while the keys are short. Long keys: one matmul per key head.
+            per_row = KV == 1 or H * hd * keys <= ROW_ATTENTION_MAX
+            cols = torch.arange(keys * KV if per_row else keys, device=dev)
+            seen = ((cols // KV) if per_row else cols)[None, :] <= dec_pos[:, None]  # [rows, cols]
             if per_row:
                 own = (cols % KV)[None, :] == (torch.arange(H, device=dev) // (H // KV))[:, None]  # [H, cols]
-                seen = own[None] & seen[:, None]  # [D, H, cols]
+                seen = own[None] & seen[:, None]  # [rows, H, cols]
             else:
-                seen = seen[:, None, None, :]  # [D, 1, 1, cols]
-            dec_bias = torch.zeros(seen.shape, dtype=self.dtype, device=dev).masked_fill_(~seen, float("-inf"))
+                seen = seen[:, None, None, :]  # [rows, 1, 1, cols]
+            bias = torch.zeros(seen.shape, dtype=self.dtype, device=dev).masked_fill_(~seen, float("-inf"))
+            segments.append((a, b, keys, per_row, bias))
         if lens and invariant is None:
             P, T = len(lens), max(lens)
             pre_slots = torch.tensor([slot for slot, _, _ in step.prefill], device=dev)
@@ -495,16 +529,17 @@ class Decoder:
             parts = []
             if invariant is not None:  # every token alone against its own keys, decode or prefill
                 parts.append(self._invariant_attention(invariant, q, ck, cv))
-            elif D:  # small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
-                keys, values = ck[:D, :dec_len], cv[:D, :dec_len]  # views: consecutive slots
+            # decode rows: small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
+            for a, b, n, per_row, bias in segments:
+                keys, values = ck[a:b, :n], cv[a:b, :n]  # views: consecutive slots
                 if per_row:
-                    keys, values = keys.reshape(D, dec_len * KV, hd), values.reshape(D, dec_len * KV, hd)
-                    probs = torch.baddbmm(dec_bias, q[:D], keys.transpose(1, 2)).softmax(dim=-1)
-                    parts.append(torch.bmm(probs, values).reshape(D, q_out))
+                    keys, values = keys.reshape(b - a, n * KV, hd), values.reshape(b - a, n * KV, hd)
+                    probs = torch.baddbmm(bias, q[a:b], keys.transpose(1, 2)).softmax(dim=-1)
+                    parts.append(torch.bmm(probs, values).reshape(b - a, q_out))
                 else:
-                    scores = torch.matmul(q[:D].reshape(D, KV, H // KV, hd), keys.permute(0, 2, 3, 1))
-                    probs = scores.add_(dec_bias).softmax(dim=-1)
-                    parts.append(torch.matmul(probs, values.transpose(1, 2)).reshape(D, q_out))
+                    scores = torch.matmul(q[a:b].reshape(b - a, KV, H // KV, hd), keys.permute(0, 2, 3, 1))
+                    probs = scores.add_(bias).softmax(dim=-1)
+                    parts.append(torch.matmul(probs, values.transpose(1, 2)).reshape(b - a, q_out))
             if lens and invariant is None:  # one masked SDPA call over the prefill rows
                 qp = q[gather].transpose(1, 2)  # [P, H, T, hd]
                 keys = ck[pre_slots, :pre_len].transpose(1, 2)  # [P, KV, pre_len, hd]

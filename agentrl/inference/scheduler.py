@@ -41,7 +41,7 @@ import torch
 
 from agentrl.api import SamplingParams
 from agentrl.errors import Refused
-from agentrl.inference.decoder import Decoder, Step
+from agentrl.inference.decoder import Decoder, Step, decode_segments
 from agentrl.inference.lora_adapter import LoraWeights
 from agentrl.inference.prefix_cache import PrefixCache
 from agentrl.inference.sampling import penalize, sample_rows
@@ -54,6 +54,10 @@ how long a pause or a running batch waits behind a burst of long prompts."""
 
 PROMPT_LOGPROB_CHUNK = 256
 """Prompt positions turned into logits at once (bounds the [chunk, vocab] float32 buffer)."""
+
+SORT_CHECK_EVERY = 4
+"""Every this many steps the scheduler weighs reordering the running requests' slots longest
+first (``Scheduler._sort_slots``)."""
 
 SHARED_PREFIX_WAIT = 32
 """A request waits one step for a request admitted before it in the same step when that one
@@ -137,6 +141,8 @@ class Scheduler:
         self.cached_prompt_tokens = 0  # ... of which the prefix cache held
         self.prefill_s = 0.0  # wall time in forward passes that computed prompts
         self.decode_s = 0.0  # wall time in forward passes that only decoded
+        self._unsorted_keys = 0.0  # keys read since the last sort beyond what sorted slots would read
+        self._steps_checked = 0
 
     # ------------------------------------------------------------------ thread-safe API
 
@@ -494,6 +500,7 @@ class Scheduler:
         budget, and copy each one's cached prefix into its slot. A request whose tokens equal
         those of one admitted before it in this step is its *twin*: it computes nothing."""
         self._flush_saves()
+        self._compact()
         free = [i for i, r in enumerate(self._slots) if r is None]
         admitted: list[_Admitted] = []
         leaders: dict[tuple[LoraWeights | None, tuple[int, ...]], GenRequest] = {}
@@ -537,6 +544,58 @@ class Scheduler:
         self._waiting.extendleft(reversed(deferred))
         self.decoder.load_prefixes(loads)
         return admitted
+
+    def _compact(self) -> None:
+        """Move the requests of the highest slots into the free slots below them (their
+        keys/values copied), so that the running requests hold slots ``0 .. n - 1`` and new ones
+        are admitted above: the decode rows are consecutive slots without filler rows, which
+        would cost a whole row of the forward pass each (after saves are flushed: they read slots)."""
+        moves: list[tuple[int, int, int]] = []
+        top = len(self._slots) - 1
+        for hole, r in enumerate(self._slots):
+            if r is not None:
+                continue
+            while top > hole and self._slots[top] is None:
+                top -= 1
+            if top <= hole:
+                break
+            r = self._slots[top]
+            assert r is not None
+            # every token but the last sampled one has its keys/values in the slot
+            moves.append((top, hole, len(r.input_ids) + len(r.output_ids) - 1))
+            self._slots[hole], self._slots[top] = r, None
+            r.slot = hole
+        self.decoder.copy_prefixes([m for m in moves if m[2] > 0])
+        self._sort_slots()
+
+    def _sort_slots(self) -> None:
+        """Reorder the running requests (in slots ``0 .. n - 1``) longest first once that pays.
+        Decode attention reads each run of neighbouring slots up to its longest row
+        (``decoder.decode_segments``), so rows of similar lengths side by side read fewer keys;
+        positions all grow by one a step and new requests (the shortest) are admitted above, so
+        an order lasts until a request finishes and the highest one is moved into its slot. The
+        keys read beyond the sorted order's are summed; when they pass what moving the slots
+        would copy (read and written, up to the longest moved one), the slots are sorted."""
+        self._steps_checked += 1
+        if self._steps_checked % SORT_CHECK_EVERY:
+            return
+        live = [r for r in self._slots if r is not None]
+        positions = [len(r.input_ids) + len(r.output_ids) - 1 for r in live]
+        order = sorted(range(len(live)), key=positions.__getitem__, reverse=True)  # stable
+        moved = [k for k, i in enumerate(order) if i != k]
+        if not moved:
+            self._unsorted_keys = 0.0
+            return
+        now, best = decode_segments(positions)[1], decode_segments([positions[i] for i in order])[1]
+        self._unsorted_keys += SORT_CHECK_EVERY * (now - best)
+        longest = max(positions[order[k]] for k in moved) + 1
+        if self._unsorted_keys < 2 * len(moved) * longest:
+            return
+        self._unsorted_keys = 0.0
+        self.decoder.copy_prefixes([(live[order[k]].slot, k, longest) for k in moved])
+        for k, i in enumerate(order):
+            self._slots[k] = live[i]
+            live[i].slot = k
 
     @staticmethod
     def _waits_for_batch(seq: list[int], cached: int, admitted: list[_Admitted]) -> bool:

@@ -142,6 +142,24 @@ async def test_concurrent_requests_of_different_lengths_finish_independently(ser
     assert [r["output_ids"] for r in results[:3]] == [r["output_ids"] for r in alone]
 
 
+def test_requests_moved_between_slots_keep_the_models_logprobs(server, hf_model):
+    """The engine moves running requests between slots, keys and values copied: into the
+    lowest free slots when the requests before them finish, and longest first when their
+    lengths alternate (here: short and long prompts, admitted in turn). A move that lost or
+    shifted keys would change the logprobs of the tokens after it."""
+    prompts = [[*PROMPT, i] if i % 2 == 0 else [*PROMPT * 16, i] for i in range(6)]
+    lengths = (3, 5, 60, 60, 60, 60)
+    body = {"input_ids": prompts, "return_logprob": True,
+            "sampling_params": [{"max_new_tokens": n, "temperature": 1.0, "ignore_eos": True, "sampling_seed": 3}
+                                for n in lengths]}
+    for prompt, n, out in zip(prompts, lengths, generate(server, body), strict=True):
+        triples = out["meta_info"]["output_token_logprobs"]
+        tokens = [t[1] for t in triples]
+        assert len(tokens) == n
+        ref = torch.log_softmax(hf_logits(hf_model, prompt, tokens), -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor([t[0] for t in triples]), ref, atol=1e-4), (triples, ref)
+
+
 def test_batch_and_n_return_lists_in_prompt_major_order(server):
     out = generate(server, {"input_ids": [PROMPT, PROMPT[:5]], "rid": "batchx",
                             "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}})
