@@ -1,7 +1,10 @@
 """``agentrl serve`` against vLLM (its CPU build, ``make vllm``), both driven through ``RemoteEngine``.
 
-Same model, same torch threads, same sampling (T = 1), one server at a time (so neither shares
-its cores with the other). Two workloads:
+Same model, same torch threads, same sampling (T = 1). Both servers run at once but only one
+generates at a time (an idle one waits on its queue), and the rounds alternate between them —
+A then B, then B then A — so that a change in the machine's load between the start and the end
+of the run falls on both alike (one engine's rounds all before the other's skewed the ratio on
+a shared machine). Two workloads:
 
 * ``demo``: the demo's rollout — 16 prompts x n = 16 samples x 12 new tokens, as
   ``generate_group`` calls started together; measured in samples per second.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import subprocess
@@ -63,15 +67,24 @@ async def long_round(engine: RemoteEngine, prompts: list[list[int]], lengths: li
     return sum(lengths) / (time.perf_counter() - t0)
 
 
-async def measure(url: str, demo_prompts, long_prompts, lengths, reps: int) -> dict:
-    async with RemoteEngine([url]) as engine:
-        await demo_round(engine, demo_prompts[:4])  # warm-up
-        await long_round(engine, long_prompts[:16], lengths[:16])
-        demo = [await demo_round(engine, demo_prompts) for _ in range(reps)]
-        long = [await long_round(engine, long_prompts, lengths) for _ in range(reps)]
-        api = engine._engine
-    return {"api": api, "demo_samples_per_s": [round(x, 1) for x in demo],
-            "long_tokens_per_s": [round(x, 1) for x in long]}
+async def measure(urls: dict[str, str], demo_prompts, long_prompts, lengths, reps: int) -> dict[str, dict]:
+    """Each engine's demo and long rounds, ``reps`` of each, alternating between the engines."""
+    results = {name: {"demo_samples_per_s": [], "long_tokens_per_s": []} for name in urls}
+    async with contextlib.AsyncExitStack() as stack:
+        engines = {name: await stack.enter_async_context(RemoteEngine([url])) for name, url in urls.items()}
+        for engine in engines.values():  # warm-up
+            await demo_round(engine, demo_prompts[:4])
+            await long_round(engine, long_prompts[:16], lengths[:16])
+        for rep in range(reps):
+            order = list(engines) if rep % 2 == 0 else list(engines)[::-1]
+            for name in order:
+                results[name]["demo_samples_per_s"].append(round(await demo_round(engines[name], demo_prompts), 1))
+            for name in order:
+                results[name]["long_tokens_per_s"].append(
+                    round(await long_round(engines[name], long_prompts, lengths), 1))
+        for name, engine in engines.items():
+            results[name]["api"] = engine._engine
+    return results
 
 
 def main() -> None:
@@ -90,20 +103,20 @@ def main() -> None:
     demo_prompts, long_prompts = make_prompts(tok, 16, seed=1), make_prompts(tok, 256, seed=2)
     lengths = log_uniform_lengths(256, 16, 256, seed=2)
 
-    print(f"agentrl serve ({args.threads} thread(s)) ...", file=sys.stderr, flush=True)
-    with ServerProcess(args.model, "--max-running-requests", "256", threads=args.threads) as server:
-        ours = asyncio.run(measure(server.url, demo_prompts, long_prompts, lengths, args.reps))
-    print(f"  {ours}\nvLLM ({args.threads} thread(s)) ...", file=sys.stderr, flush=True)
+    print(f"agentrl serve and vLLM ({args.threads} thread(s) each) ...", file=sys.stderr, flush=True)
     port = free_port()
     cmd, env = vllm_command(cfg, "127.0.0.1", port, 0)
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", proc, 300, Path(log.name), route="/health")
-        theirs = asyncio.run(measure(f"http://127.0.0.1:{port}", demo_prompts, long_prompts, lengths, args.reps))
+        with ServerProcess(args.model, "--max-running-requests", "256", threads=args.threads) as server:
+            wait_healthy(f"http://127.0.0.1:{port}", proc, 300, Path(log.name), route="/health")
+            results = asyncio.run(measure({"agentrl": server.url, "vllm": f"http://127.0.0.1:{port}"},
+                                          demo_prompts, long_prompts, lengths, args.reps))
     finally:
         stop_process(proc)
-    print(f"  {theirs}", file=sys.stderr, flush=True)
+    ours, theirs = results["agentrl"], results["vllm"]
+    print(f"  agentrl serve: {ours}\n  vLLM: {theirs}", file=sys.stderr, flush=True)
     med = statistics.median
     print(json.dumps({
         "benchmark": "engines", "threads": args.threads, "reps": args.reps,
