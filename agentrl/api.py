@@ -145,6 +145,13 @@ def _plain(value: Any) -> Any:
 FinishReason = Literal["stop", "length", "abort"]
 
 
+MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
+"""SGLang's names for what ``/release_memory_occupation`` frees and ``/resume_memory_occupation``
+takes back (vLLM's ``/wake_up`` takes the first two). On ``agentrl serve``: ``kv_cache`` the slot
+cache and the prefix pool, ``weights`` the spare copies kept for staging (the served weights
+stay), ``cuda_graph`` nothing (it has none)."""
+
+
 def continuation_seed(seed: int, offset: int) -> int:
     """The sampling seed of a seeded generation's continuation after ``offset`` tokens: the
     seed itself at 0, another stream for each later offset (a stable hash of both)."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from agentrl.api import Completion, SamplingParams
+from agentrl.api import MEMORY_TAGS, Completion, SamplingParams
 from agentrl.client import checkpoint_check, vllm_wire
 from agentrl.client.batcher import GroupBatcher
 from agentrl.client.transport import KeepAliveTransport, Origin
@@ -662,7 +662,7 @@ class RemoteEngine:
             await self._control(vllm_wire.SLEEP, {})
         else:
             await self._control("/release_memory_occupation", {})
-        self._released = {"weights", "kv_cache"}
+        self._released = set(MEMORY_TAGS)
 
     async def occupy_memory(self, *, weights_only: bool = False) -> None:
         """Take back what ``release_memory`` freed: the weights alone (before a weight update:
@@ -676,7 +676,7 @@ class RemoteEngine:
         if weights_only or not self._released:
             return
         await self._control(vllm_wire.WAKE_KV_CACHE if vllm else "/resume_memory_occupation",
-                            {} if vllm else {"tags": ["kv_cache", "cuda_graph"]})
+                            {} if vllm else {"tags": sorted(self._released)})
         self._released.clear()
 
     # ------------------------------------------------------------------ weights over torch.distributed

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from agentrl.api import MEMORY_TAGS
 from agentrl.config import option
 from agentrl.errors import Refused
 
@@ -45,12 +46,6 @@ class UpdateWeightsFromDisk:
     agentrl_stage_only: bool = option(False, help="ours, not SGLang's: load and check the checkpoint (or LoRA "
                                                   "adapter) into a staging copy while generation goes on; the next "
                                                   "update of the same model_path swaps it in without reading it again")
-
-
-MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
-"""SGLang's names for what ``/release_memory_occupation`` frees. On ``agentrl serve``: ``kv_cache``
-the slot cache and the prefix pool, ``weights`` the spare copies kept for staging (the served
-weights stay), ``cuda_graph`` nothing (it has none)."""
 
 
 @dataclass

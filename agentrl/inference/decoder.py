@@ -594,8 +594,8 @@ class Decoder:
         out = q.new_empty(q.shape[0], H * hd)
         for idx, slots, length, bias in groups:
             R = idx.shape[0]
-            # contiguous: on a strided operand the matmul's kernel (and so its order of sums) was
-            # seen to depend on R — one row alone took another path than the same row among others
+            # contiguous: on a strided operand the matmul's kernel (and so its order of sums) may
+            # depend on R, the group's size (DESIGN.md §4, "Deterministic mode")
             keys = ck[slots, :length].permute(0, 2, 3, 1).contiguous()  # [R, KV, hd, length]
             values = cv[slots, :length].transpose(1, 2).contiguous()  # [R, KV, length, hd]
             scores = torch.matmul(q[idx].view(R, KV, H // KV, hd), keys).add_(bias)

@@ -6,7 +6,7 @@ streamed), ``/pause_generation``, ``/continue_generation``, ``/abort_request``,
 ``/unload_lora_adapter`` (a request's ``lora_path`` names a loaded adapter, applied to its
 rows at run time: ``Decoder.forward``), ``GET|POST /flush_cache``,
 ``/release_memory_occupation`` and ``/resume_memory_occupation`` (colocated training:
-``control_bodies.MEMORY_TAGS`` says what each tag frees here),
+``agentrl.api.MEMORY_TAGS`` says what each tag frees here),
 ``GET /model_info`` (+ ``/get_model_info``), ``/server_info`` (+ ``/get_server_info``),
 ``/health``, ``/health_generate``, ``/ready``, ``/v1/loads``, ``/get_load`` (0.5.10's, which
 sglang-router polls) — with SGLang's field names and response shapes (``agentrl.inference.server``

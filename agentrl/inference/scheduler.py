@@ -190,7 +190,7 @@ class Scheduler:
         return self._call(run)
 
     def release_memory(self, tags: set[str]) -> Future:
-        """Free the memory of ``tags`` (``control_bodies.MEMORY_TAGS``) for another process's use — colocated
+        """Free the memory of ``tags`` (``agentrl.api.MEMORY_TAGS``) for another process's use — colocated
         training — until ``resume_memory``; with ``kv_cache`` released nothing runs (waiting
         requests wait). SGLang's rule: no request may be in a slot (pause generation first)."""
         def run() -> None:
