@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -154,6 +154,7 @@ class RemoteEngine:
         self._unpaused = asyncio.Event()
         self._unpaused.set()
         self._released: set[str] = set()  # memory every server freed while paused ("weights", "kv_cache")
+        self._vllm_reload = vllm_wire.RELOAD  # the worker method that loads a checkpoint (_vllm_load)
         # a server came back from a restart while the weights travel by broadcast: it is out of
         # rotation until the weight group is formed again and the next update reaches it
         self.needs_rejoin = False
@@ -430,8 +431,8 @@ class RemoteEngine:
                                         version)
                         server.stale = self.needs_rejoin = True
                     elif vllm:
-                        for route, body in self._vllm_load(path, version):
-                            await self._post(server, route, body, self.control_timeout)
+                        await self._vllm_load(path, version,
+                                              lambda route, body: self._post(server, route, body, self.control_timeout))
                     else:
                         await self._post(server, "/update_weights_from_disk",
                                          {"model_path": path, "weight_version": str(version)}, self.control_timeout)
@@ -546,8 +547,7 @@ class RemoteEngine:
             if self._reference is None:
                 self._reference = await self._served_checkpoint()
             await asyncio.to_thread(checkpoint_check.check_checkpoint, path, self._reference)
-            for route, body in self._vllm_load(str(path), int(version)):
-                await self._control(route, body)
+            await self._vllm_load(str(path), int(version), self._control)
             await self._reset_vllm_prefix_cache()
         else:
             answers = await self._control("/update_weights_from_disk",
@@ -611,10 +611,23 @@ class RemoteEngine:
         except RequestRejected as e:  # not held (a restarted server): nothing to free
             log.warning("unloading the LoRA adapter %s: %s", name, e)
 
-    @staticmethod
-    def _vllm_load(path: str, version: int) -> list[tuple[str, dict[str, Any]]]:
-        """vLLM's calls that load a checkpoint from disk and label what it samples next."""
-        return [(vllm_wire.RPC, vllm_wire.reload_body(path)), (vllm_wire.VERSION, {"new_version": str(version)})]
+    async def _vllm_load(self, path: str, version: int,
+                         post: Callable[[str, dict[str, Any]], Awaitable[Any]]) -> None:
+        """vLLM's calls that load a checkpoint from disk and label what it samples next, made
+        with ``post(route, body)``: through agentrl's worker extension, or, on a server started
+        without it (by hand), through vLLM's own ``reload_weights``."""
+        try:
+            await post(vllm_wire.RPC, vllm_wire.reload_body(path, self._vllm_reload))
+        except ServerError as e:  # vLLM answers an unknown worker method with a 500 naming it
+            if self._vllm_reload == vllm_wire.PLAIN_RELOAD or f"no attribute '{self._vllm_reload}'" not in str(e):
+                raise
+            log.warning("the vLLM server was started without agentrl's worker extension (%s); weights load with "
+                        "vLLM's own reload_weights, which on a CPU leaves a tied lm_head on its first weights. "
+                        "Start vLLM with --worker-extension-cls %s and %s on PYTHONPATH", e, vllm_wire.WORKER_EXTENSION,
+                        vllm_wire.WORKER_DIR)
+            self._vllm_reload = vllm_wire.PLAIN_RELOAD
+            await post(vllm_wire.RPC, vllm_wire.reload_body(path, self._vllm_reload))
+        await post(vllm_wire.VERSION, {"new_version": str(version)})
 
     async def _reset_vllm_prefix_cache(self) -> None:
         """Empty every vLLM server's prefix cache after an update. vLLM answers ``{"success":

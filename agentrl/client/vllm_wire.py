@@ -7,7 +7,7 @@ for SGLang-compatible servers — exact token ids and per-token logprobs out of
 the version spans vLLM tags output tokens with, and the control routes of
 ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=abort``, ``/resume``,
 ``/update_weight_version``, ``/weight_info``) and ``/collective_rpc`` (``reload_weights``
-from a checkpoint directory), and runtime LoRA (``/v1/load_lora_adapter``,
+from a checkpoint directory, through agentrl's worker extension where the server has it), and runtime LoRA (``/v1/load_lora_adapter``,
 ``/v1/unload_lora_adapter``; a request names its adapter in ``model``). What it is not: the client (``remote_engine``), which
 decides when to call these.
 
@@ -18,6 +18,7 @@ equivalent for (``stop_regex``) is refused before a request is sent.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agentrl.api import SamplingParams
@@ -105,6 +106,18 @@ def parse_generate(data: Any, n: int, as_version: Callable[[Any], int]
         raise ServerError(f"{GENERATE} answered an unexpected shape ({e!r}): {str(data)[:300]}") from e
 
 
-def reload_body(path: str) -> dict[str, Any]:
+WORKER_DIR = Path(__file__).resolve().parent / "vllm_worker"
+"""On the ``PYTHONPATH`` of a vLLM server agentrl starts: vLLM imports ``WORKER_EXTENSION`` from
+it, in vLLM's own environment (``vllm_worker/agentrl_vllm_worker.py``)."""
+WORKER_EXTENSION = "agentrl_vllm_worker.WorkerExtension"
+"""vLLM's ``--worker-extension-cls`` for a server agentrl starts."""
+RELOAD = "agentrl_reload_weights"
+"""The worker method ``/collective_rpc`` loads a checkpoint with on a server agentrl started:
+vLLM's ``reload_weights`` and a fix of its CPU build (``agentrl/client/vllm_worker``)."""
+PLAIN_RELOAD = "reload_weights"
+"""vLLM's own, on a server started without agentrl's worker extension."""
+
+
+def reload_body(path: str, method: str = RELOAD) -> dict[str, Any]:
     """``/collective_rpc``'s body that makes every worker load the checkpoint at ``path`` in place."""
-    return {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+    return {"method": method, "kwargs": {"weights_path": str(path)}}

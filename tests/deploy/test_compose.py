@@ -19,6 +19,7 @@ import httpx
 import pytest
 import yaml
 
+from agentrl.client import vllm_wire
 from agentrl.process.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +83,9 @@ def test_the_file_validates_and_keeps_secrets_out(compose):
     assert vllm["profiles"] == ["vllm"] and vllm["environment"]["VLLM_SERVER_DEV_MODE"] == "1"
     assert vllm["entrypoint"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--logprobs-mode processed_logprobs" in vllm["command"]
+    assert f"--worker-extension-cls {vllm_wire.WORKER_EXTENSION}" in vllm["command"]
+    mounted = {target: source for source, target, *_ in (v.split(":") for v in vllm["volumes"])}
+    assert Path(mounted[vllm["environment"]["PYTHONPATH"]]) == vllm_wire.WORKER_DIR  # the extension's module
     assert services["trainer-vllm"]["depends_on"]["inference-vllm"] == {"condition": "service_healthy"}
     assert "inference.servers=[http://inference-vllm:30000]" in services["trainer-vllm"]["command"]
     gpus = services["inference"]["deploy"]["resources"]["reservations"]["devices"]

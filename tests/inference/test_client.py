@@ -239,3 +239,30 @@ async def test_a_seeded_group_sends_consecutive_seeds_and_a_failed_group_falls_b
     outs = await engine.generate_group([1], SamplingParams(max_new_tokens=1), 2)
     assert [o.tokens for o in outs] == [[4], [4]] and engine.stats["retries"] == 1
     assert [b["input_ids"] for b in fake.sent] == [[1], [[1], [1]]]  # the two re-runs left together
+
+
+async def test_a_vllm_server_without_agentrl_s_worker_extension_loads_with_vllm_s_own_reload(tiny_model_dir, caplog):
+    """A vLLM server started by hand, without ``--worker-extension-cls``, answers the extension's
+    method with a 500 naming it (the answer below is vLLM 0.32's, as seen): the update goes on
+    with vLLM's ``reload_weights``, with a warning naming the flag, and later updates use it
+    directly. Any other failure of the reload is raised."""
+    missing = {"error": {"message": "Call to collective_rpc method failed: Worker failed with error ''CPUWorker' "
+                                    "object has no attribute 'agentrl_reload_weights'', please check the stack "
+                                    "trace above for the root cause", "type": "InternalServerError", "code": 500}}
+    models = (200, {"data": [{"id": "m", "root": str(tiny_model_dir), "owned_by": "vllm"}]})
+    script = Script([models, (500, missing), (200, {"results": [None]}), (200, {}), (200, {"success": True}),
+                     (200, {"results": [None]}), (200, {}), (200, {"success": True})])
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(script), backoff=0.0, engine="vllm")
+    await engine.update_weights(str(tiny_model_dir), 1)
+    await engine.update_weights(str(tiny_model_dir), 2)
+    methods = [body["method"] for path, body in script.sent if path == "/collective_rpc"]
+    assert methods == ["agentrl_reload_weights", "reload_weights", "reload_weights"]
+    assert engine.version == 2 and "--worker-extension-cls agentrl_vllm_worker.WorkerExtension" in caplog.text
+
+    broken = {"error": {"message": "Call to collective_rpc method failed: Worker failed with error 'shape "
+                                   "mismatch'", "type": "InternalServerError", "code": 500}}
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(Script([models, (500, broken)])), backoff=0.0,
+                          engine="vllm")
+    with pytest.raises(ServerError, match="shape mismatch"):
+        await engine.update_weights(str(tiny_model_dir), 1)
+    assert engine.version == 0
