@@ -217,9 +217,11 @@ class SamplingParams:
         resumed after an interruption, or deterministic mode's next chunk), at most ``budget``
         more: what is left of the token budget and of ``min_new_tokens``, and, if seeded, a seed
         of its own (``continuation_seed``; the same seed again would repeat the first part's
-        random numbers)."""
+        random numbers). Nothing done and no smaller budget: these settings themselves."""
         left = self.max_new_tokens - done
         n = left if budget is None else min(budget, left)
+        if done == 0 and n == self.max_new_tokens:  # every first request: no copy to validate again
+            return self
         return replace(self, max_new_tokens=n, min_new_tokens=min(n, max(0, self.min_new_tokens - done)),
                        seed=None if self.seed is None else continuation_seed(self.seed, done))
 

@@ -72,6 +72,8 @@ def broadcast_trajectories(trajectories: Sequence[Trajectory] | None, src: int =
     is_src = dist.get_rank() == src
     if is_src and trajectories is None:
         raise ValueError(f"rank {src} must pass the trajectories to broadcast")
+    if dist.get_world_size() == 1:  # nobody to send to: no round trip through dicts and pickle
+        return list(trajectories)
     box = [[t.to_dict() for t in trajectories] if is_src else None]
     dist.broadcast_object_list(box, src=src)
     return [Trajectory.from_dict(d) for d in box[0]]

@@ -45,6 +45,7 @@ def test_metrics_files_and_curves(run):
         for key in ("train/loss", "train/clip_frac", "train/behaviour_weight_mean", "perf/weight_pause_s",
                     "perf/generation_tokens_per_s", "perf/trainer_idle_fraction", "rollout/response_tokens_mean"):
             assert key in r, key
+        assert 0 < r["perf/loop_cpu_s"] < 60  # the event loop's own CPU seconds in the step
     assert {r["step"] for r in rows if "eval/pass@1" in r} == {0, 3}
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
