@@ -140,8 +140,8 @@ verifiers: $(VERIFIERS_VENV)/.installed
 
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers. The four Python environments install
-# at once (each its own venv or folder; ~3.7 min one after another on 2 cores); the system
-# packages after them, one at a time (apt takes a lock).
+# at once (each its own venv or folder); the system packages after them, one at a time (apt
+# takes a lock).
 test:
 	$(MAKE) -j4 install vllm verifiers sglang-frontend
 	$(MAKE) sandbox-image sandbox-tools browser compose

@@ -55,7 +55,7 @@ def run(args) -> int:
         sock.close()
         raise
     # Everything loaded so far (torch, transformers, the model) lives as long as the server:
-    # keep it out of the cyclic GC, whose full passes over it took 0.1-0.6 s each.
+    # out of the cyclic GC's full passes (DESIGN.md §4, the training loop, "Placement")
     gc.freeze()
     # keep idle connections 120 s: a trainer step between two rollouts outlasts uvicorn's 5 s default
     run_app(build_app(config, state), sock, ready_line=SERVE_READY, log_level=args.log_level,

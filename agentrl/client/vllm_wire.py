@@ -7,9 +7,10 @@ for SGLang-compatible servers — exact token ids and per-token logprobs out of
 the version spans vLLM tags output tokens with, and the control routes of
 ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=abort``, ``/resume``,
 ``/update_weight_version``, ``/weight_info``) and ``/collective_rpc`` (``reload_weights``
-from a checkpoint directory, through agentrl's worker extension where the server has it), and runtime LoRA (``/v1/load_lora_adapter``,
-``/v1/unload_lora_adapter``; a request names its adapter in ``model``). What it is not: the client (``remote_engine``), which
-decides when to call these.
+from a checkpoint directory, through agentrl's worker extension where the server has it),
+and runtime LoRA (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``; a request names
+its adapter in ``model``). What it is not: the client (``remote_engine``), which decides when
+to call these.
 
 Our sampling vocabulary (SGLang's) maps onto vLLM's name by name; what vLLM has no
 equivalent for (``stop_regex``) is refused before a request is sent.

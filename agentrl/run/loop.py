@@ -367,8 +367,8 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 plotter = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "agentrl.run.metrics", str(run_dir),
                     stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-                # the lowest priority: on a machine with few cores its ~1.5 s of matplotlib was
-                # taken from the trainer's step; the generator's idle time is enough for it
+                # the lowest priority: on a machine with few cores it runs in the generator's idle
+                # time, not in the trainer's
                 with contextlib.suppress(OSError):
                     os.setpriority(os.PRIO_PROCESS, plotter.pid, 19)
         await executor.stop()
@@ -485,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     if resume_from is not None:
         tr.restore(resume_from)
     # What is loaded so far (torch, transformers, the model and its optimizer) lives as long as
-    # the run: keep it out of the cyclic GC, whose full passes over it stopped every thread of
-    # this process for 0.2-0.37 s every ~3 s of the demo (~10% of its time). As agentrl serve does.
+    # the run: out of the cyclic GC's full passes, as in agentrl serve (DESIGN.md §4, the
+    # training loop, "Placement")
     gc.freeze()
     if tr.rank == 0:
         summary = run_async(lead(tr, resume_from))

@@ -86,10 +86,9 @@ def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_mo
     """Five updates (pause, reload from disk, new version, reset the prefix cache, resume)
     while four 400-token requests run: every request ends with all 400 tokens, each tagged with
     the version that sampled it, versions never decrease, and every token carries the logprob
-    of the checkpoint of its version (the perturbed one for odd versions). Before agentrl's
-    worker extension, vLLM's CPU build computed logits after a reload with the tied output
-    layer of the first checkpoint in some batch shapes: tokens of odd versions were 0.01-0.2
-    off, in some runs only (tests/vllm/test_vllm.py's next test catches it every time)."""
+    of the checkpoint of its version (the perturbed one for odd versions), in every batch
+    shape the updates happened to meet (a stale tied output layer shows in some only; the next
+    test meets it every time)."""
     async def main():
         async with RemoteEngine(vllm_server.url, version=0) as engine:
             async def publish():
@@ -122,9 +121,9 @@ def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_mo
 
 def test_an_update_reaches_the_tied_output_layer(vllm_server, hf_model, tiny_model_dir, perturbed):
     """The test model ties its output layer to its embedding (as Qwen2.5-0.5B and Llama 3.2 1B
-    do). After an update, one request alone is sampled from the new checkpoint's logits: vLLM's
-    own ``reload_weights`` left the CPU build's output layer on the first checkpoint's embedding
-    (off by 0.1 on this request), which agentrl's worker extension rebuilds."""
+    do). After an update, one request alone is sampled from the new checkpoint's logits: the
+    CPU build's output layer is rebuilt from the new embedding (agentrl's worker extension;
+    vLLM's own ``reload_weights`` leaves it on the one the server started with)."""
     async def main():
         async with RemoteEngine(vllm_server.url, version=0) as engine:
             await engine.pause()

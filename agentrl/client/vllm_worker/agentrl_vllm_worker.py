@@ -10,10 +10,9 @@ GEMM kernel for every embedding-kind layer that computes logits through one. vLL
 (``vllm/model_executor/layers/utils.py``, ``dispatch_cpu_unquantized_gemm``), and the handle
 keeps the weight as it was then. The reload rebuilds the handle of every layer it loads
 weights into, but a tied ``lm_head`` loads none of its own (its weight is the embedding's; a
-tied checkpoint has no ``lm_head.weight``), so its handle went on computing logits from the
-first checkpoint's embedding: after an update every logprob mixed the new model with the old
-output layer (by 0.1-0.2 nats on the test model). On a GPU no layer has such a handle, and
-the second step rebuilds nothing.
+tied checkpoint has no ``lm_head.weight``), so without the second step its handle keeps
+computing logits from the embedding the server started with. On a GPU no layer has such a
+handle, and the second step rebuilds nothing.
 """
 
 from __future__ import annotations
