@@ -43,7 +43,13 @@ def run(args) -> int:
     from agentrl.process.services import exit_on_signals
     from agentrl.run.local_launcher import launch
     from agentrl.run.loop import latest_checkpoint
-    from agentrl.run.run_config import RunConfig, apply_deterministic, apply_placement, check_run_config
+    from agentrl.run.run_config import (
+        RunConfig,
+        apply_deterministic,
+        apply_placement,
+        apply_rollout_worker,
+        check_run_config,
+    )
     from agentrl.run.run_lock import RunLock, make_dir
     from agentrl.run.run_lock import describe as describe_holder
 
@@ -53,6 +59,7 @@ def run(args) -> int:
     check_run_config(cfg)
     refuse_other_outputs(run_dir, "agentrl train")
     print(f"agentrl train: {apply_placement(cfg)}", flush=True)
+    print(f"agentrl train: {apply_rollout_worker(cfg)}", flush=True)
     if (line := apply_deterministic(cfg)) is not None:
         print(f"agentrl train: {line}", flush=True)
     lead = cfg.node_rank == 0  # the other nodes' ranks read node 0's run_dir (it is shared): node 0 owns it

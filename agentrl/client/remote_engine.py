@@ -167,6 +167,21 @@ class RemoteEngine:
         """The policy version the servers were last updated to (DESIGN.md §4 step 5)."""
         return self._version
 
+    def policy(self) -> dict[str, Any]:
+        """What another client of the same servers needs in order to generate as this one does
+        after its weight updates (``follow``): the version, the last update's checkpoint (a
+        restarted server is re-synced to it), the adapters the servers hold and the one every
+        request names, and whether a server waits for the weight group to form again."""
+        return {"version": self._version, "last_update": self._last_update, "lora": self._lora,
+                "adapters": dict(self._adapters), "needs_rejoin": self.needs_rejoin}
+
+    def follow(self, policy: dict[str, Any]) -> None:
+        """Generate from now on as the client whose ``policy()`` this is: the publisher's, when
+        this client is another process's (the rollout process, ``agentrl.run.rollout_process``)."""
+        self._version, self._last_update = int(policy["version"]), policy["last_update"]
+        self._lora, self._adapters = policy["lora"], dict(policy["adapters"])
+        self.needs_rejoin = bool(policy["needs_rejoin"])
+
     @property
     def addresses(self) -> list[str]:
         return [s.address for s in self._servers]

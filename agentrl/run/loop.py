@@ -3,18 +3,19 @@
 What it is: ``python -m agentrl.run.loop RUN_DIR`` (the launcher runs it under ``torchrun``
 after writing ``RUN_DIR/config.yaml``, while it starts the servers; rank 0 waits for
 ``RUN_DIR/servers.json``, written when they are ready). Every rank builds the
-``Actor``; rank 0 also runs, on one event loop, the rollout executor (episodes against the
-inference servers through ``RemoteEngine``) and the trainer's side of each step, so
+``Actor``; rank 0 also drives, on one event loop, the rollout side (the executor's episodes
+against the inference servers: in a child process, ``rollout.worker: process``, or on this
+loop, ``thread``; ``agentrl.run.rollout_side``) and the trainer's side of each step, so
 generation never waits for training:
 
-    eval (before) → executor.start()
+    eval (before) → rollout.start()
     loop: batch = await next_batch()  (B finished groups; generation goes on meanwhile —
           or, with placement colocated, is paused here, the servers' memory released if
           inference.release_memory: in-flight requests resume after the publish)
           → broadcast to every rank → prepare_batch → Actor.train_step (in a thread)
           → WeightPublisher: stage (every rank) → pause → send → continue (rank 0;
             trainer.weight_sync: a checkpoint on disk, or a broadcast over torch.distributed)
-          → executor.set_version(v) (admission moves on) → metrics, samples
+          → rollout.set_version(v) (admission moves on) → metrics, samples
           → every N steps: checkpoint (trainer shards + the executor's state)
     eval (after) → final checkpoint → curves.png, summary.json
 
@@ -41,6 +42,7 @@ import shutil
 import sys
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -159,18 +161,18 @@ class Trainer:
                 return
 
 
-async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
-    """Rank 0: the rollout side and the schedule of the steps."""
+async def lead(tr: Trainer, resume_from: Path | None, worker: Any = None) -> dict[str, Any]:
+    """Rank 0: the rollout side (``worker``: a ``RolloutProcess`` already spawned; None: in this
+    process) and the schedule of the steps."""
     from rich.console import Console
 
     from agentrl.api import TrajectoryStatus
     from agentrl.client.remote_engine import RemoteEngine
     from agentrl.plugins import sandbox_counters
     from agentrl.rollout.evaluate import evaluate
-    from agentrl.rollout.executor import EpisodeKey, RolloutExecutor, RowSource
-    from agentrl.rollout.journal import EpisodeLog
     from agentrl.rollout.renderer import token_decoder
     from agentrl.run.metrics import RunLog, batch_metrics, plot_curves
+    from agentrl.run.rollout_side import LocalRollout
     from agentrl.run.run_config import build_workflow, dataset_rows, figure_value
     from agentrl.trainer.publish import WeightPublisher
 
@@ -185,40 +187,16 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
     runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
                     trajectories_per_step=cfg.logging.trajectories_per_step, record=cfg.logging.record,
                     resume_step=actor.version if resume_from else None)
-    external = cfg.rollout.source == "gateway"
-    recorded = None
-    workflow = rows = None
-    if cfg.rollout.recorded is not None:  # off-policy: the recorded run's steps are this run's batches
-        from agentrl.rollout.recorded import RecordedEpisodes
-
-        recorded = RecordedEpisodes(cfg.rollout.recorded)
-    elif not external:  # the rows first: a dataset's module may register the environment the workflow makes
-        rows = RowSource(dataset_rows(cfg.rollout.dataset, cfg.seed), seed=cfg.seed, shuffle=cfg.rollout.shuffle)
-        workflow = build_workflow(cfg, cfg.rollout.sampling)
-    state = json.loads((resume_from / "rollout.json").read_text()) if resume_from else None
-    keep = None
-    if state is not None:
-        pending = {int(i) for i in state["pending"]}
-        cursor = state["cursor"]
-
-        def keep(key: str) -> bool:  # the episodes of rows still to be trained on
-            index = EpisodeKey.parse(key).index
-            return index in pending or index >= cursor
-    episode_log = EpisodeLog(run_dir / "rollout" / "episodes.jsonl", keep=keep)
-    lockstep = None
-    if cfg.deterministic and workflow is not None:
-        from agentrl.rollout.lockstep import Lockstep
-
-        lockstep = Lockstep(cfg.rollout.lockstep)  # (the launcher checked that the servers are batch-invariant)
-    executor = RolloutExecutor(workflow, engine, rows, group_size=cfg.rollout.group_size,
-                               batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
-                               max_concurrent=cfg.rollout.max_concurrent,
-                               filter_equal_rewards=cfg.rollout.filter_equal_rewards,
-                               episode_log=episode_log,
-                               run_id=run_dir.name, record_max_bytes=cfg.logging.record_max_bytes,
-                               lockstep=lockstep)
-    tr.publisher = WeightPublisher(tr.transport, engine, before_pause=executor.pause_admission,
-                                   after_resume=executor.resume_admission)
+    resume = str(resume_from) if resume_from else None
+    if worker is not None:  # the episodes in a process of their own, with a client of their own
+        rollout: Any = worker
+        opened = await worker.open(servers, actor.version, resume)
+        local = None
+    else:
+        rollout = local = LocalRollout(cfg, run_dir)
+        opened = await local.open(engine, actor.version, resume)
+    tr.publisher = WeightPublisher(tr.transport, engine, before_pause=rollout.pause_admission,
+                                   after_resume=rollout.resume_admission)
     eval_wf = eval_rows = None
     if cfg.eval.dataset:
         eval_wf = build_workflow(cfg, cfg.eval.sampling, cfg.eval.workflow_args)
@@ -248,49 +226,49 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             await asyncio.to_thread(tr.command, {"op": "publish"})
         return await tr.publisher.apublish(actor.model, actor.version)
 
-    def rollout_state() -> dict[str, float]:
-        return {"rollout/groups_running": float(executor.running), "rollout/groups_ready": float(executor.ready),
-                **{f"rollout/{k}": float(v) for k, v in executor.counters.items()},
-                **{f"sandbox/{k}": float(v) for k, v in sandbox_counters().items()}}
+    def set_version() -> None:
+        """Admission moves on; a rollout process's client follows the publisher's."""
+        rollout.set_version(actor.version, engine.policy() if worker is not None else None)
 
-    async def publish_step() -> tuple[Any, dict[str, float]]:
+    async def publish_step() -> tuple[Any, dict[str, Any]]:
         """The step's publish, and the rollout's state right after it (deterministic mode: between
         the rounds the schedule fixes, so the same in every run; otherwise whenever it finishes)."""
-        if lockstep is None:
-            return await publish(), rollout_state()
-
-        async def between_rounds() -> tuple[Any, dict[str, float]]:
+        if local is None or local.lockstep is None:
             record = await publish()
-            executor.set_version(actor.version)
-            return record, rollout_state()
-        return await lockstep.publish(actor.version, between_rounds)
+            set_version()
+            return record, await rollout.snapshot()
+
+        async def between_rounds() -> tuple[Any, dict[str, Any]]:
+            record = await publish()
+            set_version()
+            return record, await local.snapshot()
+        return await local.lockstep.publish(actor.version, between_rounds)
 
     start_step = actor.version
     colocated = cfg.placement == "colocated"
     release = colocated and bool(cfg.inference.release_memory)
     started = time.perf_counter()
-    if state is not None:
-        executor.restore(state, actor.version)
+    if resume_from is not None:
         console.print(f"resumed from {resume_from.name}: version {actor.version}, "
-                      f"{len(state['pending'])} groups to finish, {len(episode_log.keys())} logged episodes")
+                      f"{opened['pending']} groups to finish, {opened['logged']} logged episodes")
         await publish()  # the servers start from the base model: give them the checkpoint's weights
     elif "eval_before" not in summary:
         summary["eval_before"] = await run_eval(0, "before")
     summary.setdefault("steps", 0)
     stack = contextlib.AsyncExitStack()
-    if external:
-        await serve_gateway(stack, cfg, run_dir, engine, executor, console)
-    elif recorded is not None:  # from the step after the checkpoint's: the earlier ones were trained on
-        recorded.feed(executor, first_step=actor.version, steps=cfg.steps)
-        console.print(f"training on the recorded steps of {cfg.rollout.recorded} ({len(recorded.steps)} steps; "
-                      "nothing generated)")
+    if local is not None and local.external:
+        await serve_gateway(stack, cfg, run_dir, engine, local.executor, console)
+    elif local is not None and local.recorded is not None:  # from the step after the checkpoint's
+        local.recorded.feed(local.executor, first_step=actor.version, steps=cfg.steps)
+        console.print(f"training on the recorded steps of {cfg.rollout.recorded} ({len(local.recorded.steps)} "
+                      "steps; nothing generated)")
     else:
-        await executor.start()
+        await rollout.start()
     gc.freeze()  # and the rollout side's (workflow, tokenizer, envs, client): the steps' garbage alone is scanned
     t_last = time.perf_counter()
-    cpu_last = time.thread_time()  # this thread runs the event loop: episodes, the client, logging
+    cpu_last = time.thread_time()  # this thread runs the event loop: logging (rollout.worker thread: the episodes too)
     trainer_idle = 0.0
-    gen_busy_last = executor.generation_busy_s()
+    gen_busy_last = (await rollout.snapshot())["busy_s"]
     warned_truncation = False
     plotted = time.perf_counter()
     plotter: asyncio.subprocess.Process | None = None  # the redraw of curves.png in progress
@@ -301,12 +279,12 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             if cfg.max_minutes is not None and (time.perf_counter() - started) / 60 + _eta(summary) > cfg.max_minutes:
                 console.print(f"stopping: the next step would pass max_minutes={cfg.max_minutes}")
                 break
-            batch = await executor.next_batch()
+            batch = await rollout.next_batch()
             trained.extend(batch.groups)
             trainer_idle += batch.wait_s
             trajectories = batch.trajectories
             if colocated:  # the trainer takes the cores (or GPU): generation stops until the publish resumes it
-                await executor.pause_admission()
+                await rollout.pause_admission()
                 await engine.pause()
                 if release:  # and the servers' memory, until the weight update (weights) and the resume (the rest)
                     await engine.release_memory()
@@ -319,10 +297,11 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 await engine.occupy_memory(weights_only=True)
             record, rollout_now = await publish_step()
             step = actor.version
-            executor.set_version(step)
+            if rollout_now["needs_rejoin"] and not engine.needs_rejoin:  # the rollout process's client saw a
+                await engine.check_health()  # server come back without broadcast weights: the next publish rejoins it
             now = time.perf_counter()
             wall = now - t_last
-            gen_busy = executor.generation_busy_s()
+            gen_busy = rollout_now["busy_s"]
             metrics = batch_metrics(trajectories, step - 1)
             metrics.update({(k if k.startswith(("batch/", "perf/")) else f"train/{k}"): v for k, v in stats.items()})
             sampled = metrics.get("rollout/sampled_tokens", 0.0)
@@ -334,7 +313,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 "perf/train_tokens_per_s": sum(len(t) for t in kept) / max(t1 - t0, 1e-9),
                 "perf/trainer_idle_fraction": batch.wait_s / max(wall, 1e-9),
                 "perf/generator_idle_fraction": 1.0 - min(1.0, (gen_busy - gen_busy_last) / max(wall, 1e-9)),
-                **rollout_now,
+                **rollout_now["metrics"],
                 "perf/loop_cpu_s": time.thread_time() - cpu_last,
                 "perf/elapsed_min": (now - started) / 60,
             })
@@ -361,7 +340,7 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:
                 await run_eval(step, "at")
             if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
-                await save(tr, executor, episode_log, step, summary, trained)
+                await save(tr, rollout, step, summary, trained)
             if now - plotted >= PLOT_EVERY_S and (plotter is None or plotter.returncode is not None):
                 plotted = now
                 plotter = await asyncio.create_subprocess_exec(
@@ -371,28 +350,28 @@ async def lead(tr: Trainer, resume_from: Path | None) -> dict[str, Any]:
                 # time, not in the trainer's
                 with contextlib.suppress(OSError):
                     os.setpriority(os.PRIO_PROCESS, plotter.pid, 19)
-        await executor.stop()
+        await rollout.stop()
         summary["eval_after"] = await run_eval(step, "after")
-        await save(tr, executor, episode_log, step, summary, trained)
+        await save(tr, rollout, step, summary, trained)
     finally:
         if plotter is not None and plotter.returncode is None:
             await plotter.wait()  # its curves.png is redrawn below, after the summary
-        await executor.stop()
+        await rollout.stop()
         await stack.aclose()
         if tr.world_size > 1:
             await asyncio.to_thread(tr.command, {"op": "stop"})
-        episode_log.close()
+        closed = await rollout.aclose()
         runlog.close()
         with contextlib.suppress(Exception):  # the servers leave the weight group (distributed transport)
             await tr.transport.close(engine)
         await engine.aclose()
-        for wf in (workflow, eval_wf):
-            if wf is not None and hasattr(wf, "aclose"):
-                await wf.aclose()
+        if eval_wf is not None and hasattr(eval_wf, "aclose"):
+            await eval_wf.aclose()
     summary["minutes"] = summary.get("minutes", 0.0) + (time.perf_counter() - started) / 60
     summary["run_dir"] = str(run_dir)
-    summary["counters"] = dict(executor.counters)
-    if "runs" in (sandbox := sandbox_counters()):  # the backend's own count (Docker), evaluations included
+    summary["counters"] = closed["counters"]
+    # the backend's own count (Docker), evaluations included: this process's and the rollout process's
+    if "runs" in (sandbox := sandbox_counters() + (Counter(closed["sandbox"]) if worker is not None else Counter())):
         summary["sandbox_runs"] = sandbox["runs"]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curves(run_dir)
@@ -441,22 +420,20 @@ def _eta(summary: dict[str, Any]) -> float:
     return (summary.get("step_s_mean", 0.0) + summary.get("eval_s", 0.0)) / 60
 
 
-async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary: dict[str, Any],
-               trained: list) -> None:
+async def save(tr: Trainer, rollout: Any, step: int, summary: dict[str, Any], trained: list) -> None:
     """Checkpoint: the trainer's shards (every rank), the executor's state, then the pointer; the
     episode log then forgets the groups trained on (a resume never needs them again)."""
     if tr.world_size > 1:
         await asyncio.to_thread(tr.command, {"op": "checkpoint", "step": step})
     path = await asyncio.to_thread(tr.checkpoint, step)
-    (path / "rollout.json").write_text(json.dumps(executor.state()))
+    (path / "rollout.json").write_text(json.dumps(await rollout.checkpoint_state()))
     (tr.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     pointer = tr.run_dir / CHECKPOINTS / LATEST
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(path.name)
     os.replace(tmp, pointer)
-    episode_log.forget([f"{g.index}:{k}" for g in trained for k in range(executor.group_size)])
+    await rollout.forget([g.index for g in trained])
     trained.clear()
-    episode_log.compact()
     kept = sorted(p for p in (tr.run_dir / CHECKPOINTS).glob("step_*") if p.is_dir())
     for old in kept[: -tr.cfg.checkpoint.keep_last]:
         if old != path:
@@ -466,7 +443,7 @@ async def save(tr: Trainer, executor: Any, episode_log: Any, step: int, summary:
 def main(argv: list[str] | None = None) -> int:
     from agentrl.config import load_config
     from agentrl.process.services import run_async
-    from agentrl.run.run_config import RunConfig
+    from agentrl.run.run_config import RunConfig, apply_rollout_worker
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
@@ -477,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     run_dir = Path(args[0])
     cfg = load_config(RunConfig, run_dir / "config.yaml")
+    apply_rollout_worker(cfg)  # (agentrl train resolved it already: a config run by hand may say auto)
+    worker = None
+    if cfg.rollout.worker == "process" and int(os.environ.get("RANK", "0")) == 0:
+        from agentrl.run.rollout_side import RolloutProcess
+
+        worker = RolloutProcess.spawn(run_dir)  # its imports and workflow load while the trainer's model does
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -489,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     # training loop, "Placement")
     gc.freeze()
     if tr.rank == 0:
-        summary = run_async(lead(tr, resume_from))
+        summary = run_async(lead(tr, resume_from, worker))
         print("agentrl train: summary " + json.dumps(summary), flush=True)
     else:
         tr.follow()

@@ -110,6 +110,12 @@ class RolloutConfig:
                                                        "episode its own seed: agentrl.rollout.seeds)"})
     lockstep: LockstepConfig = option(LockstepConfig, help="deterministic mode's generation rounds "
                                                            "(agentrl.rollout.lockstep)")
+    worker: str = option("auto", choices=("auto", "process", "thread"),
+                         help="where the episodes run: process: a child process of rank 0 with its own inference "
+                              "client (the episodes' Python and the trainer's do not share an interpreter lock); "
+                              "thread: rank 0's event loop, beside the trainer's thread. auto: process, except with "
+                              "deterministic, rollout.source gateway or recorded steps (thread); the run's second "
+                              "line says which and why")
 
     @property
     def recorded(self) -> str | None:
@@ -345,6 +351,8 @@ def check_run_config(cfg: RunConfig) -> None:
         raise ConfigError(f"config key 'model': {cfg.model!r} is not a model directory (no config.json); "
                           "build the demo one with `agentrl model tiny --out DIR`")
     check_context(cfg, model)
+    if cfg.rollout.worker == "process" and (here := rollout_stays_in_rank_0(cfg)):
+        raise ConfigError(f"config key 'rollout.worker': process cannot run with {here}; use thread (or auto)")
     if cfg.rollout.source == "gateway":
         import ipaddress
         import os
@@ -577,6 +585,25 @@ def apply_placement(cfg: RunConfig) -> str:
     if cfg.inference.release_memory:
         line += ", the servers' memory released while the trainer trains"
     return line
+
+
+def rollout_stays_in_rank_0(cfg: RunConfig) -> str:
+    """Why this run's episodes must run in rank 0's event loop ("" if they need not)."""
+    return ("deterministic mode (the lockstep clock paces both)" if cfg.deterministic
+            else "rollout.source gateway (the gateway's agents feed the executor)" if cfg.rollout.source == "gateway"
+            else "recorded steps (nothing is generated)" if cfg.rollout.recorded is not None else "")
+
+
+def apply_rollout_worker(cfg: RunConfig) -> str:
+    """Resolve ``cfg.rollout.worker`` (``process`` or ``thread``); returns the line that says which and why."""
+    here = rollout_stays_in_rank_0(cfg)
+    if cfg.rollout.worker == "auto":
+        cfg.rollout.worker, why = ("thread", here) if here else (
+            "process", "the episodes' Python does not wait on the trainer's interpreter lock")
+    else:
+        why = "rollout.worker set"
+    where = "a process of their own" if cfg.rollout.worker == "process" else "rank 0's event loop"
+    return f"rollout.worker {cfg.rollout.worker} ({why}): episodes run in {where}"
 
 
 def check_placement(cfg: RunConfig) -> None:

@@ -157,6 +157,27 @@ async def test_a_server_that_comes_back_is_resynced_to_the_current_weights():
     assert script.sent[7][1] == {"model_path": "/ckpt-3", "weight_version": "3"}
 
 
+async def test_a_client_that_follows_the_publisher_s_resyncs_a_restarted_server_to_its_weights():
+    """The rollout process's client never publishes: it follows the publisher's (``policy``)."""
+    publisher = engine_with(Script([(200, {"message": "ok"}), (200, {"success": True}), (200, {"message": "ok"})]))
+    await publisher.pause()
+    await publisher.update_weights("/ckpt-3", 3)
+    await publisher.resume()
+    script = Script([
+        (0, httpx.ConnectError("refused")), (0, httpx.ConnectError("refused")),  # generate; /health fails
+        (200, {}), (200, {"weight_version": "2"}), (200, {"success": True}),  # back, stale -> updated
+        (200, answer([5], {"type": "length", "length": 1}, version="3")),
+    ])
+    follower = engine_with(script, health_check_interval=0.01)
+    follower.follow(publisher.policy())
+    assert follower.policy() == publisher.policy() and follower.version == 3
+    out = await follower.generate([1], SamplingParams(max_new_tokens=1))
+    assert out.versions == [3]
+    assert [p for p, _ in script.sent] == ["/generate", "/health", "/health", "/model_info",
+                                           "/update_weights_from_disk", "/generate"]
+    assert script.sent[4][1] == {"model_path": "/ckpt-3", "weight_version": "3"}
+
+
 class Generate:
     """Answers /generate per sample with ``reply(prompt, sampling_params) -> (status, result)``
     and records every body (batches included)."""

@@ -19,7 +19,13 @@ from agentrl.config import load_config
 from agentrl.errors import ConfigError
 from agentrl.run import run_config
 from agentrl.run.local_launcher import server_has_own_gpu, torchrun_command
-from agentrl.run.run_config import RunConfig, apply_placement, check_run_config, choose_placement
+from agentrl.run.run_config import (
+    RunConfig,
+    apply_placement,
+    apply_rollout_worker,
+    check_run_config,
+    choose_placement,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,6 +61,9 @@ def config(*overrides: str) -> RunConfig:
     (["deterministic=true", "placement=colocated"], "'placement'", "overlap_rounds"),
     (["inference.release_memory=true"], "'inference.release_memory'", "needs placement colocated"),
     (["deterministic=true", "rollout.sampling.stop=[</answer>]"], "'rollout.sampling'", "stop strings"),
+    (["deterministic=true", "rollout.worker=process"], "'rollout.worker'", "process cannot run with deterministic"),
+    (["rollout.source=gateway", "rollout.worker=process"], "'rollout.worker'", "process cannot run with "
+                                                                              "rollout.source gateway"),
 ])
 def test_impossible_placements_name_their_key(overrides, key, words):
     with pytest.raises(ConfigError) as e:
@@ -92,6 +101,19 @@ def test_the_torchrun_line_of_each_node(tmp_path):
 def test_auto_picks_by_the_machine_and_says_why(overrides, placement, why):
     got, reason = choose_placement(config(*overrides))
     assert got == placement and why in reason
+
+
+@pytest.mark.parametrize(("overrides", "worker", "why"), [
+    ([], "process", "interpreter lock"),
+    (["placement=colocated"], "process", "interpreter lock"),
+    (["deterministic=true"], "thread", "deterministic mode"),
+    (["rollout.source=gateway"], "thread", "rollout.source gateway"),
+    (["rollout.worker=thread"], "thread", "rollout.worker set"),
+])
+def test_auto_puts_the_episodes_in_a_process_of_their_own_where_they_can_go(overrides, worker, why):
+    cfg = config(*overrides)
+    line = apply_rollout_worker(cfg)
+    assert cfg.rollout.worker == worker and line.startswith(f"rollout.worker {worker} (") and why in line
 
 
 @pytest.mark.parametrize(("gpus", "placement"), [(1, "colocated"), (2, "decoupled")])

@@ -1,7 +1,7 @@
 """`agentrl train` when parts fail: a killed inference server is restarted and the run goes on; a
 SIGKILLed trainer rank stops the run cleanly and `--resume` loses nothing (both in either
-placement, colocated and decoupled); a SIGTERM to the run
-stops everything it started, and so does a SIGKILL; a server that exits at once is said to have
+placement, colocated and decoupled); a SIGKILLed rollout process (``rollout.worker: process``) stops
+the run saying so, and `--resume` loses nothing; a SIGTERM to the run stops everything it started, and so does a SIGKILL; a server that exits at once is said to have
 exited; an env that raises on 30% of episodes is counted, not fatal."""
 
 from __future__ import annotations
@@ -102,6 +102,26 @@ def test_a_killed_trainer_rank_stops_the_run_and_resume_loses_nothing(tmp_path, 
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["steps"] == 6 and summary["counters"]["episodes_replayed"] > 0
     assert "resumed from step_000002" in out or "resumed from step_000004" in out
+
+
+def test_a_killed_rollout_process_stops_the_run_saying_so_and_resume_loses_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=6", "checkpoint.every_steps=2", *SMALL)
+    t.wait_for("step    3")
+    victims = pids_with("agentrl.run.rollout_side", str(run_dir))
+    assert len(victims) == 1
+    os.kill(victims[0], signal.SIGKILL)
+    code, out = t.finish()
+    assert code == 2 and f"the rollout process (pid {victims[0]}) exited with code -9" in out, out[-3000:]
+    time.sleep(1)
+    port = json.loads((run_dir / "servers.json").read_text())["servers"][0].rsplit(":", 1)[1]
+    assert pids_with(str(run_dir)) == [] and pids_with("agentrl", "serve", "--port", port) == []  # nothing left
+
+    t = Train("--resume", str(run_dir))
+    code, out = t.finish()
+    assert code == 0, out[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["steps"] == 6 and summary["counters"]["episodes_replayed"] > 0
 
 
 def test_sigterm_stops_the_run_and_every_process_it_started(tmp_path):

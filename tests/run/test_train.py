@@ -128,14 +128,19 @@ def test_colocated_runs_train_and_resume(tmp_path, eta):
     """placement colocated: generation pauses for each train step (in-flight requests resume after
     the publish), with η = 0 (synchronous) and η = 1 (the next batch's episodes admitted during a
     step, their tokens at most one version old); a checkpoint, then --resume to the end. At η = 1
-    the server also releases its KV cache while the trainer trains (inference.release_memory)."""
+    the server also releases its KV cache while the trainer trains (inference.release_memory).
+    The episodes run in rank 0's event loop at η = 0 (rollout.worker thread) and in a process of
+    their own at η = 1 (auto): the paused servers hold that process's requests."""
     run_dir = tmp_path / "run"
     small = ["eval.limit=20", "rollout.batch_size=4", "rollout.group_size=4", "max_minutes=null",
              "logging.trajectories_per_step=0", "checkpoint.every_steps=2"]
     release = "true" if eta else "null"
     out = train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "placement=colocated",
-                f"trainer.max_staleness={eta}", "steps=2", f"inference.release_memory={release}", *small)
+                f"trainer.max_staleness={eta}", "steps=2", f"inference.release_memory={release}",
+                f"rollout.worker={'auto' if eta else 'thread'}", *small)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    worker = "process" if eta else "thread"
+    assert out.stdout.splitlines()[1].startswith(f"agentrl train: rollout.worker {worker} ("), out.stdout[:500]
     assert out.stdout.startswith("agentrl train: placement colocated (placement set): generation and training "
                                  "take turns, each with all"), out.stdout[:300]
     assert ("memory released" in out.stdout.splitlines()[0]) == bool(eta)
