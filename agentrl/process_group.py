@@ -21,10 +21,15 @@ which ours does not.
 What it is not: the weight-update protocol on either side (``agentrl.inference.weight_sync``
 on the server, ``agentrl.trainer.publish`` on the trainer). Gloo picks its network interface
 as torch does (``GLOO_SOCKET_IFNAME`` steers it across machines).
+
+This module imports nothing but torch and the standard library: agentrl's vLLM worker
+extension (``agentrl/client/vllm_worker``), which runs in vLLM's environment without agentrl,
+loads this file by its path, so a vLLM worker joins the group exactly as ``agentrl serve`` does.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -62,6 +67,19 @@ class UpdateGroup:
             shutdown = getattr(pg, "shutdown", None) or getattr(pg, "abort", None)
             if shutdown is not None:
                 shutdown()
+
+
+def unflatten(flat: torch.Tensor, specs: list[tuple[torch.dtype, list[int]]]) -> list[torch.Tensor]:
+    """The tensors of one ``flattened_bucket`` (SGLang's layout: each tensor's bytes end to end,
+    in order, in one uint8 buffer) as views into ``flat``; ``specs``: their dtypes and shapes."""
+    tensors, at = [], 0
+    for dtype, shape in specs:
+        size = math.prod(shape) * dtype.itemsize
+        tensors.append(flat[at : at + size].view(dtype).reshape(shape))
+        at += size
+    if at != flat.numel():
+        raise ValueError(f"the bucket holds {flat.numel()} bytes, its tensors {at}")
+    return tensors
 
 
 def _root_zero() -> Any:

@@ -729,16 +729,41 @@ class RemoteEngine:
         info = r.json() if r.status_code == 200 else {}
         return info if isinstance(info, dict) else {}
 
+    async def _worker_calls(self, method: str, kwargs: list[dict[str, Any]]) -> list[list[Any]]:
+        """vLLM: every worker of server ``i`` calls the worker extension's ``method(**kwargs[i])``
+        (``/collective_rpc``); each server's results, one per worker. A server without agentrl's
+        worker extension, or a worker that answers ``{"success": false}``, raises ``RequestRejected``."""
+        try:
+            answers = await self._every_server(vllm_wire.RPC, [vllm_wire.rpc_body(method, **kw) for kw in kwargs])
+        except ServerError as e:  # vLLM answers an unknown worker method with a 500 naming it
+            if f"no attribute '{method}'" not in str(e):
+                raise
+            raise RequestRejected(
+                f"the vLLM server(s) {self.addresses} run without agentrl's worker extension, which weights over "
+                f"torch.distributed need: start vLLM with --worker-extension-cls {vllm_wire.WORKER_EXTENSION} and "
+                f"{vllm_wire.WORKER_DIR} on PYTHONPATH (as agentrl train does), or use trainer.weight_sync.transport: "
+                "disk", 400) from e
+        results = [list(a.get("results") or []) if isinstance(a, dict) else [] for a in answers]
+        for server, each in zip(self._servers, results, strict=True):
+            for r in each:
+                if isinstance(r, dict) and r.get("success") is False:
+                    raise RequestRejected(f"{server.address}: {r.get('message')}", 400)
+        return results
+
     async def weight_group_ranks(self) -> list[int]:
         """How many ranks each server takes in a weight group: its GPUs (``tp_size`` x
-        ``pp_size`` of ``/server_info``; 1 for ``agentrl serve``)."""
+        ``pp_size`` of ``/server_info``; 1 for ``agentrl serve``; a vLLM server's workers)."""
+        if await self._resolve_engine() == "vllm":
+            return [len(r) for r in await self._worker_calls(vllm_wire.GROUP_RANK, [{}] * len(self._servers))]
         infos = await asyncio.gather(*(self._server_info(s) for s in self._servers))
         return [int(info.get("tp_size") or 1) * int(info.get("pp_size") or 1) for info in infos]
 
     async def can_stage_weights(self) -> bool:
         """Whether every server can receive broadcast buckets while generating and swap them in
         later (``agentrl serve``'s ``/server_info``: ``agentrl_staged_weight_updates``; SGLang
-        has no such thing and swaps each bucket in on arrival)."""
+        has no such thing and swaps each bucket in on arrival; vLLM neither)."""
+        if await self._resolve_engine() == "vllm":
+            return False
         infos = await asyncio.gather(*(self._server_info(s) for s in self._servers))
         return bool(infos) and all(info.get("agentrl_staged_weight_updates") is True for info in infos)
 
@@ -747,9 +772,16 @@ class RemoteEngine:
         """Every server joins the trainer's group ``group_name`` (the trainer, rank 0, hosts it at
         ``master_address:master_port`` and must join at the same time: each call returns when all
         ranks have joined). Server ``i`` takes ``ranks[i]`` ranks (default 1) from
-        ``rank_offset = 1 + sum(ranks[:i])``, of ``1 + sum(ranks)`` (AReaL's layout)."""
+        ``rank_offset = 1 + sum(ranks[:i])``, of ``1 + sum(ranks)`` (AReaL's layout). A vLLM
+        server's workers join through agentrl's worker extension (``vllm_wire.INIT_GROUP``)."""
         ranks = ranks or [1] * len(self._servers)
         offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
+        if await self._resolve_engine() == "vllm":
+            await self._worker_calls(vllm_wire.INIT_GROUP, [
+                {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
+                 "world_size": 1 + sum(ranks), "group_name": group_name, "backend": backend,
+                 "timeout_s": self.control_timeout} for offset in offsets])
+            return
         await self._every_server("/init_weights_update_group", [
             {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
              "world_size": 1 + sum(ranks), "group_name": group_name, "backend": backend} for offset in offsets])
@@ -762,7 +794,22 @@ class RemoteEngine:
         ``load_format="flattened_bucket"`` one for all their bytes end to end) and swaps them in.
         With ``version`` (the last bucket of an update), the servers and the client move to it.
         ``stage_only`` (``agentrl serve`` only, ``can_stage_weights``): the servers keep them in a
-        staging copy instead, and go on generating; ``commit_staged_weights`` swaps them in."""
+        staging copy instead, and go on generating; ``commit_staged_weights`` swaps them in.
+
+        vLLM (through agentrl's worker extension): every worker keeps the buckets it receives
+        and, at the one with ``version``, checks them all and loads them at once; then the
+        version is set and the prefix cache emptied, as after a load from disk."""
+        if await self._resolve_engine() == "vllm":
+            if stage_only:
+                raise RequestRejected("vLLM cannot stage weights while it generates (can_stage_weights is false)", 400)
+            await self._worker_calls(vllm_wire.RECEIVE, [
+                {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                 "load_format": load_format, "load": version is not None}] * len(self._servers))
+            if version is not None:
+                await self._every_server(vllm_wire.VERSION, [{"new_version": str(version)}] * len(self._servers))
+                await self._reset_vllm_prefix_cache()
+                self._served_by_broadcast(int(version))
+            return
         payload: dict[str, Any] = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
                                    "flush_cache": True, "load_format": load_format}
         if stage_only:
@@ -835,15 +882,24 @@ class RemoteEngine:
     async def destroy_weights_update_group(self, group_name: str) -> None:
         """Every server that answers leaves ``group_name`` (best effort: one that never joined,
         or died, is not an error here)."""
-        await asyncio.gather(*(self._post(s, "/destroy_weights_update_group", {"group_name": group_name},
-                                          self.control_timeout) for s in self._servers), return_exceptions=True)
+        if await self._resolve_engine() == "vllm":
+            path, body = vllm_wire.RPC, vllm_wire.rpc_body(vllm_wire.DESTROY_GROUP, group_name=group_name)
+        else:
+            path, body = "/destroy_weights_update_group", {"group_name": group_name}
+        await asyncio.gather(*(self._post(s, path, body, self.control_timeout) for s in self._servers),
+                             return_exceptions=True)
 
     async def begin_weight_update(self) -> None:
         """SGLang 0.5.23 loads distributed updates only inside a session; older SGLang and
-        ``agentrl serve`` have none and answer 404, which is taken as "not needed"."""
+        ``agentrl serve`` have none and answer 404, which is taken as "not needed"; vLLM's
+        workers need none (they load at the update's last bucket)."""
+        if await self._resolve_engine() == "vllm":
+            return
         await self._session("/begin_weight_update", {"selector": "all"})
 
     async def end_weight_update(self) -> None:
+        if await self._resolve_engine() == "vllm":
+            return
         await self._session("/end_weight_update", {})
 
     async def _session(self, path: str, payload: dict[str, Any]) -> None:

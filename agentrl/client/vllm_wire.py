@@ -7,7 +7,8 @@ for SGLang-compatible servers — exact token ids and per-token logprobs out of
 the version spans vLLM tags output tokens with, and the control routes of
 ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=abort``, ``/resume``,
 ``/update_weight_version``, ``/weight_info``) and ``/collective_rpc`` (``reload_weights``
-from a checkpoint directory, through agentrl's worker extension where the server has it),
+from a checkpoint directory, through agentrl's worker extension where the server has it, and
+the extension's methods that receive weights over torch.distributed),
 and runtime LoRA (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``; a request names
 its adapter in ``model``). What it is not: the client (``remote_engine``), which decides when
 to call these.
@@ -119,6 +120,21 @@ PLAIN_RELOAD = "reload_weights"
 """vLLM's own, on a server started without agentrl's worker extension."""
 
 
+GROUP_RANK = "agentrl_weight_group_rank"
+"""Worker methods of the extension for weights over torch.distributed: each worker's rank in its
+server (a server takes a group rank per worker), join the trainer's group, receive a bucket
+(and load them all at the last), leave the group."""
+INIT_GROUP = "agentrl_init_weight_group"
+RECEIVE = "agentrl_receive_weights"
+DESTROY_GROUP = "agentrl_destroy_weight_group"
+
+
+def rpc_body(method: str, **kwargs: Any) -> dict[str, Any]:
+    """``/collective_rpc``'s body: every worker of the server calls ``method(**kwargs)``; the
+    answer is ``{"results": [one per worker]}``."""
+    return {"method": method, "kwargs": kwargs}
+
+
 def reload_body(path: str, method: str = RELOAD) -> dict[str, Any]:
     """``/collective_rpc``'s body that makes every worker load the checkpoint at ``path`` in place."""
-    return {"method": method, "kwargs": {"weights_path": str(path)}}
+    return rpc_body(method, weights_path=str(path))

@@ -40,7 +40,7 @@ from agentrl.inference.lora_adapter import adapter_of, check_config
 from agentrl.inference.native_routes import update_options
 from agentrl.inference.state import ServerState
 from agentrl.inference.wire import check_type, read_json
-from agentrl.process_group import BACKENDS, UpdateGroup, open_process_group
+from agentrl.process_group import BACKENDS, UpdateGroup, open_process_group, unflatten
 
 log = logging.getLogger(__name__)
 
@@ -416,9 +416,4 @@ def _receive_flat(state: ServerState, opened: _Open, names: list[str], specs: li
         flat = opened.flat = torch.empty(total, dtype=torch.uint8, device=device)
     flat = flat[:total]
     opened.group.broadcast([flat])
-    tensors, at = [], 0
-    for d, s in specs:
-        size = math.prod(s) * d.itemsize
-        tensors.append(flat[at : at + size].view(d).reshape(s))
-        at += size
-    return tensors, {}
+    return unflatten(flat, specs), {}

@@ -413,7 +413,7 @@ def check_run_config(cfg: RunConfig) -> None:
 
         sync = cfg.trainer.weight_sync
         nccl = sync.backend_for(cfg.device) == "nccl"
-        if (sync.transport == "distributed" and nccl and cfg.inference.engine == "agentrl"
+        if (sync.transport == "distributed" and nccl and cfg.inference.engine in ("agentrl", "vllm")
                 and not cfg.inference.servers and not server_has_own_gpu(cfg, cfg.inference.num_servers - 1, have)):
             raise ConfigError(
                 "config key 'trainer.weight_sync.transport': distributed weights go over NCCL, which cannot join "
@@ -520,9 +520,6 @@ def apply_deterministic(cfg: RunConfig) -> str | None:
 
 def check_vllm(cfg: RunConfig) -> None:
     """What a run on vLLM servers needs (``inference.engine: vllm`` or ``inference.client.engine: vllm``)."""
-    if cfg.trainer.weight_sync.transport == "distributed":
-        raise ConfigError("config key 'trainer.weight_sync.transport': distributed is not supported with vLLM yet "
-                          "(vLLM's weight-transfer routes are NCCL only and not wired up); use disk")
     if cfg.inference.engine != "vllm" or cfg.inference.servers:
         return
     from agentrl.run.local_launcher import vllm_python

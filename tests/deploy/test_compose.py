@@ -85,7 +85,11 @@ def test_the_file_validates_and_keeps_secrets_out(compose):
     assert "--logprobs-mode processed_logprobs" in vllm["command"]
     assert f"--worker-extension-cls {vllm_wire.WORKER_EXTENSION}" in vllm["command"]
     mounted = {target: source for source, target, *_ in (v.split(":") for v in vllm["volumes"])}
-    assert Path(mounted[vllm["environment"]["PYTHONPATH"]]) == vllm_wire.WORKER_DIR  # the extension's module
+    # the extension's module on PYTHONPATH, inside the whole package it loads process_group.py from
+    package = mounted["/opt/agentrl"]
+    assert Path(package) == ROOT / "agentrl"
+    inside = Path(vllm["environment"]["PYTHONPATH"]).relative_to("/opt/agentrl")
+    assert Path(package) / inside == vllm_wire.WORKER_DIR
     assert services["trainer-vllm"]["depends_on"]["inference-vllm"] == {"condition": "service_healthy"}
     assert "inference.servers=[http://inference-vllm:30000]" in services["trainer-vllm"]["command"]
     gpus = services["inference"]["deploy"]["resources"]["reservations"]["devices"]

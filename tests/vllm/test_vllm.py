@@ -1,6 +1,7 @@
 """`RemoteEngine` against a real vLLM server (vLLM's CPU build): exact tokens and logprobs,
-weight updates with requests in flight, broken weights refused, and the gateway over it driven
-by the unmodified `openai` SDK. `agentrl train inference.engine=vllm` is tests/vllm/test_train_vllm.py."""
+weight updates with requests in flight (from disk and by broadcast over torch.distributed),
+broken weights refused, and the gateway over it driven by the unmodified `openai` SDK.
+`agentrl train inference.engine=vllm` is tests/vllm/test_train_vllm.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -26,6 +28,7 @@ from agentrl.errors import RequestRejected
 from agentrl.process.services import ServiceProcess
 from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer
+from agentrl.trainer.publish import DistributedTransport, StagedTensors
 
 PROMPTS = [[49, 50, 43, 55, 61], [52, 43, 56, 61], [57, 57, 45, 49, 52, 61]]
 
@@ -223,6 +226,131 @@ def test_colocated_memory_release_sleeps_and_wakes_vllm_around_an_update(vllm_se
     last = AutoModelForCausalLM.from_pretrained(perturbed, dtype=torch.float32).eval()
     prompt = PROMPTS[0] + out.tokens[:at]
     assert out.logprobs[at:at + 20] == pytest.approx(hf_logprobs(last, prompt, out.tokens[at:at + 20]), abs=2e-3)
+
+
+def staged_from(model_dir, bucket_bytes: int) -> StagedTensors:
+    """A checkpoint's tensors as the trainer's ``DistributedTransport`` stages them: in name
+    order, in flattened buckets of at most ``bucket_bytes``."""
+    buckets: list[list[tuple[str, torch.Tensor]]] = [[]]
+    for name, t in load_file(model_dir / "model.safetensors").items():
+        if buckets[-1] and sum(x.nbytes for _, x in buckets[-1]) + t.nbytes > bucket_bytes:
+            buckets.append([])
+        buckets[-1].append((name, t))
+    return StagedTensors(buckets, [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in b]) for b in buckets])
+
+
+def test_weights_by_broadcast_over_torch_distributed_with_requests_in_flight_lose_no_token(
+        vllm_server, hf_model, tiny_model_dir, perturbed):
+    """``trainer.weight_sync.transport: distributed`` on vLLM: this process, as the trainer's
+    rank 0, forms a gloo group with the server's worker (agentrl's worker extension) and sends
+    three updates by broadcast, each in several flattened buckets, while four 300-token requests
+    run. Every request ends with all its tokens, versions never decrease, and every token
+    carries the logprob of its version's weights (the tied output layer included); the group is
+    formed once and left at the end."""
+    tr = DistributedTransport(master_address="127.0.0.1", backend="gloo", timeout_s=120)
+    updates = {v: staged_from(perturbed if v % 2 else tiny_model_dir, bucket_bytes=100_000) for v in (1, 2, 3)}
+    assert len(updates[1].buckets) > 2
+
+    async def main():
+        async with RemoteEngine(vllm_server.url, version=0) as engine:
+            groups = []
+
+            async def publish():
+                for v, weights in updates.items():
+                    await until_tokens(engine, vllm_server.url, 40)
+                    await engine.pause()
+                    try:
+                        await tr.send(engine, weights, v)
+                    finally:
+                        await engine.resume()
+                    groups.append(tr.group)
+            try:
+                runs, _ = await asyncio.gather(asyncio.gather(*(
+                    engine.generate(PROMPTS[i % 3], SamplingParams(max_new_tokens=300, ignore_eos=True))
+                    for i in range(4))), publish())
+                info = httpx.get(vllm_server.url + "/weight_info").json()
+            finally:  # the committed weights back, for the other tests
+                await tr.close(engine)
+                await engine.pause()
+                await engine.update_weights(str(tiny_model_dir), 0)
+                await engine.resume()
+            return runs, groups, info
+
+    runs, groups, info = asyncio.run(main())
+    assert groups[0] is not None and groups == [groups[0]] * 3 and tr.group is None
+    assert info["weight_version"] == "3"
+    odd = AutoModelForCausalLM.from_pretrained(perturbed, dtype=torch.float32).eval()
+    for i, c in enumerate(runs):
+        assert len(c.tokens) == 300 and c.finish_reason == "length"
+        assert all(a <= b for a, b in itertools.pairwise(c.versions)), c.versions
+        assert c.versions[-1] == 3 and len(set(c.versions)) >= 3, [k for k, _ in itertools.groupby(c.versions)]
+        by_model = {m: hf_logprobs(m, PROMPTS[i % 3], c.tokens) for m in (hf_model, odd)}
+        expect = [by_model[odd if v % 2 else hf_model][k] for k, v in enumerate(c.versions)]
+        assert c.logprobs == pytest.approx(expect, abs=2e-3), [k for k, _ in itertools.groupby(c.versions)]
+
+
+@pytest.mark.parametrize("damage", ["nan", "wrong-shape", "unknown-name"])
+def test_broken_weights_by_broadcast_are_refused_and_the_group_stays_in_step(damage, vllm_server, tiny_model_dir):
+    """The worker receives every byte of a broadcast, then checks it before loading any: each
+    damage is refused naming the tensor, the server goes on sampling what it sampled before at
+    the same version, and a good update goes through on the same group."""
+    weights = load_file(tiny_model_dir / "model.safetensors")
+    name = "model.layers.0.mlp.up_proj.weight"
+    t = weights[name]
+    if damage == "nan":
+        weights[name] = t.clone().index_fill_(0, torch.tensor([3]), float("nan"))
+    elif damage == "wrong-shape":
+        weights[name] = torch.zeros(t.shape[0] + 1, t.shape[1])
+    else:
+        weights["model.layers.0.mlp.extra.weight"] = weights.pop(name)
+    expected = {"nan": f"tensor {name!r} holds non-finite values",
+                "wrong-shape": f"tensor {name!r} has shape [{t.shape[0] + 1}, {t.shape[1]}], the served",
+                "unknown-name": "tensor 'model.layers.0.mlp.extra.weight' is not in the served checkpoint"}[damage]
+    tr = DistributedTransport(master_address="127.0.0.1", backend="gloo", timeout_s=120)
+    good = staged_from(tiny_model_dir, bucket_bytes=1 << 30)
+
+    async def main():
+        async with RemoteEngine(vllm_server.url) as engine:
+            greedy = SamplingParams(max_new_tokens=10, temperature=0)
+            before = await engine.generate(PROMPTS[2], greedy)
+            await engine.pause()
+            try:
+                await tr.send(engine, good, 1)  # forms the group
+                group = tr.group
+                names = list(weights)
+                with pytest.raises(RequestRejected, match=re.escape(expected)):
+                    await asyncio.gather(
+                        engine.update_weights_from_distributed(
+                            names, [str(x.dtype).removeprefix("torch.") for x in weights.values()],
+                            [list(x.shape) for x in weights.values()], group_name=tr.group_name, version=2,
+                            load_format="flattened_bucket"),
+                        asyncio.to_thread(group.broadcast, [torch.cat([x.reshape(-1).view(torch.uint8)
+                                                                        for x in weights.values()])]))
+                refused_at = engine.version
+                await tr.send(engine, good, 3)  # every byte was received: the group is still in step
+                assert tr.group is group
+            finally:
+                await tr.close(engine)
+                await engine.resume()
+            after = await engine.generate(PROMPTS[2], greedy)
+            return before, after, refused_at, engine.version
+
+    before, after, refused_at, version = asyncio.run(main())
+    assert refused_at == 1 and version == 3
+    assert after.tokens == before.tokens and after.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+    assert httpx.get(vllm_server.url + "/weight_info").json()["weight_version"] == "3"
+
+
+def test_broadcast_weights_need_agentrl_s_worker_extension(vllm_server):
+    """What a vLLM server started without agentrl's worker extension answers is turned into one
+    line saying what to start it with (checked against the same server, asking for a worker
+    method it does not have)."""
+    async def main():
+        async with RemoteEngine(vllm_server.url) as engine:
+            await engine._worker_calls("agentrl_no_such_method", [{}])
+
+    with pytest.raises(RequestRejected, match="run without agentrl's worker extension.*--worker-extension-cls"):
+        asyncio.run(main())
 
 
 async def until_tokens(engine: RemoteEngine, url: str, n: int) -> None:
