@@ -112,13 +112,20 @@ def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_mo
 
     runs, stats = asyncio.run(main())
     assert stats["resumes"] >= 4, stats
-    odd = AutoModelForCausalLM.from_pretrained(perturbed, dtype=torch.float32).eval()
+    assert_every_token_is_its_version_s(runs, 400, 5, hf_model, perturbed)
+
+
+def assert_every_token_is_its_version_s(runs, length: int, last: int, even, odd_dir) -> None:
+    """Request ``i`` (prompt ``PROMPTS[i % 3]``) ran to all its ``length`` tokens; its versions
+    never decrease, reach ``last`` and change at least twice; every token carries the logprob
+    of its version's weights: ``even`` (a model) for even versions, ``odd_dir``'s for odd ones."""
+    odd = AutoModelForCausalLM.from_pretrained(odd_dir, dtype=torch.float32).eval()
     for i, c in enumerate(runs):
-        assert len(c.tokens) == 400 and c.finish_reason == "length"
+        assert len(c.tokens) == length and c.finish_reason == "length"
         assert all(a <= b for a, b in itertools.pairwise(c.versions)), c.versions
-        assert c.versions[-1] == 5 and len(set(c.versions)) >= 3, [k for k, _ in itertools.groupby(c.versions)]
-        by_model = {m: hf_logprobs(m, PROMPTS[i % 3], c.tokens) for m in (hf_model, odd)}
-        expect = [by_model[odd if v % 2 else hf_model][k] for k, v in enumerate(c.versions)]
+        assert c.versions[-1] == last and len(set(c.versions)) >= 3, [k for k, _ in itertools.groupby(c.versions)]
+        by_model = {m: hf_logprobs(m, PROMPTS[i % 3], c.tokens) for m in (even, odd)}
+        expect = [by_model[odd if v % 2 else even][k] for k, v in enumerate(c.versions)]
         assert c.logprobs == pytest.approx(expect, abs=2e-3), [k for k, _ in itertools.groupby(c.versions)]
 
 
@@ -279,14 +286,7 @@ def test_weights_by_broadcast_over_torch_distributed_with_requests_in_flight_los
     runs, groups, info = asyncio.run(main())
     assert groups[0] is not None and groups == [groups[0]] * 3 and tr.group is None
     assert info["weight_version"] == "3"
-    odd = AutoModelForCausalLM.from_pretrained(perturbed, dtype=torch.float32).eval()
-    for i, c in enumerate(runs):
-        assert len(c.tokens) == 300 and c.finish_reason == "length"
-        assert all(a <= b for a, b in itertools.pairwise(c.versions)), c.versions
-        assert c.versions[-1] == 3 and len(set(c.versions)) >= 3, [k for k, _ in itertools.groupby(c.versions)]
-        by_model = {m: hf_logprobs(m, PROMPTS[i % 3], c.tokens) for m in (hf_model, odd)}
-        expect = [by_model[odd if v % 2 else hf_model][k] for k, v in enumerate(c.versions)]
-        assert c.logprobs == pytest.approx(expect, abs=2e-3), [k for k, _ in itertools.groupby(c.versions)]
+    assert_every_token_is_its_version_s(runs, 300, 3, hf_model, perturbed)
 
 
 @pytest.mark.parametrize("damage", ["nan", "wrong-shape", "unknown-name"])
@@ -333,12 +333,16 @@ def test_broken_weights_by_broadcast_are_refused_and_the_group_stays_in_step(dam
                 await tr.close(engine)
                 await engine.resume()
             after = await engine.generate(PROMPTS[2], greedy)
-            return before, after, refused_at, engine.version
+            served = httpx.get(vllm_server.url + "/weight_info").json()["weight_version"]
+            await engine.pause()  # version 0 back, for the other tests
+            await engine.update_weights(str(tiny_model_dir), 0)
+            await engine.resume()
+            return before, after, refused_at, served
 
-    before, after, refused_at, version = asyncio.run(main())
-    assert refused_at == 1 and version == 3
-    assert after.tokens == before.tokens and after.logprobs == pytest.approx(before.logprobs, abs=1e-5)
-    assert httpx.get(vllm_server.url + "/weight_info").json()["weight_version"] == "3"
+    before, after, refused_at, served = asyncio.run(main())
+    assert refused_at == 1 and served == "3"
+    assert after.tokens == before.tokens and after.versions == [3] * len(after.tokens)
+    assert after.logprobs == pytest.approx(before.logprobs, abs=1e-5)
 
 
 def test_broadcast_weights_need_agentrl_s_worker_extension(vllm_server):
