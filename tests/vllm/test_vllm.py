@@ -246,6 +246,11 @@ def staged_from(model_dir, bucket_bytes: int) -> StagedTensors:
     return StagedTensors(buckets, [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in b]) for b in buckets])
 
 
+async def weight_info(url: str) -> dict:
+    async with httpx.AsyncClient(timeout=30) as http:
+        return (await http.get(url + "/weight_info")).json()
+
+
 def test_weights_by_broadcast_over_torch_distributed_with_requests_in_flight_lose_no_token(
         vllm_server, hf_model, tiny_model_dir, perturbed):
     """``trainer.weight_sync.transport: distributed`` on vLLM: this process, as the trainer's
@@ -275,7 +280,7 @@ def test_weights_by_broadcast_over_torch_distributed_with_requests_in_flight_los
                 runs, _ = await asyncio.gather(asyncio.gather(*(
                     engine.generate(PROMPTS[i % 3], SamplingParams(max_new_tokens=300, ignore_eos=True))
                     for i in range(4))), publish())
-                info = httpx.get(vllm_server.url + "/weight_info").json()
+                info = await weight_info(vllm_server.url)
             finally:  # the committed weights back, for the other tests
                 await tr.close(engine)
                 await engine.pause()
@@ -333,7 +338,7 @@ def test_broken_weights_by_broadcast_are_refused_and_the_group_stays_in_step(dam
                 await tr.close(engine)
                 await engine.resume()
             after = await engine.generate(PROMPTS[2], greedy)
-            served = httpx.get(vllm_server.url + "/weight_info").json()["weight_version"]
+            served = (await weight_info(vllm_server.url))["weight_version"]
             await engine.pause()  # version 0 back, for the other tests
             await engine.update_weights(str(tiny_model_dir), 0)
             await engine.resume()
