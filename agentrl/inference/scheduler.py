@@ -390,14 +390,16 @@ class Scheduler:
             except queue.Empty:
                 return
 
+    def _held(self) -> bool:
+        return self.paused is not None or self.decoder.kv_released
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             running = any(r is not None for r in self._slots)
-            held = self.paused is not None or self.decoder.kv_released
-            idle = held or (not running and not self._waiting)
+            idle = self._held() or (not running and not self._waiting)
             self._drain_commands(block=idle)
-            if held:
-                continue
+            if self._held():  # asked again: a pause (or a release) among the commands just run holds
+                continue  # the requests submitted after it, in the same drain, in the queue
             try:
                 self._step()
             except Exception as e:  # a bug outside the isolated part: fail what is in the slots

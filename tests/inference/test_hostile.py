@@ -181,3 +181,34 @@ def test_aborting_queued_requests_one_by_one_does_not_scan_the_queue(engine):
     # a scan per abort compares every live id: ~n^2 / 2 = 2,000,000 calls; a dict lookup a few
     assert CountingId.calls <= 4 * n, CountingId.calls
     assert all(r.finish_reason == {"type": "abort", "message": "Abort in waiting queue"} for r in reqs)
+
+
+def test_requests_that_come_with_a_pause_wait_and_the_memory_can_be_released(untrained_model_dir):
+    """A pause, then requests, in one batch of the engine's commands (an aborted client re-sends at
+    once): they wait in the queue, none enters a slot, so /release_memory_occupation is accepted."""
+    torch.set_num_threads(1)
+    decoder = Decoder(untrained_model_dir, num_slots=8, max_len=128, pool_tokens=512)
+    eng = Scheduler(decoder, eos_token_ids=set(), decode_text=lambda ids: " ".join(map(str, ids)))
+    paused = eng.pause("abort")  # queued before the thread starts: the first drain runs them together
+    reqs = [GenRequest(f"r{i}", PROMPT, SamplingParams(max_new_tokens=4)) for i in range(4)]
+    eng.submit(*reqs)
+    eng.start()
+    try:
+        paused.result(timeout=10)
+        eng.release_memory({"kv_cache", "weights"}).result(timeout=10)
+        assert eng.load() == {"num_running_reqs": 0, "num_waiting_reqs": 4}
+        eng.resume_memory({"kv_cache", "weights"}).result(timeout=10)
+        done = threading.Event()
+        left = [len(reqs)]
+
+        def note(_: GenRequest, finished: bool) -> None:
+            left[0] -= finished
+            if not left[0]:
+                done.set()
+        for r in reqs:
+            r.notify = note
+        eng.resume().result(timeout=10)
+        assert done.wait(60)
+        assert all(r.finish_reason == {"type": "length", "length": 4} for r in reqs)
+    finally:
+        eng.shutdown()
