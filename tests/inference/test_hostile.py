@@ -110,16 +110,21 @@ def engine(untrained_model_dir):
     eng.shutdown()
 
 
-def run_all(engine: Scheduler, reqs: list[GenRequest], timeout: float = 60) -> None:
+def when_finished(reqs: list[GenRequest]) -> threading.Event:
+    """An event the requests' ``notify`` sets once the last of them has finished."""
     left, done = [len(reqs)], threading.Event()
 
     def note(_: GenRequest, finished: bool) -> None:
-        if finished:
-            left[0] -= 1
-            if not left[0]:
-                done.set()
+        left[0] -= finished
+        if not left[0]:
+            done.set()
     for r in reqs:
         r.notify = note
+    return done
+
+
+def run_all(engine: Scheduler, reqs: list[GenRequest], timeout: float = 60) -> None:
+    done = when_finished(reqs)
     engine.submit(*reqs)
     assert done.wait(timeout), "the engine did not finish the requests"
 
@@ -163,15 +168,7 @@ def test_aborting_queued_requests_one_by_one_does_not_scan_the_queue(engine):
     engine.pause("in_place").result(timeout=10)  # nothing is admitted: all wait in the queue
     n = 2000
     reqs = [GenRequest(CountingId(f"q{i}"), PROMPT, SamplingParams(max_new_tokens=4)) for i in range(n)]
-    finished = threading.Event()
-    left = [n]
-
-    def note(_: GenRequest, fin: bool) -> None:
-        left[0] -= fin
-        if not left[0]:
-            finished.set()
-    for r in reqs:
-        r.notify = note
+    finished = when_finished(reqs)
     engine.submit(*reqs)
     CountingId.calls = 0
     for r in reqs:
@@ -189,8 +186,9 @@ def test_requests_that_come_with_a_pause_wait_and_the_memory_can_be_released(unt
     torch.set_num_threads(1)
     decoder = Decoder(untrained_model_dir, num_slots=8, max_len=128, pool_tokens=512)
     eng = Scheduler(decoder, eos_token_ids=set(), decode_text=lambda ids: " ".join(map(str, ids)))
-    paused = eng.pause("abort")  # queued before the thread starts: the first drain runs them together
     reqs = [GenRequest(f"r{i}", PROMPT, SamplingParams(max_new_tokens=4)) for i in range(4)]
+    done = when_finished(reqs)
+    paused = eng.pause("abort")  # queued before the thread starts: the first drain runs them together
     eng.submit(*reqs)
     eng.start()
     try:
@@ -198,15 +196,6 @@ def test_requests_that_come_with_a_pause_wait_and_the_memory_can_be_released(unt
         eng.release_memory({"kv_cache", "weights"}).result(timeout=10)
         assert eng.load() == {"num_running_reqs": 0, "num_waiting_reqs": 4}
         eng.resume_memory({"kv_cache", "weights"}).result(timeout=10)
-        done = threading.Event()
-        left = [len(reqs)]
-
-        def note(_: GenRequest, finished: bool) -> None:
-            left[0] -= finished
-            if not left[0]:
-                done.set()
-        for r in reqs:
-            r.notify = note
         eng.resume().result(timeout=10)
         assert done.wait(60)
         assert all(r.finish_reason == {"type": "length", "length": 4} for r in reqs)
