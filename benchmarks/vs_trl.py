@@ -20,6 +20,12 @@ Three runs, one after another (never two at once):
    agentrl's. Its cosine runs over the steps it is expected to make in that time (from run 2's
    median step time), so that its learning rate decays to 2e-6 within the budget as the demo's does.
 
+With ``--seeds N`` runs 1 and 3 are made for each of the seeds 0 .. N-1 (both sides draw their
+prompt order, and TRL its sampling, from it; run 2 only for seed 0): one run's held-out figure
+moves by a few points with the seed (agentrl's asynchronous runs also with timing), so a claim about
+the gains needs several. The JSON then holds the means, each seed's figures (``per_seed``) and the
+paired difference of the gains (agentrl's minus TRL's) with its 95% interval (Student's t).
+
 TRL's training time runs from ``on_train_begin`` to the last ``on_step_end`` (not the model load
 or the save). Every checkpoint is evaluated by the same evaluator, ``agentrl eval`` with the demo's
 ``eval`` section (``envs.arith:eval_rows``, ``--eval-limit`` problems (1,000), greedy, 12 new
@@ -31,7 +37,7 @@ above 1: agentrl is faster) and the held-out pass@1 before and after for both, i
 the median step times (``*_step_s_median``) beside them say how much a busy machine moved the totals
 (measure with nothing else running: TRL's 2-thread process slows down most when its cores are shared).
 
-    make trl && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] [--trl-threads 2]
+    make trl && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] [--trl-threads 2] [--seeds 1]
 """
 
 from __future__ import annotations
@@ -54,10 +60,12 @@ CONFIG = ROOT / "examples" / "arith_grpo.yaml"
 AGENTRL = ROOT / ".venv" / "bin" / "agentrl"
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 SCHEDULE_STEPS = 80  # the demo's trainer.total_steps: its cosine reaches lr * 0.1 there
+# Student's t at 97.5% by degrees of freedom (index; the last entry stands for 10 and more)
+T95 = (math.inf, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 # The demo's recipe, for TRL (examples/arith_grpo.yaml holds agentrl's side of it).
 RECIPE = {"prompts_per_step": 16, "group_size": 16, "temperature": 1.0, "max_new_tokens": 12, "lr": 2e-5,
-          "min_lr_ratio": 0.1, "betas": (0.9, 0.99), "seed": 0}
+          "min_lr_ratio": 0.1, "betas": (0.9, 0.99)}
 
 
 def say(msg: str) -> None:
@@ -100,14 +108,15 @@ def held_out(model: Path | str, out: Path, limit: int) -> float:
     return float(report["pass@1"])
 
 
-def run_agentrl(tmp: Path, args: argparse.Namespace) -> dict:
-    run_dir = tmp / "agentrl"
-    say(f"agentrl train {CONFIG.relative_to(ROOT)} steps={args.steps} eval.every_steps=0 "
-        f"eval.limit={args.eval_limit} (log {tmp / 'agentrl.log'})")
+def run_agentrl(tmp: Path, args: argparse.Namespace, seed: int) -> dict:
+    run_dir = tmp / f"agentrl_seed{seed}"
+    log = tmp / f"agentrl_seed{seed}.log"
+    say(f"agentrl train {CONFIG.relative_to(ROOT)} seed={seed} steps={args.steps} eval.every_steps=0 "
+        f"eval.limit={args.eval_limit} (log {log})")
     summary = json.loads(run_logged(
-        [str(AGENTRL), "train", str(CONFIG), f"run_dir={run_dir}", f"steps={args.steps}",
+        [str(AGENTRL), "train", str(CONFIG), f"run_dir={run_dir}", f"seed={seed}", f"steps={args.steps}",
          "eval.every_steps=0", f"eval.limit={args.eval_limit}"],
-        tmp / "agentrl.log", re.compile(r"^(eval |stopping|step +\d*0 )")))
+        log, re.compile(r"^(eval |stopping|step +\d*0 )")))
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     step_s = [r["perf/step_s"] for r in records if "perf/step_s" in r]
@@ -120,11 +129,11 @@ def run_agentrl(tmp: Path, args: argparse.Namespace) -> dict:
             "weights": str(weights) if weights.is_dir() else None}
 
 
-def run_trl(tmp: Path, name: str, args: argparse.Namespace, horizon: int, stop_steps: int | None,
+def run_trl(tmp: Path, name: str, args: argparse.Namespace, seed: int, horizon: int, stop_steps: int | None,
             stop_s: float | None) -> dict:
     out = tmp / name
     cmd = [str(TRL_PYTHON), str(Path(__file__).resolve()), "--trl-worker", "--out", str(out),
-           "--horizon", str(horizon), "--trl-threads", str(args.trl_threads)]
+           "--horizon", str(horizon), "--trl-threads", str(args.trl_threads), "--seed", str(seed)]
     if stop_steps is not None:
         cmd += ["--stop-steps", str(stop_steps)]
     if stop_s is not None:
@@ -132,7 +141,7 @@ def run_trl(tmp: Path, name: str, args: argparse.Namespace, horizon: int, stop_s
     env = dict(os.environ, OMP_NUM_THREADS=str(args.trl_threads), MKL_NUM_THREADS=str(args.trl_threads),
                TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    say(f"TRL GRPOTrainer ({name}): cosine over {horizon} steps, stop at "
+    say(f"TRL GRPOTrainer ({name}, seed {seed}): cosine over {horizon} steps, stop at "
         + (f"{stop_steps} steps" if stop_steps is not None else f"{stop_s / 60:.2f} training minutes")
         + f" (log {tmp / (name + '.log')})")
     return json.loads(run_logged(cmd, tmp / f"{name}.log", re.compile(r"^trl "), env=env))
@@ -150,57 +159,82 @@ def orchestrate(args: argparse.Namespace) -> None:
             "2 OpenMP threads suffers most when its cores are shared (a step goes from ~0.8 s to 5-10 s), "
             "so compare the *_step_s_median figures too, or run it with nothing else running")
     tmp = Path(tempfile.mkdtemp(prefix="vs_trl-", dir=args.tmp))  # kept when a run fails (its logs)
-    ours = run_agentrl(tmp, args)
-    say(f"agentrl: {ours['steps']} steps in {ours['train_s'] / 60:.2f} training minutes "
-        f"({ours['train_s'] / ours['steps']:.2f} s a step); held-out {ours['eval_before_in_run']:.3f} -> "
-        f"{ours['eval_after_in_run']:.3f} (in the run)")
-
-    ref = run_trl(tmp, "trl_steps", args, SCHEDULE_STEPS, args.steps, None)
-    say(f"TRL ({args.steps} steps): {ref['steps']} steps in {ref['train_s'] / 60:.2f} training minutes "
-        f"({ref['train_s'] / ref['steps']:.2f} s a step)")
-    # its cosine's length: the steps TRL makes in agentrl's minutes at the reference run's median step time
-    expected = max(1, round(ours["train_s"] / statistics.median(ref["step_s"])))
-    eq = run_trl(tmp, "trl_minutes", args, expected, None, ours["train_s"])
-    say(f"TRL (equal minutes): {eq['steps']} steps in {eq['train_s'] / 60:.2f} training minutes "
-        f"({eq['train_s'] / eq['steps']:.2f} s a step; {expected} expected)")
-
-    say(f"evaluating with agentrl eval ({args.eval_limit} held-out problems, greedy) ...")
+    say(f"evaluating the base model with agentrl eval ({args.eval_limit} held-out problems, greedy) ...")
     base = held_out(ROOT / "examples" / "tiny-model", tmp / "eval_base", args.eval_limit)
-    ours_after = (held_out(ours["weights"], tmp / "eval_agentrl", args.eval_limit) if ours["weights"]
-                  else ours["eval_after_in_run"])
-    ref_after = held_out(ref["out"], tmp / "eval_trl_steps", args.eval_limit)
-    eq_after = held_out(eq["out"], tmp / "eval_trl_minutes", args.eval_limit)
-    say(f"held-out pass@1: base {base:.3f}; agentrl {ours_after:.3f}; TRL equal minutes {eq_after:.3f}; "
-        f"TRL {ref['steps']} steps {ref_after:.3f}")
-
+    ref: dict | None = None
+    runs = []
+    for seed in range(args.seeds):
+        ours = run_agentrl(tmp, args, seed)
+        say(f"agentrl: {ours['steps']} steps in {ours['train_s'] / 60:.2f} training minutes "
+            f"({ours['train_s'] / ours['steps']:.2f} s a step); held-out {ours['eval_before_in_run']:.3f} -> "
+            f"{ours['eval_after_in_run']:.3f} (in the run)")
+        if ref is None:
+            ref = run_trl(tmp, "trl_steps", args, seed, SCHEDULE_STEPS, args.steps, None)
+            say(f"TRL ({args.steps} steps): {ref['steps']} steps in {ref['train_s'] / 60:.2f} training minutes "
+                f"({ref['train_s'] / ref['steps']:.2f} s a step)")
+            ref["eval_after"] = held_out(ref["out"], tmp / "eval_trl_steps", args.eval_limit)
+        # its cosine's length: the steps TRL makes in agentrl's minutes at the reference run's median step time
+        expected = max(1, round(ours["train_s"] / statistics.median(ref["step_s"])))
+        eq = run_trl(tmp, f"trl_minutes_seed{seed}", args, seed, expected, None, ours["train_s"])
+        say(f"TRL (equal minutes): {eq['steps']} steps in {eq['train_s'] / 60:.2f} training minutes "
+            f"({eq['train_s'] / eq['steps']:.2f} s a step; {expected} expected)")
+        ours_after = (held_out(ours["weights"], tmp / f"eval_agentrl_seed{seed}", args.eval_limit)
+                      if ours["weights"] else ours["eval_after_in_run"])
+        eq_after = held_out(eq["out"], tmp / f"eval_trl_minutes_seed{seed}", args.eval_limit)
+        say(f"seed {seed}: held-out pass@1 base {base:.3f}; agentrl {ours_after:.3f}; TRL equal minutes "
+            f"{eq_after:.3f}; TRL {ref['steps']} steps (seed 0) {ref['eval_after']:.3f}")
+        runs.append({"seed": seed, "ours": ours, "eq": eq, "expected": expected,
+                     "agentrl_eval_after": ours_after, "trl_eval_after": eq_after})
+    assert ref is not None
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
-    per_min = {k: r["steps"] / (r["train_s"] / 60)
-               for k, r in (("agentrl", ours), ("trl", eq), ("trl_ref", ref))}
     load_after = load_average()
     say(f"load average after: {load_after}")
+    print(json.dumps(report(args, base, runs, ref, load_before, load_after)))
+
+
+def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, load_before: str,
+           load_after: str) -> dict:
+    """The last line: steps per minute over every seed's training minutes, held-out figures (the
+    means over the seeds) and, with several seeds, each seed's and the gains' paired difference."""
     r3 = lambda x: round(x, 3)  # noqa: E731
-    print(json.dumps({
+    per_min = lambda rs: sum(r["steps"] for r in rs) / (sum(r["train_s"] for r in rs) / 60)  # noqa: E731
+    ours, eqs = [r["ours"] for r in runs], [r["eq"] for r in runs]
+    ours_after = statistics.mean(r["agentrl_eval_after"] for r in runs)
+    eq_after = statistics.mean(r["trl_eval_after"] for r in runs)
+    out = {
         "benchmark": "vs_trl",
-        "agentrl_steps_per_min": r3(per_min["agentrl"]), "trl_steps_per_min": r3(per_min["trl"]),
-        "ratio_steps_per_min": r3(per_min["agentrl"] / per_min["trl"]),
-        "agentrl_eval_before": base, "agentrl_eval_after": ours_after,
-        "trl_eval_before": base, "trl_eval_after": eq_after,
+        "agentrl_steps_per_min": r3(per_min(ours)), "trl_steps_per_min": r3(per_min(eqs)),
+        "ratio_steps_per_min": r3(per_min(ours) / per_min(eqs)),
+        "agentrl_eval_before": base, "agentrl_eval_after": r3(ours_after),
+        "trl_eval_before": base, "trl_eval_after": r3(eq_after),
         "agentrl_gain": r3(ours_after - base), "trl_gain": r3(eq_after - base),
-        "minutes": r3(ours["train_s"] / 60), "trl_minutes": r3(eq["train_s"] / 60),
-        "agentrl_steps": ours["steps"], "trl_steps": eq["steps"], "trl_schedule_steps": expected,
-        "agentrl_in_run_eval_before": ours["eval_before_in_run"],
-        "agentrl_in_run_eval_after": ours["eval_after_in_run"],
-        "agentrl_run_minutes": r3(ours["summary_minutes"]),
-        "agentrl_step_s_median": r3(statistics.median(ours["step_s"])),
-        "trl_step_s_median": r3(statistics.median(eq["step_s"])),
+        "minutes": r3(statistics.mean(r["train_s"] for r in ours) / 60),
+        "trl_minutes": r3(statistics.mean(r["train_s"] for r in eqs) / 60),
+        "agentrl_steps": ours[0]["steps"], "trl_steps": r3(statistics.mean(r["steps"] for r in eqs)),
+        "agentrl_in_run_eval_before": ours[0]["eval_before_in_run"],
+        "agentrl_in_run_eval_after": r3(statistics.mean(r["eval_after_in_run"] for r in ours)),
+        "agentrl_run_minutes": r3(statistics.mean(r["summary_minutes"] for r in ours)),
+        "agentrl_step_s_median": r3(statistics.median(x for r in ours for x in r["step_s"])),
+        "trl_step_s_median": r3(statistics.median(x for r in eqs for x in r["step_s"])),
         f"trl_{args.steps}_steps_step_s_median": r3(statistics.median(ref["step_s"])),
-        f"trl_{args.steps}_steps_per_min": r3(per_min["trl_ref"]),
+        f"trl_{args.steps}_steps_per_min": r3(ref["steps"] / (ref["train_s"] / 60)),
         f"trl_{args.steps}_steps_minutes": r3(ref["train_s"] / 60),
-        f"trl_{args.steps}_steps_eval_after": ref_after,
-        "eval_problems": args.eval_limit, "trl_threads": args.trl_threads, "trl_version": eq["trl_version"],
+        f"trl_{args.steps}_steps_eval_after": ref["eval_after"],
+        "eval_problems": args.eval_limit, "trl_threads": args.trl_threads, "trl_version": eqs[0]["trl_version"],
+        "seeds": len(runs),
         "load_average_before": load_before, "load_average_after": load_after,
-    }))
+    }
+    if len(runs) > 1:
+        diffs = [r["agentrl_eval_after"] - r["trl_eval_after"] for r in runs]
+        half = T95[min(len(diffs) - 1, len(T95) - 1)] * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        out |= {"gain_difference_mean": r3(statistics.mean(diffs)), "gain_difference_ci95": r3(half),
+                "per_seed": [{"seed": r["seed"], "agentrl_eval_after": r["agentrl_eval_after"],
+                              "trl_eval_after": r["trl_eval_after"], "trl_steps": r["eq"]["steps"],
+                              "agentrl_minutes": r3(r["ours"]["train_s"] / 60),
+                              "agentrl_steps_per_min": r3(per_min([r["ours"]])),
+                              "trl_steps_per_min": r3(per_min([r["eq"]]))} for r in runs]}
+    return out
 
 
 # --------------------------------------------------------------------------- the TRL side (.venv-trl)
@@ -223,7 +257,7 @@ def trl_worker(args: argparse.Namespace) -> None:
 
     model_dir = str(ROOT / "examples" / "tiny-model")
     out = Path(args.out)
-    rows = training_rows(RECIPE["seed"])
+    rows = training_rows(args.seed)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
                                   "question": r["question"], "answer": r["answer"]} for r in rows])
     env = ArithEnv()  # what agentrl/Arith-v0 makes, with the demo's (default) arguments
@@ -287,7 +321,7 @@ def trl_worker(args: argparse.Namespace) -> None:
         adam_beta1=RECIPE["betas"][0], adam_beta2=RECIPE["betas"][1], weight_decay=0.0, max_grad_norm=1.0,
         beta=0.0, max_steps=args.horizon,
         bf16=False, fp16=False, use_cpu=True, activation_checkpointing=False,
-        save_strategy="no", report_to="none", logging_steps=10, disable_tqdm=True, seed=RECIPE["seed"],
+        save_strategy="no", report_to="none", logging_steps=10, disable_tqdm=True, seed=args.seed,
         dataloader_num_workers=0,
     )
     clock = Clock()
@@ -312,10 +346,12 @@ def main() -> None:
     ap.add_argument("--eval-limit", type=int, default=1000, help="held-out problems (envs.arith:eval_rows)")
     ap.add_argument("--trl-threads", type=int, default=2, help="torch threads of the TRL process")
     ap.add_argument("--tmp", default=None, help="parent of the temporary directory (default: the system's)")
+    ap.add_argument("--seeds", type=int, default=1, help="runs of each side, with seeds 0 .. N-1 (see above)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' directory (logs, checkpoints)")
     ap.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--horizon", type=int, default=SCHEDULE_STEPS, help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--stop-steps", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--stop-s", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
