@@ -467,6 +467,9 @@ class RemoteEngine:
                         break
                     await self._post(server, load, {"lora_name": name, "lora_path": path}, self.control_timeout,
                                      plain=True)
+            if ok and not self._unpaused.is_set():  # back inside a pause: paused as the others are
+                route, body = await self._pause_call()
+                await self._post(server, route, body, self.control_timeout)
         except (httpx.HTTPError, ValueError, ServerError, RequestRejected):
             ok = False
         server.down_since = time.monotonic()
@@ -547,12 +550,15 @@ class RemoteEngine:
             await asyncio.sleep(self.health_check_interval)
 
     async def pause(self) -> None:
-        """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait."""
+        """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait. A server
+        that misses it (down) is paused when it answers again before ``resume`` (``_probe``)."""
         self._unpaused.clear()
+        await self._control(*await self._pause_call())
+
+    async def _pause_call(self) -> tuple[str, dict[str, Any]]:
         if await self._resolve_engine() == "vllm":
-            await self._control(vllm_wire.PAUSE, {})
-        else:
-            await self._control("/pause_generation", {"mode": "abort"})
+            return vllm_wire.PAUSE, {}
+        return "/pause_generation", {"mode": "abort"}
 
     async def update_weights(self, path: str, version: int) -> None:
         """Step 4-5: every server loads the checkpoint at ``path``; the client's version becomes

@@ -157,6 +157,22 @@ async def test_a_server_that_comes_back_is_resynced_to_the_current_weights():
     assert script.sent[7][1] == {"model_path": "/ckpt-3", "weight_version": "3"}
 
 
+async def test_a_server_that_missed_the_pause_is_paused_when_it_answers_again():
+    """Down when the pause went out, back before the resume: the next control call pauses it
+    first, so a colocated run's memory release finds it paused like the others."""
+    script = Script([
+        (0, httpx.ConnectError("refused")),  # the pause: marked down (no retries)
+        (200, {}), (200, {"message": "ok"}),  # /health answers: paused on its return
+        (200, {"success": True}),  # the release
+    ])
+    engine = engine_with(script, max_retries=0, health_check_interval=0.01)
+    await engine.pause()
+    assert engine.healthy_addresses() == []
+    await engine.release_memory()
+    assert script.sent == [("/pause_generation", {"mode": "abort"}), ("/health", {}),
+                           ("/pause_generation", {"mode": "abort"}), ("/release_memory_occupation", {})]
+
+
 async def test_a_client_that_follows_the_publisher_s_resyncs_a_restarted_server_to_its_weights():
     """The rollout process's client never publishes: it follows the publisher's (``policy``)."""
     publisher = engine_with(Script([(200, {"message": "ok"}), (200, {"success": True}), (200, {"message": "ok"})]))
