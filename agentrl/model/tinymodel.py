@@ -12,7 +12,7 @@ trainer's ``Actor``, its masks checked against ``encode_with_mask`` here.
 The recipe, in short (its reasons and measured figures: ``docs/tiny_model.md``): Qwen2, hidden
 128, 5 layers, MLP 3x, tied embeddings (1.02 M parameters); SFT on ``What is a+b(+c)?`` ->
 ``\\boxed{N}<|end|>`` and calculator-call traces from the *train* split only, loss on assistant
-tokens; Muon + AdamW (``agentrl.optim.MuonAdamW``), warmup then cosine over ``schedule_steps``,
+tokens; Muon + AdamW (``agentrl.trainer.optim.MuonAdamW``), warmup then cosine over ``schedule_steps``,
 stopped at a fixed step (never wall time) on one thread, so the same config gives the same bytes.
 
 Main hooks::
@@ -220,7 +220,7 @@ def lr_at(cfg: TinyModelConfig, step: int) -> float:
     The schedule does not depend on ``sft_steps``: a build that stops at step k has exactly
     the weights that a longer build had at step k.
     """
-    from agentrl.optim import warmup_cosine
+    from agentrl.trainer.optim import warmup_cosine
 
     return warmup_cosine(step, peak=cfg.lr, warmup_steps=max(1, round(cfg.warmup * cfg.schedule_steps)),
                          total_steps=cfg.schedule_steps, min_ratio=cfg.min_lr_ratio)
@@ -236,7 +236,7 @@ def sft_train(cfg: TinyModelConfig, tok, *, progress: bool = True, on_step=None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers import AutoModelForCausalLM
 
-    from agentrl.optim import MuonAdamW
+    from agentrl.trainer.optim import MuonAdamW
 
     start = time.perf_counter()
     torch.set_num_threads(cfg.threads)

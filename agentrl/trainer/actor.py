@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.errors import ModelError, TrainerError
-from agentrl.optim import warmup_cosine
+from agentrl.trainer.optim import warmup_cosine
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.losses import policy_loss
 from agentrl.trainer.packing import (

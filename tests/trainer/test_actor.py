@@ -121,7 +121,7 @@ def test_an_empty_batch_changes_no_weight_but_counts_as_a_step(group, small_mode
 
 
 def test_lr_schedule_warmup_then_cosine(group, small_model):
-    """The actor's schedule is agentrl.optim.warmup_cosine: total_steps counts the steps after warmup."""
+    """The actor's schedule is agentrl.trainer.optim.warmup_cosine: total_steps counts the steps after warmup."""
     actor = Actor(small_model, _config(warmup_steps=3, total_steps=10, min_lr_ratio=0.1))
     f = actor.scheduler.lr_lambdas[0]
     assert [round(f(s), 4) for s in (0, 1, 2)] == [0.3333, 0.6667, 1.0]

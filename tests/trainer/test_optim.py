@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.optim import Muon, MuonAdamW, orthogonalize
+from agentrl.trainer.optim import Muon, MuonAdamW, orthogonalize
 
 
 @pytest.mark.parametrize("shape", [(32, 96), (96, 32), (48, 48)])
