@@ -15,8 +15,7 @@ Only short requests share (``max_new_tokens`` at most ``max_new_tokens``, defaul
 answer comes back whole, so every request of a batch waits for its slowest one. For short
 answers that wait is a few decode steps and the HTTP cost saved is of the order of the
 generation itself; a long request goes alone, where head-of-line blocking would cost far more
-than its HTTP overhead (a batch of 64 requests of 16-256 tokens cut the server's occupancy in
-half in ``benchmarks/inference.py``).
+than its HTTP overhead (``benchmarks/inference.py`` measures the server's occupancy).
 
 Rules: groups are batched only with groups of the same server and the same ``n`` (SGLang
 needs one ``n`` per batch); a seeded group travels as ``n`` single samples with seeds ``seed,

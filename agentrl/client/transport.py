@@ -5,11 +5,11 @@ host and speaks plain HTTP/1.1 over asyncio streams — one request, then one re
 body has a ``Content-Length``, is chunked, or runs to the end of the connection. It exists
 for ``RemoteEngine``'s hot path (a ``/generate`` call per model turn, tens in flight): httpx's
 default transport (httpcore) walks every pooled connection and polls each one's socket on
-every request, which at 16 calls in flight cost more CPU than the rest of a gateway call
-(``benchmarks/gateway.py``); ``RemoteEngine`` uses it unless given another transport.
+every request, a CPU cost that grows with the calls in flight (``benchmarks/gateway.py``
+measures it); ``RemoteEngine`` uses it unless given another transport.
 ``post_json(Origin.of(base_url), path, body)`` is the same exchange without httpx's request
 and response objects (status and body back): ``RemoteEngine``'s ``/generate`` calls go that
-way, where building and reading those objects cost as much CPU as the exchange itself.
+way, skipping the cost of building and reading those objects.
 
 How it behaves: a pooled connection that the server closed while idle is noticed before use
 (or, when the close arrives while the request is written, the request is sent once more on a

@@ -57,10 +57,9 @@ __all__ = ["SUPPORTED_MODEL_TYPES", "Decoder", "Step", "read_config"]
 
 ROW_ATTENTION_MAX = 131072
 """Decode attention takes one matmul per row over all key heads while ``heads * head_dim *
-keys`` stays below this, one per key head above it. On the tiny model (4 x 32, 2 key heads, one
-CPU thread) a decode step of 256 rows over 20 keys took 13.0 ms instead of 15.3, 64 rows over
-250 keys 11.2 instead of 15.1, 16 rows over 600 keys 6.6 instead of 9.6: the call overhead of a
-small matmul outweighs twice the (tiny) attention FLOPs. Larger heads tip the balance sooner."""
+keys`` stays below this, one per key head above it: for small heads the call overhead of a small
+matmul outweighs twice the (tiny) attention FLOPs; larger heads tip the balance sooner
+(``benchmarks/inference.py`` measures the decode step)."""
 
 
 DECODE_SEGMENT_KEYS = 256
@@ -95,7 +94,7 @@ def decode_segments(positions: list[int]) -> tuple[list[tuple[int, int, int]], f
     ``(start, end, keys)`` that each attend over their own longest row's ``keys``, and the cost
     of those runs: the cuts minimise the keys read, ``sum((end - start) * keys)``, plus
     ``DECODE_SEGMENT_KEYS`` per run, with cuts only every ``len // 16`` rows (a small exact
-    search, ~0.05 ms). Rows of similar positions in neighbouring slots make it cheap."""
+    search). Rows of similar positions in neighbouring slots make it cheap."""
     D = len(positions)
     width = -(-D // 16)
     cuts = [*range(0, D, width), D]

@@ -13,10 +13,7 @@ rendezvous) that must be told a port instead of reporting one; ``stop_process(pr
 any child (SIGTERM, then SIGKILL); ``die_with_parent()`` makes a child die with its parent
 even when the parent is SIGKILLed (Linux's parent-death signal). Every service runs on uvloop's event loop
 (``run_async``, also used by the trainer's rank-0 loop) with uvicorn parsing HTTP in C
-(httptools). What that is worth, measured in ``benchmarks/gateway.py``'s setting with both
-stacks running side by side, rounds interleaved: the gateway costs 4% of the completions per
-second ``agentrl serve`` answers directly, against 16% with asyncio's loop and h11 (the server
-alone answers as many either way, within noise). ``exit_on_signals`` makes SIGTERM and SIGHUP
+(httptools); ``benchmarks/gateway.py`` measures what that is worth. ``exit_on_signals`` makes SIGTERM and SIGHUP
 run a program's ``finally`` blocks, so the children it started are stopped.
 
 What it is not: the apps themselves, nor a launcher for SGLang (``python -m

@@ -251,7 +251,7 @@ class RunConfig:
              "(threads and inference.threads become the cores per rank and per server; generation pauses for "
              "each train step, in-flight requests resume after it); decoupled: both at once, each on its own "
              "threads or devices. auto: colocated when the started servers would share the trainer's GPU, "
-             "decoupled otherwise (on a CPU it measured faster: benchmarks/vs_trl.py, the demo); the run's first "
+             "decoupled otherwise; the run's first "
              "line says which and why")
     threads: int = option(1, ge=1, help="torch threads of each trainer rank")
     deterministic: bool = option(
