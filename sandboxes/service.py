@@ -124,68 +124,84 @@ async def _unless_gone(request: Request, work: Awaitable[ExecResult]) -> ExecRes
 def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_concurrency: int = 8,
               max_queue: int = 256, max_sessions: int = 256, ceilings: Ceilings | None = None) -> FastAPI:
     """The service app around ``sandbox``; it owns the sandbox's lifetime (closed at shutdown)."""
-    limits = ceilings or Ceilings()
-    admission: Admission | None = None
-    sessions: dict[str, _Session] = {}
+    service = _Service(sandbox, backend, ceilings or Ceilings(), max_concurrency, max_queue, max_sessions)
+    app = FastAPI(title="agentrl sandbox service", lifespan=service.lifespan)
+    if api_key:
+        app.add_middleware(ApiKey, key=api_key)
+    install_errors(app)
+    app.add_exception_handler(SandboxError, _backend_failed)
+    app.add_exception_handler(ClientGone, _client_gone)
+    exec_body = json_body(exec_request_schema(service.limits))
+    app.add_api_route("/health", service.health, methods=["GET"])
+    app.add_api_route("/run", service.run, methods=["POST"], openapi_extra=exec_body)
+    app.add_api_route("/sessions", service.open_session, methods=["POST"])
+    app.add_api_route("/sessions/{sid}/run", service.session_run, methods=["POST"], openapi_extra=exec_body)
+    app.add_api_route("/sessions/{sid}", service.close_session, methods=["DELETE"])
+    return app
 
-    def gate() -> Admission:
-        nonlocal admission
-        if admission is None:  # created in the server's event loop
-            admission = Admission(max_concurrency, max_queue)
-        return admission
 
-    async def reap_idle() -> None:
+async def _backend_failed(request: Request, exc: Exception) -> JSONResponse:
+    # the backend itself is down (no engine, no root): say so; the client may retry elsewhere
+    return error_response(Refused(f"sandbox backend failed: {exc}", 503))
+
+
+async def _client_gone(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(Refused("the client disconnected; its program was killed", CLIENT_GONE))
+
+
+class _Service:
+    """What the routes share: the backend, the admission gate, the open sessions; one method per route."""
+
+    def __init__(self, sandbox: Sandbox, backend: str, limits: Ceilings, max_concurrency: int, max_queue: int,
+                 max_sessions: int) -> None:
+        self.sandbox, self.backend, self.limits = sandbox, backend, limits
+        self.max_concurrency, self.max_queue, self.max_sessions = max_concurrency, max_queue, max_sessions
+        self.admission: Admission | None = None
+        self.sessions: dict[str, _Session] = {}
+
+    def gate(self) -> Admission:
+        if self.admission is None:  # created in the server's event loop
+            self.admission = Admission(self.max_concurrency, self.max_queue)
+        return self.admission
+
+    async def reap_idle(self) -> None:
         while True:
             await asyncio.sleep(30)
             now = time.monotonic()
-            for sid, s in list(sessions.items()):
+            for sid, s in list(self.sessions.items()):
                 if now - s.last_used > SESSION_IDLE_S and not s.lock.locked():
-                    sessions.pop(sid, None)
+                    self.sessions.pop(sid, None)
                     await _end(s)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        reaper = asyncio.create_task(reap_idle())
+    async def lifespan(self, app: FastAPI):
+        reaper = asyncio.create_task(self.reap_idle())
         try:
             yield
         finally:
             reaper.cancel()
-            for sid in list(sessions):
-                await _end(sessions.pop(sid))
-            close = getattr(sandbox, "aclose", None)
+            for sid in list(self.sessions):
+                await _end(self.sessions.pop(sid))
+            close = getattr(self.sandbox, "aclose", None)
             if close is not None:
                 await close()
 
-    app = FastAPI(title="agentrl sandbox service", lifespan=lifespan)
-    exec_body = json_body(exec_request_schema(limits))
-    if api_key:
-        app.add_middleware(ApiKey, key=api_key)
-    install_errors(app)
+    async def health(self) -> dict[str, Any]:
+        g = self.gate()
+        return {"ok": True, "backend": self.backend, "running": g.running, "queued": g.queued,
+                "sessions": len(self.sessions),
+                "session_cpu_s": [round(float(getattr(s.session, "cpu_s", 0.0)), 3) for s in self.sessions.values()],
+                "ceilings": dataclasses.asdict(self.limits)}
 
-    @app.exception_handler(SandboxError)
-    async def backend_failed(request: Request, exc: SandboxError) -> JSONResponse:
-        # the backend itself is down (no engine, no root): say so; the client may retry elsewhere
-        return error_response(Refused(f"sandbox backend failed: {exc}", 503))
+    async def _request(self, request: Request) -> ExecRequest:
+        return parse_request(await read_body(request, self.limits.max_request_bytes, "max_request_bytes"), self.limits)
 
-    @app.exception_handler(ClientGone)
-    async def client_gone(request: Request, exc: ClientGone) -> JSONResponse:
-        return error_response(Refused("the client disconnected; its program was killed", CLIENT_GONE))
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        g = gate()
-        return {"ok": True, "backend": backend, "running": g.running, "queued": g.queued,
-                "sessions": len(sessions),
-                "session_cpu_s": [round(float(getattr(s.session, "cpu_s", 0.0)), 3) for s in sessions.values()],
-                "ceilings": dataclasses.asdict(limits)}
-
-    @app.post("/run", openapi_extra=exec_body)
-    async def run(request: Request) -> dict[str, Any]:
-        req = parse_request(await read_body(request, limits.max_request_bytes, "max_request_bytes"), limits)
+    async def run(self, request: Request) -> dict[str, Any]:
+        req = await self._request(request)
 
         async def admitted() -> ExecResult:
-            async with gate().slot():
-                return await sandbox.run(req)
+            async with self.gate().slot():
+                return await self.sandbox.run(req)
 
         try:
             result = await _unless_gone(request, admitted())
@@ -193,25 +209,23 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
             raise Refused(str(e), 422) from e
         return result.to_dict()
 
-    @app.post("/sessions")
-    async def open_session() -> dict[str, Any]:
-        if len(sessions) >= max_sessions:
-            raise Refused(f"too many open sessions ({max_sessions}); retry later", 503)
+    async def open_session(self) -> dict[str, Any]:
+        if len(self.sessions) >= self.max_sessions:
+            raise Refused(f"too many open sessions ({self.max_sessions}); retry later", 503)
         stack = contextlib.AsyncExitStack()
         try:
-            await stack.enter_async_context(gate().slot())  # held until the session ends
-            session = await stack.enter_async_context(sandbox.session())
+            await stack.enter_async_context(self.gate().slot())  # held until the session ends
+            session = await stack.enter_async_context(self.sandbox.session())
         except BaseException:
             await stack.aclose()
             raise
         sid = uuid.uuid4().hex
-        sessions[sid] = _Session(stack, session)
+        self.sessions[sid] = _Session(stack, session)
         return {"session_id": sid}
 
-    @app.post("/sessions/{sid}/run", openapi_extra=exec_body)
-    async def session_run(sid: str, request: Request) -> dict[str, Any]:
-        req = parse_request(await read_body(request, limits.max_request_bytes, "max_request_bytes"), limits)
-        s = sessions.get(sid)
+    async def session_run(self, sid: str, request: Request) -> dict[str, Any]:
+        req = await self._request(request)
+        s = self.sessions.get(sid)
         if s is None:
             raise Refused(f"no session {sid!r} (it ended or expired after {SESSION_IDLE_S:.0f} s idle)", 404)
 
@@ -228,17 +242,14 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
         except ValueError as e:
             raise Refused(str(e), 422) from e
         except ClientGone:  # its program was killed mid-call: the session is over
-            if sessions.pop(sid, None) is not None:
+            if self.sessions.pop(sid, None) is not None:
                 await _end(s)
             raise
         return result.to_dict()
 
-    @app.delete("/sessions/{sid}")
-    async def close_session(sid: str) -> dict[str, Any]:
-        s = sessions.pop(sid, None)
+    async def close_session(self, sid: str) -> dict[str, Any]:
+        s = self.sessions.pop(sid, None)
         if s is None:
             raise Refused(f"no session {sid!r}", 404)
         await _end(s)  # not waiting for a call in flight: its client may be gone
         return {"ok": True}
-
-    return app

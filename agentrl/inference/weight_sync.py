@@ -82,14 +82,27 @@ class _Open:
 
 
 def weight_sync_routes(state: ServerState) -> APIRouter:
-    """SGLang's distributed weight-update routes over ``state``'s engine."""
+    """SGLang's distributed weight-update routes over ``state``'s engine, and ours (one group table)."""
+    groups = _WeightGroups(state)
     router = APIRouter()
-    groups: dict[str, _Open] = {}
-    joining: set[str] = set()
+    router.add_api_route("/init_weights_update_group", groups.init_weights_update_group, methods=["POST"])
+    router.add_api_route("/update_weights_from_distributed", groups.update_weights_from_distributed, methods=["POST"])
+    router.add_api_route(COMMIT_ROUTE, groups.commit_staged_weights, methods=["POST"])
+    router.add_api_route(LORA_ROUTE, groups.lora_adapter_from_distributed, methods=["POST"])
+    router.add_api_route("/destroy_weights_update_group", groups.destroy_weights_update_group, methods=["POST"])
+    return router
 
-    @router.post("/init_weights_update_group")
-    async def init_weights_update_group(http: Request):
-        body = await read_json(http, state.config.max_request_bytes)
+
+class _WeightGroups:
+    """The weight-update groups one server has open, and the routes that open, use and close them."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.groups: dict[str, _Open] = {}
+        self.joining: set[str] = set()
+
+    async def init_weights_update_group(self, http: Request) -> JSONResponse:
+        body = await read_json(http, self.state.config.max_request_bytes)
         address = body.get("master_address")
         if not isinstance(address, str) or not address:
             raise Refused("master_address is required: the host of the trainer's rank 0")
@@ -102,31 +115,30 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
             raise Refused("group_name must be a non-empty string")
         if backend not in BACKENDS:
             raise Refused(f"backend must be one of {', '.join(repr(b) for b in BACKENDS)}, got {backend!r}")
-        if backend == "nccl" and state.config.device != "cuda":
+        if backend == "nccl" and self.state.config.device != "cuda":
             raise Refused("backend 'nccl' needs a server on a GPU (--device cuda); this one runs on CPU: "
                              "use backend 'gloo'")
         if rank >= world:
             raise Refused(f"rank_offset {rank} is outside world_size {world} (ranks are 0 .. world_size - 1; "
                              "the trainer is rank 0)")
-        if name in groups or name in joining:
+        if name in self.groups or name in self.joining:
             return _answer(False, f"Failed to initialize custom process group: a group named {name!r} is already "
                                   "open; destroy it first (/destroy_weights_update_group)")
-        joining.add(name)
+        self.joining.add(name)
         try:
             group = await asyncio.to_thread(open_process_group, master_address=address, master_port=port, rank=rank,
                                             world_size=world, group_name=name, backend=backend)
         except Exception as e:  # the trainer never came, or the address is wrong: the caller's to fix
-            log.warning("joining weight group %r at %s:%d failed: %s", name, address, port, e)
+            log.warning("self.joining weight group %r at %s:%d failed: %s", name, address, port, e)
             return _answer(False, f"Failed to initialize custom process group: {e}.")
         finally:
-            joining.discard(name)
-        groups[name] = _Open(group)
+            self.joining.discard(name)
+        self.groups[name] = _Open(group)
         return _answer(True, "Succeeded to initialize custom process group.")
 
-    @router.post("/update_weights_from_distributed")
-    async def update_weights_from_distributed(http: Request):
-        body = await read_json(http, state.config.max_request_bytes)
-        name, opened = _group_of(groups, body)
+    async def update_weights_from_distributed(self, http: Request) -> JSONResponse:
+        body = await read_json(http, self.state.config.max_request_bytes)
+        name, opened = _group_of(self.groups, body)
         if isinstance(opened, JSONResponse):
             return opened
         async with opened.busy:
@@ -139,86 +151,84 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                 if stage_only and (version is not None or abort_all):
                     raise Refused(f"weight_version and abort_all_requests go with {COMMIT_ROUTE}, not with a "
                                      f"{STAGE_ONLY} bucket")
-                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
+                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(self.state), flattened=flattened)
             except Refused as e:  # nothing was received: the sender's broadcast has no taker now
                 opened.broken = True
                 return _answer(False, f"Failed to receive weights: {e}; nothing was received, and "
                                       + BROKEN.format(name=name))
-            device = torch.device("cpu") if opened.group.backend == "gloo" else state.decoder.device
-            async with state.weight_lock:  # one staging copy at a time (the disk route takes it too)
+            device = torch.device("cpu") if opened.group.backend == "gloo" else self.state.decoder.device
+            async with self.state.weight_lock:  # one staging copy at a time (the disk route takes it too)
                 staging, opened.staged = opened.staged, None
-                moved = staging is not None and staging.origin is not state.decoder.weights
+                moved = staging is not None and staging.origin is not self.state.decoder.weights
                 if staging is not None and (moved or not stage_only):
                     # a plain (SGLang) update, or another update served since: what was staged is dropped
-                    state.decoder.discard(staging.weights)
+                    self.state.decoder.discard(staging.weights)
                     staging = None
                 onto = staging.weights if staging is not None else None
                 receive = _receive_flat if flattened else _receive
                 try:
-                    tensors, fresh = await asyncio.to_thread(receive, state, opened, names, specs, device, onto)
+                    tensors, fresh = await asyncio.to_thread(receive, self.state, opened, names, specs, device, onto)
                 except Exception as e:  # a timeout or a lost peer: the group cannot be trusted any more
                     opened.broken = True
                     if onto is not None:
-                        state.decoder.discard(onto)
+                        self.state.decoder.discard(onto)
                     log.warning("receiving weights on group %r failed: %s", name, e)
                     return _answer(False, f"Failed to receive weights: {e}; " + BROKEN.format(name=name))
                 try:
-                    weights = await asyncio.to_thread(state.decoder.prepare_tensors, list(zip(names, tensors, strict=True)),
+                    weights = await asyncio.to_thread(self.state.decoder.prepare_tensors, list(zip(names, tensors, strict=True)),
                                                       "update_weights_from_distributed", fresh, onto)
                 except ModelError as e:
                     if onto is not None:  # partly overwritten in place
-                        state.decoder.discard(onto)
+                        self.state.decoder.discard(onto)
                     return _answer(False, f"Failed to update weights: {e}" + (
                         "; the weights staged so far are dropped" if stage_only else ""))
                 if stage_only:
                     if moved:
-                        state.decoder.discard(weights)
+                        self.state.decoder.discard(weights)
                         return _answer(False, "Failed to stage weights: the served weights changed (another update) "
                                               "since the first staged bucket; the staged weights are dropped, send "
                                               "them all again")
-                    opened.staged = _Staging(weights, staging.origin if staging is not None else state.decoder.weights)
+                    opened.staged = _Staging(weights, staging.origin if staging is not None else self.state.decoder.weights)
                     return _answer(True, f"Staged {len(names)} tensor(s); {COMMIT_ROUTE} serves them.")
-                await asyncio.wrap_future(state.scheduler.install_weights(weights, version, abort_all))
+                await asyncio.wrap_future(self.state.scheduler.install_weights(weights, version, abort_all))
         message = "Succeeded to update parameter online."
         if version is not None:
             message += f" Weight version updated to {version}."
         return _answer(True, message)
 
-    @router.post(COMMIT_ROUTE)
-    async def commit_staged_weights(http: Request):
-        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
+    async def commit_staged_weights(self, http: Request) -> JSONResponse:
+        body = await read_json(http, self.state.config.max_request_bytes, allow_empty=True)
         name = body.get("group_name", DEFAULT_GROUP)
         version, abort_all = update_options(body)
         check_type("flush_cache", body.get("flush_cache", True), (bool,), "true or false")
-        opened = groups.get(name) if isinstance(name, str) else None
+        opened = self.groups.get(name) if isinstance(name, str) else None
         if opened is None:
-            return _answer(False, f"Group {name!r} not in {sorted(groups)}. Please call `init_weights_update_group` "
+            return _answer(False, f"Group {name!r} not in {sorted(self.groups)}. Please call `init_weights_update_group` "
                                   "first.")
-        async with opened.busy, state.weight_lock:
+        async with opened.busy, self.state.weight_lock:
             staging, opened.staged = opened.staged, None
             if staging is None:
                 return _answer(False, f"Nothing is staged on group {name!r}: send the buckets with "
                                       f"{STAGE_ONLY}: true first (or without it, to swap each one in as SGLang does)")
-            if staging.origin is not state.decoder.weights:
-                state.decoder.discard(staging.weights)
+            if staging.origin is not self.state.decoder.weights:
+                self.state.decoder.discard(staging.weights)
                 return _answer(False, "Failed to update weights: the served weights changed (another update) since "
                                       "these were staged; they are dropped, send them all again")
-            await asyncio.wrap_future(state.scheduler.install_weights(staging.weights, version, abort_all))
+            await asyncio.wrap_future(self.state.scheduler.install_weights(staging.weights, version, abort_all))
         message = "Succeeded to update parameter online."
         if version is not None:
             message += f" Weight version updated to {version}."
         return _answer(True, message)
 
-    @router.post(LORA_ROUTE)
-    async def lora_adapter_from_distributed(http: Request):
-        body = await read_json(http, state.config.max_request_bytes)
-        name, opened = _group_of(groups, body)
+    async def lora_adapter_from_distributed(self, http: Request) -> JSONResponse:
+        body = await read_json(http, self.state.config.max_request_bytes)
+        name, opened = _group_of(self.groups, body)
         if isinstance(opened, JSONResponse):
             return opened
         async with opened.busy:
             try:
                 flattened = _flattened(body)
-                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(state), flattened=flattened)
+                names, specs = _tensor_specs(body, limit_bytes=_byte_limit(self.state), flattened=flattened)
                 if len(set(names)) != len(names):
                     raise Refused("names must be distinct: each adapter tensor once")
                 config = _lora_config(body.get("lora_config"))
@@ -230,53 +240,50 @@ def weight_sync_routes(state: ServerState) -> APIRouter:
                 opened.broken = True
                 return _answer(False, f"Failed to receive the LoRA adapter: {e}; nothing was received, and "
                                       + BROKEN.format(name=name))
-            device = torch.device("cpu") if opened.group.backend == "gloo" else state.decoder.device
+            device = torch.device("cpu") if opened.group.backend == "gloo" else self.state.decoder.device
             receive = _receive_flat if flattened else _receive
             try:
-                tensors, _ = await asyncio.to_thread(receive, state, opened, names, specs, device, plain=True)
+                tensors, _ = await asyncio.to_thread(receive, self.state, opened, names, specs, device, plain=True)
             except Exception as e:  # a timeout or a lost peer: the group cannot be trusted any more
                 opened.broken = True
                 log.warning("receiving a LoRA adapter on group %r failed: %s", name, e)
                 return _answer(False, f"Failed to receive the LoRA adapter: {e}; " + BROKEN.format(name=name))
             try:
-                adapter = await asyncio.to_thread(_checked_adapter, state, names, tensors, config)
+                adapter = await asyncio.to_thread(_checked_adapter, self.state, names, tensors, config)
                 if lora_name is not None:
-                    if lora_name in state.loras:
+                    if lora_name in self.state.loras:
                         raise ModelError(f"an adapter named {lora_name[:200]!r} is already loaded (unload it first)")
-                    lora = await asyncio.to_thread(state.decoder.runtime_adapter, adapter, lora_name,
+                    lora = await asyncio.to_thread(self.state.decoder.runtime_adapter, adapter, lora_name,
                                                    f"broadcast:{name}")
-                    if lora_name in state.loras:  # loaded under this name meanwhile
+                    if lora_name in self.state.loras:  # loaded under this name meanwhile
                         raise ModelError(f"an adapter named {lora_name[:200]!r} is already loaded (unload it first)")
-                    state.loras[lora_name] = lora
+                    self.state.loras[lora_name] = lora
                     return _answer(True, f"Loaded LoRA adapter {lora_name} ({len(names)} tensors).")
-                async with state.weight_lock:  # one staging copy at a time (the disk route takes it too)
+                async with self.state.weight_lock:  # one staging copy at a time (the disk route takes it too)
                     staging, opened.staged = opened.staged, None
                     if staging is not None:  # buckets or an adapter staged before: replaced
-                        state.decoder.discard(staging.weights)
-                    origin = state.decoder.weights
-                    weights = await asyncio.to_thread(state.decoder.merge_adapter, adapter)
+                        self.state.decoder.discard(staging.weights)
+                    origin = self.state.decoder.weights
+                    weights = await asyncio.to_thread(self.state.decoder.merge_adapter, adapter)
                     opened.staged = _Staging(weights, origin)
             except ModelError as e:
                 return _answer(False, f"Failed to load LoRA adapter: {e}")
         return _answer(True, f"Staged the LoRA adapter ({len(names)} tensors) merged into the base weights; "
                              f"{COMMIT_ROUTE} serves them.")
 
-    @router.post("/destroy_weights_update_group")
-    async def destroy_weights_update_group(http: Request):
-        body = await read_json(http, state.config.max_request_bytes, allow_empty=True)
+    async def destroy_weights_update_group(self, http: Request) -> JSONResponse:
+        body = await read_json(http, self.state.config.max_request_bytes, allow_empty=True)
         name = body.get("group_name", DEFAULT_GROUP)
-        opened = groups.get(name) if isinstance(name, str) else None
+        opened = self.groups.get(name) if isinstance(name, str) else None
         if opened is None:
             return _answer(False, "The group to be destroyed does not exist.")
         if opened.busy.locked():
             return _answer(False, f"Failed to destroy custom process group: an update on {name!r} is in flight.")
-        del groups[name]
+        del self.groups[name]
         opened.staged = None  # uncommitted staged weights go with their group
         with contextlib.suppress(Exception):
             opened.group.close()
         return _answer(True, "Succeeded to destroy custom process group.")
-
-    return router
 
 
 def _answer(success: bool, message: str) -> JSONResponse:
