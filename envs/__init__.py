@@ -1,7 +1,12 @@
 """Gymnasium environments shipped with agentrl, registered as ``agentrl/Name-vN`` on import.
 
-One module (or package) per task family: ``arith`` (and ``arith_retry``), ``math``, ``code``,
-``tool_use``.
+    arith.py        Arith-v0: integer arithmetic from a seed, the tiny demo model's task
+    arith_retry.py  ArithRetry-v0: arithmetic with feedback and retries (multi-turn)
+    tool_use.py     ToolUse-v0: a calculator, a price lookup, programs run in a sandbox
+    math/           Math-v1 and its retry form, graded by the math verifier
+    code/           Code and CodeAgent: programs graded by tests run in a sandbox
+    interop/        other ecosystems' environments behind our env protocol, one adapter each
+
 Entry points are import-path strings, so importing this package is cheap: an env's
 module is imported only when ``gymnasium.make`` builds it. Bump the version of an id when
 its observations or rewards change.

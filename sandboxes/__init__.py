@@ -1,15 +1,19 @@
 """Code-execution backends behind the ``agentrl.api.Sandbox`` interface.
 
-    local.py      LocalSandbox   namespace jails on this host, via a warm fork server (jail.py);
-                                 as root, or rootless inside bubblewrap
-    docker.py     DockerSandbox  a warm pool of locked-down containers
-    remote.py     RemoteSandbox  the client of the sandbox service (service.py, FastAPI;
-                                 admission.py: request validation, concurrency;
-                                 ceilings.py: the operator's limits)
-    fleet.py      SandboxFleet   several sandbox services, the least busy first
-    supervisor.py our pid 1 inside every jail and container: runs, caps, kills, reports
-    seccomp.py    the seccomp filter every program runs under (compiled with libseccomp)
-    wire.py       the host side of the supervisor's protocol (request payload, reply -> ExecResult)
+    local.py           LocalSandbox   namespace jails on this host, via a warm fork server;
+                                      as root, or rootless inside bubblewrap
+    jail.py            the local jail: fresh namespaces, a read-only root, our supervisor as pid 1
+    docker.py          DockerSandbox  a warm pool of locked-down containers
+    remote.py          RemoteSandbox  the client of the sandbox service
+    fleet.py           SandboxFleet   several sandbox services, the least busy first
+    service.py         the sandbox service (FastAPI): any backend over HTTP, with sessions
+    service_config.py  SandboxServiceConfig: the settings of ``agentrl sandbox serve``
+    admission.py       what the service admits: valid requests under the ceilings, a bounded number
+    ceilings.py        Ceilings: the most one request to the service may ask for
+    program_limits.py  the limits a program runs under, from a backend's config to the supervisor
+    supervisor.py      our pid 1 inside every jail and container: runs, caps, kills, reports
+    seccomp.py         the seccomp filter every program runs under (compiled with libseccomp)
+    wire.py            the host side of the supervisor's protocol (request payload, reply -> ExecResult)
 
 The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL|"URL,URL")``.
 """

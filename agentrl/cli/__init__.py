@@ -1,5 +1,18 @@
-"""The ``agentrl`` command line: one subcommand per ``<command>_command.py`` module of this
-package (``agentrl/cli/``; other modules hold what several commands share).
+"""The ``agentrl`` command line: one subcommand per ``<name>_command.py`` module of this package
+(other modules hold what several commands share).
+
+    envs_command.py     ``agentrl envs``: the registered environments; ``envs check ID``
+    eval_command.py     ``agentrl eval``: pass@1 and pass@k of a workflow, without training
+    gateway_command.py  ``agentrl gateway``: the OpenAI-compatible gateway that records episodes
+    model_command.py    ``agentrl model``: build the tiny model, evaluate a model, merge a LoRA adapter
+    replay_command.py   ``agentrl replay``: a run's recorded episodes scored again
+    sandbox_command.py  ``agentrl sandbox``: run a file in a sandbox, or serve a backend over HTTP
+    serve_command.py    ``agentrl serve``: the inference server on a checkpoint
+    sft_command.py      ``agentrl sft``: supervised fine-tuning
+    train_command.py    ``agentrl train``: the asynchronous RL loop from one YAML config
+    view_command.py     ``agentrl view``: a run in a browser, or exported as one HTML file
+    run_setup.py        what train and sft share: CONFIG and overrides, --resume, --help-config
+    __main__.py         ``python -m agentrl.cli`` is ``agentrl``
 
 Each command module defines ``register(subparsers)``, which adds its parser and sets
 ``func`` (a callable taking the parsed args and returning an exit code). Command modules

@@ -6,6 +6,7 @@
     checkpoint_check.py  a checkpoint checked against the served one before vLLM loads it
     batcher.py        GroupBatcher: the requests of one event-loop tick as one /generate
     transport.py      KeepAliveTransport: pooled HTTP/1.1 connections per origin
+    vllm_worker/      the extension vLLM's worker processes import (weights from disk or by broadcast)
 
 No torch, no server code: the server is ``agentrl.inference`` (``agentrl serve``).
 """

@@ -7,18 +7,22 @@
     drift.py         check_token_drift: turn-by-turn tokens vs full re-tokenization
     gateway.py       Gateway, Session: one recorded episode per session, ended into trajectories
     gateway_config.py GatewayConfig: every setting of the gateway (its flags, a run's ``gateway``)
+    gateway_bodies.py the gateway's own request bodies, declared once (parsed and described from them)
     gateway_routes.py build_app: the gateway's HTTP routes, auth and limits (``agentrl gateway``)
+    external.py      episodes agents play through the gateway on their own, as groups for the trainer
     env_pool.py      EnvPool: environments built once, leased per episode
     episode.py       what every workflow shares: failures as data, sampling settings, metrics
     executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped
+    lockstep.py      deterministic mode's schedule: generation in rounds, weights published between them
     journal.py       the episode log that replays finished generations on --resume
     record.py        EpisodeRecord: an episode's environment inputs and outputs, bounded
     recorded.py      RecordedEpisodes: a run's recorded steps as another run's batches
     seeds.py         call_seed, SeededClient: a sampling seed per call of each episode
     evaluate.py      pass@k evaluation of a workflow
 
-Workflows (``workflows/``) are built on these. This package sits between the run (``agentrl.run``)
-and the components (inference, env, model, trainer): it may import them, they never import it.
+Workflows (the ``workflows`` package) are built on these. This package sits between the run
+(``agentrl.run``) and the components (inference, env, trainer): it may import them, they never
+import it.
 """
 
 from agentrl.rollout.conversation import TokenConversation

@@ -1,5 +1,10 @@
 """Math task family: the verifier (``math_reward_fn``) and the Math / MathRetry environments.
 
+    verifier.py  is a model's final answer equal to the gold answer?
+    numbers.py   numbers as written in math answers, and when two of them are equal
+    pool.py      killable worker processes that run the verifier; ``math_reward_fn``
+    env.py       MathEnv, MathRetryEnv: word problems graded by the verifier
+
 ``math_reward_fn(response, gold) -> float`` is the reward most users want on its own; the
 environments in ``envs.math.env`` wrap it in Gymnasium's API.
 """
