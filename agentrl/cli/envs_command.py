@@ -5,7 +5,8 @@
 path, then in the current directory), or another ecosystem's (``reasoning_gym/chain_sum``,
 ``textarena/GuessTheNumber-v0``, ``skyrl_gym/gsm8k_multi_turn``, ``openenv:URL``,
 ``verifiers:TASKSET``; the list ends with one line per ecosystem: what is installed). ``--import MODULE`` lists a module's envs too. The check is ``agentrl.env.checks.check_text_env`` (Gymnasium's ``check_env`` with its
-warnings turned into failures, then agentrl's own checks).
+warnings turned into failures, then agentrl's own checks); for an env outside ``envs/``, missing
+Gymnasium docstring sections are printed as advice (``ADVICE ...``), not counted as a failure.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def list_envs(args: argparse.Namespace) -> int:
 def check_cmd(args: argparse.Namespace) -> int:
     import json
 
-    from agentrl.env.checks import check_text_env
+    from agentrl.env.checks import check_text_env, docstring_advice, shipped
     from agentrl.errors import ConfigError
 
     try:
@@ -50,5 +51,8 @@ def check_cmd(args: argparse.Namespace) -> int:
     problems = check_text_env(args.env_id, kwargs)
     for p in problems:
         print(f"FAIL {p}")
+    if not shipped(args.env_id):
+        for a in docstring_advice(args.env_id):
+            print(f"ADVICE {a}: they tell readers (and agentrl envs) what the env is; it runs without them")
     print(f"{args.env_id}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
     return 0 if not problems else 1

@@ -40,9 +40,9 @@ import torch
 import torch.distributed as dist
 
 from agentrl.errors import ModelError, TrainerError
-from agentrl.trainer.optim import warmup_cosine
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.losses import policy_loss
+from agentrl.trainer.optim import warmup_cosine
 from agentrl.trainer.packing import (
     SEGMENT_ATTENTION,
     VARLEN_ATTENTION,

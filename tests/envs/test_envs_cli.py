@@ -81,8 +81,12 @@ class Guess(TextEnv):
 class Seedless(Guess):
     SEEDED = False
 
+class Plain(Guess):
+    """Guess the hidden number (a docstring without Gymnasium's sections)."""
+
 gymnasium.register("journey/Guess-v0", entry_point=Guess)
 gymnasium.register("journey/Seedless-v0", entry_point=Seedless)
+gymnasium.register("journey/Plain-v0", entry_point=Plain)
 '''
 
 
@@ -101,3 +105,15 @@ def test_a_hidden_task_env_outside_the_repo_is_checked_by_its_tasks(tmp_path):
     assert r.returncode == 1 and "same opening messages" in r.stdout and "self.np_random" in r.stdout, r.stdout
     r = run("envs", "check", "guess:journey/Gues-v0")
     assert r.returncode == 2 and "did you mean 'journey/Guess-v0'" in r.stderr, r.stderr
+
+
+def test_a_users_env_without_gymnasiums_docstring_sections_gets_advice_not_a_failure(tmp_path):
+    """Issue 43: our docstring style is ours; a user's env that lacks the sections passes the
+    check, with one line of advice naming the sections it lacks."""
+    (tmp_path / "guess.py").write_text(GUESS)
+    r = subprocess.run([AGENTRL, "envs", "check", "guess:journey/Plain-v0"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("journey/Plain-v0: ok"), r.stdout + r.stderr
+    [advice] = [line for line in r.stdout.splitlines() if line.startswith("ADVICE")]
+    assert "docstring lacks the Gymnasium sections" in advice and "'Version History'" in advice
+    assert "FAIL" not in r.stdout
