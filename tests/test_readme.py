@@ -112,10 +112,10 @@ def test_the_readme_answers_what_a_newcomer_had_to_find_in_the_code():
 
 def test_every_guide_is_linked_from_the_readme_and_every_link_resolves():
     """The README is the way in: each guide under docs/guides/ has its line there, and no link of
-    the README or a guide points at a file that is not there."""
+    the README, the results or a page under docs/ points at a file that is not there."""
     text = README.read_text()
     unlinked = [g.name for g in sorted(GUIDES.glob("*.md")) if f"(docs/guides/{g.name})" not in text]
     assert unlinked == [], f"guides the README does not link (add a line under '## Guides'): {unlinked}"
-    for page in [README, *sorted(GUIDES.glob("*.md"))]:
+    for page in [README, ROOT / "benchmarks" / "RESULTS.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to {target}, which is not there"
