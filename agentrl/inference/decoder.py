@@ -207,6 +207,36 @@ class Step:
     served weights alone); empty: every row without one."""
 
 
+@dataclass
+class _PrefillGather:
+    """The prefill rows of a step as one padded batch for SDPA: ``rows`` x ``width`` queries."""
+
+    rows: int
+    width: int
+    gather: torch.Tensor  # [rows, width]: the packed token of each padded query
+    slots: torch.Tensor  # [rows]: each row's cache slot
+    keys: int  # the keys read per row (the longest row's end)
+    mask: torch.Tensor  # [rows, 1, width, keys]: which keys each query sees
+    keep: torch.Tensor  # the padded outputs that are real tokens, in packed order
+
+
+@dataclass
+class _Plan:
+    """What every layer of one forward shares (``Decoder._plan``)."""
+
+    tokens: torch.Tensor  # [N] packed token ids: decode rows first, then the prefill rows'
+    decode: int  # decode rows (D)
+    lens: list[int]  # tokens of each prefill row
+    last: list[int]  # the packed index whose logits each row returns
+    cos: torch.Tensor  # [N, H + KV, hd] RoPE tables, the queries' scaled by 1/sqrt(hd)
+    sin: torch.Tensor
+    write_rows: torch.Tensor  # [N] rows of a layer's flattened cache this step writes
+    invariant: list | None  # batch-invariant groups (``_invariant_groups``), or None
+    segments: list[tuple]  # decode runs (``_decode_runs``)
+    prefill: _PrefillGather | None
+    loras: list  # each adapter of the step with its rows (``_lora_rows``)
+
+
 class Decoder:
     """Weights, slot KV cache, prefix pool and the forward pass. Not thread-safe: one engine
     thread owns it."""
@@ -450,7 +480,53 @@ class Decoder:
         Rows with a LoRA adapter (``Step.lora``) add its ``(x @ A.T) @ B.T`` to each projection
         it targets: one pair of small matmuls per adapter in the step, over its rows only.
         """
-        s, w, dev = self.spec, self.weights, self.device
+        s, w = self.spec, self.weights
+        plan = self._plan(step)
+        N, H, KV, hd = plan.tokens.shape[0], s.num_heads, s.num_kv_heads, s.head_dim
+        q_out, kv_out = H * hd, KV * hd
+        invariant, loras = plan.invariant is not None, plan.loras
+        linear = _blocked_linear if invariant else F.linear
+        x = w["embed"][plan.tokens]
+        for i, layer in enumerate(w["layers"]):
+            h = _rms_norm(x, layer["ln1"], s.rms_eps)
+            qkv = linear(h, layer["qkv"], layer["qkv_bias"])
+            _add_lora(qkv, h, loras, i, "qkv", invariant)
+            qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
+            if s.qk_norm:
+                qk = torch.cat([_rms_norm(qk[:, :H], layer["q_norm"], s.rms_eps),
+                                _rms_norm(qk[:, H:], layer["k_norm"], s.rms_eps)], 1)
+            qk = qk * plan.cos + _rotate_half(qk) * plan.sin
+            ck, cv = self.cache_k[i], self.cache_v[i]  # [S + 1, max_len, KV, hd]
+            ck.view(-1, kv_out).index_copy_(0, plan.write_rows, qk[:, H:].reshape(N, kv_out))
+            cv.view(-1, kv_out).index_copy_(0, plan.write_rows, qkv[:, q_out + kv_out :])
+            attn = self._attention(plan, qk[:, :H], ck, cv)
+            if invariant:
+                x = x + _blocked_linear(attn, layer["o"])
+            else:
+                x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
+            _add_lora(x, attn, loras, i, "o", invariant)
+            h = _rms_norm(x, layer["ln2"], s.rms_eps)
+            gate_up = linear(h, layer["gate_up"])
+            _add_lora(gate_up, h, loras, i, "gate_up", invariant)
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = F.silu(gate).mul_(up)
+            if invariant:
+                x = x + _blocked_linear(act, layer["down"])
+            else:
+                x = torch.addmm(x, act, layer["down"].t())
+            _add_lora(x, act, loras, i, "down", invariant)
+        if step.hidden_from:
+            starts = [plan.decode + sum(plan.lens[:j]) for j in range(len(plan.lens))]
+            for j, (offset, count) in step.hidden_from.items():
+                at = starts[j] + offset
+                step.hidden[j] = _rms_norm(x[at : at + count], w["norm"], s.rms_eps)
+        x = _rms_norm(x[torch.tensor(plan.last, device=self.device)], w["norm"], s.rms_eps)
+        return linear(x, w["lm_head"]).float()
+
+    def _plan(self, step: Step) -> _Plan:
+        """What every layer of ``step``'s forward shares: the packed tokens, their RoPE tables and
+        cache rows, and how attention reads the cache (decode runs, the prefill gather)."""
+        s, dev = self.spec, self.device
         D, scratch = len(step.decode), self.num_slots
         rows = [(0, 0, scratch) if row is None else (row[0], row[1], i) for i, row in enumerate(step.decode)]
         toks, pos, wslot = ([*col] for col in zip(*rows, strict=True)) if rows else ([], [], [])
@@ -467,8 +543,6 @@ class Decoder:
         if top > self.max_len:
             raise ModelError(f"position {top - 1} is past the cache length {self.max_len}")
         H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
-        q_out, kv_out = H * hd, KV * hd
-        tokens = torch.tensor(toks, device=dev)
         positions = torch.tensor(pos, device=dev)
         # RoPE tables for the query heads and the key heads side by side, the queries' scaled by
         # 1/sqrt(head_dim) (folded in here instead of once per layer): [N, H + KV, hd].
@@ -476,11 +550,24 @@ class Decoder:
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
         cos = torch.cat([(cos * scale).expand(N, H, hd), cos.expand(N, KV, hd)], 1)
         sin = torch.cat([(sin * scale).expand(N, H, hd), sin.expand(N, KV, hd)], 1)
-        # Rows of a layer's cache flattened to [(S + 1) * max_len, KV * hd] this call writes: [N].
-        write_rows = torch.tensor(wslot, device=dev) * self.max_len + positions
         invariant = self._invariant_groups(wslot, pos) if self.batch_invariant else None
-        segments = []  # decode rows a .. b - 1 against their slots' first `keys` keys: (a, b, keys, per_row, bias)
-        for a, b, keys in decode_segments(pos[:D])[0] if D and invariant is None else []:
+        return _Plan(
+            tokens=torch.tensor(toks, device=dev), decode=D, lens=lens, last=last, cos=cos, sin=sin,
+            # rows of a layer's cache flattened to [(S + 1) * max_len, KV * hd] this call writes: [N]
+            write_rows=torch.tensor(wslot, device=dev) * self.max_len + positions,
+            invariant=invariant,
+            segments=self._decode_runs(pos[:D], positions) if D and invariant is None else [],
+            prefill=self._prefill_gather(step, D, lens, positions) if lens and invariant is None else None,
+            loras=_lora_rows(step.lora, D, lens, dev))
+
+    def _decode_runs(self, pos: list[int], positions: torch.Tensor) -> list[tuple]:
+        """The decode rows cut into runs (``decode_segments``): per run, rows a .. b - 1 against their
+        slots' first ``keys`` keys, with the attention layout and its additive mask: (a, b, keys,
+        per_row, bias)."""
+        s, dev = self.spec, self.device
+        H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
+        segments = []
+        for a, b, keys in decode_segments(pos)[0]:
             dec_pos = positions[a:b]
             # Short keys: each row's H query heads against its slot's keys as one [keys * KV, hd]
             # matrix (column j: position j // KV, key head j % KV; a query head sees only its own
@@ -496,79 +583,54 @@ class Decoder:
                 seen = seen[:, None, None, :]  # [rows, 1, 1, cols]
             bias = torch.zeros(seen.shape, dtype=self.dtype, device=dev).masked_fill_(~seen, float("-inf"))
             segments.append((a, b, keys, per_row, bias))
-        if lens and invariant is None:
-            P, T = len(lens), max(lens)
-            pre_slots = torch.tensor([slot for slot, _, _ in step.prefill], device=dev)
-            pre_len = max(start + len(ids) for _, start, ids in step.prefill)
-            offsets = torch.tensor([0, *lens[:-1]], device=dev).cumsum(0)
-            t = torch.arange(T, device=dev)
-            length = torch.tensor(lens, device=dev)
-            valid = t[None, :] < length[:, None]  # [P, T]
-            # padded query t of row p is packed token D + offsets[p] + t (pads repeat the last one)
-            gather = D + offsets[:, None] + torch.minimum(t[None, :], length[:, None] - 1)
-            q_pos = positions[gather]  # [P, T]
-            pre_mask = (torch.arange(pre_len, device=dev)[None, None, None, :] <= q_pos[:, None, :, None])
-            keep = valid.reshape(-1).nonzero().squeeze(1)
-        loras = _lora_rows(step.lora, D, lens, dev)
-        linear = _blocked_linear if invariant is not None else F.linear
-        x = w["embed"][tokens]
-        for i, layer in enumerate(w["layers"]):
-            h = _rms_norm(x, layer["ln1"], s.rms_eps)
-            qkv = linear(h, layer["qkv"], layer["qkv_bias"])
-            _add_lora(qkv, h, loras, i, "qkv", invariant is not None)
-            qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
-            if s.qk_norm:
-                qk = torch.cat([_rms_norm(qk[:, :H], layer["q_norm"], s.rms_eps),
-                                _rms_norm(qk[:, H:], layer["k_norm"], s.rms_eps)], 1)
-            qk = qk * cos + _rotate_half(qk) * sin
-            q = qk[:, :H]
-            ck, cv = self.cache_k[i], self.cache_v[i]  # [S + 1, max_len, KV, hd]
-            ck.view(-1, kv_out).index_copy_(0, write_rows, qk[:, H:].reshape(N, kv_out))
-            cv.view(-1, kv_out).index_copy_(0, write_rows, qkv[:, q_out + kv_out :])
-            parts = []
-            if invariant is not None:  # every token alone against its own keys, decode or prefill
-                parts.append(self._invariant_attention(invariant, q, ck, cv))
-            # decode rows: small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
-            for a, b, n, per_row, bias in segments:
-                keys, values = ck[a:b, :n], cv[a:b, :n]  # views: consecutive slots
-                if per_row:
-                    keys, values = keys.reshape(b - a, n * KV, hd), values.reshape(b - a, n * KV, hd)
-                    probs = torch.baddbmm(bias, q[a:b], keys.transpose(1, 2)).softmax(dim=-1)
-                    parts.append(torch.bmm(probs, values).reshape(b - a, q_out))
-                else:
-                    scores = torch.matmul(q[a:b].reshape(b - a, KV, H // KV, hd), keys.permute(0, 2, 3, 1))
-                    probs = scores.add_(bias).softmax(dim=-1)
-                    parts.append(torch.matmul(probs, values.transpose(1, 2)).reshape(b - a, q_out))
-            if lens and invariant is None:  # one masked SDPA call over the prefill rows
-                qp = q[gather].transpose(1, 2)  # [P, H, T, hd]
-                keys = ck[pre_slots, :pre_len].transpose(1, 2)  # [P, KV, pre_len, hd]
-                values = cv[pre_slots, :pre_len].transpose(1, 2)
-                out = F.scaled_dot_product_attention(qp, keys, values, attn_mask=pre_mask, scale=1.0,
-                                                     enable_gqa=KV != H)
-                parts.append(out.transpose(1, 2).reshape(P * T, q_out)[keep])
-            attn = parts[0] if len(parts) == 1 else torch.cat(parts)
-            if invariant is None:
-                x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
+        return segments
+
+    def _prefill_gather(self, step: Step, D: int, lens: list[int], positions: torch.Tensor) -> _PrefillGather:
+        """How the prefill rows attend in one masked SDPA call, padded to the longest row."""
+        dev = self.device
+        T = max(lens)
+        offsets = torch.tensor([0, *lens[:-1]], device=dev).cumsum(0)
+        t = torch.arange(T, device=dev)
+        length = torch.tensor(lens, device=dev)
+        valid = t[None, :] < length[:, None]  # [P, T]
+        # padded query t of row p is packed token D + offsets[p] + t (pads repeat the last one)
+        gather = D + offsets[:, None] + torch.minimum(t[None, :], length[:, None] - 1)
+        q_pos = positions[gather]  # [P, T]
+        pre_len = max(start + len(ids) for _, start, ids in step.prefill)
+        return _PrefillGather(
+            rows=len(lens), width=T, gather=gather,
+            slots=torch.tensor([slot for slot, _, _ in step.prefill], device=dev), keys=pre_len,
+            mask=torch.arange(pre_len, device=dev)[None, None, None, :] <= q_pos[:, None, :, None],
+            keep=valid.reshape(-1).nonzero().squeeze(1))
+
+    def _attention(self, plan: _Plan, q: torch.Tensor, ck: torch.Tensor, cv: torch.Tensor) -> torch.Tensor:
+        """One layer's attention output ``[N, H * hd]`` for the packed queries ``q`` ``[N, H, hd]``,
+        from the layer's caches (this step's keys and values already written)."""
+        H, KV, hd = self.spec.num_heads, self.spec.num_kv_heads, self.spec.head_dim
+        q_out = H * hd
+        parts = []
+        if plan.invariant is not None:  # every token alone against its own keys, decode or prefill
+            parts.append(self._invariant_attention(plan.invariant, q, ck, cv))
+        # decode rows: small batched matmuls (SDPA's CPU kernels are tiled for long queries, slower here)
+        for a, b, n, per_row, bias in plan.segments:
+            keys, values = ck[a:b, :n], cv[a:b, :n]  # views: consecutive slots
+            if per_row:
+                keys, values = keys.reshape(b - a, n * KV, hd), values.reshape(b - a, n * KV, hd)
+                probs = torch.baddbmm(bias, q[a:b], keys.transpose(1, 2)).softmax(dim=-1)
+                parts.append(torch.bmm(probs, values).reshape(b - a, q_out))
             else:
-                x = x + _blocked_linear(attn, layer["o"])
-            _add_lora(x, attn, loras, i, "o", invariant is not None)
-            h = _rms_norm(x, layer["ln2"], s.rms_eps)
-            gate_up = linear(h, layer["gate_up"])
-            _add_lora(gate_up, h, loras, i, "gate_up", invariant is not None)
-            gate, up = gate_up.chunk(2, dim=-1)
-            act = F.silu(gate).mul_(up)
-            if invariant is None:
-                x = torch.addmm(x, act, layer["down"].t())
-            else:
-                x = x + _blocked_linear(act, layer["down"])
-            _add_lora(x, act, loras, i, "down", invariant is not None)
-        if step.hidden_from:
-            starts = [D + sum(lens[:j]) for j in range(len(lens))]
-            for j, (offset, count) in step.hidden_from.items():
-                at = starts[j] + offset
-                step.hidden[j] = _rms_norm(x[at : at + count], w["norm"], s.rms_eps)
-        x = _rms_norm(x[torch.tensor(last, device=dev)], w["norm"], s.rms_eps)
-        return linear(x, w["lm_head"]).float()
+                scores = torch.matmul(q[a:b].reshape(b - a, KV, H // KV, hd), keys.permute(0, 2, 3, 1))
+                probs = scores.add_(bias).softmax(dim=-1)
+                parts.append(torch.matmul(probs, values.transpose(1, 2)).reshape(b - a, q_out))
+        pre = plan.prefill
+        if pre is not None:  # one masked SDPA call over the prefill rows
+            qp = q[pre.gather].transpose(1, 2)  # [P, H, T, hd]
+            keys = ck[pre.slots, : pre.keys].transpose(1, 2)  # [P, KV, pre_len, hd]
+            values = cv[pre.slots, : pre.keys].transpose(1, 2)
+            out = F.scaled_dot_product_attention(qp, keys, values, attn_mask=pre.mask, scale=1.0,
+                                                 enable_gqa=KV != H)
+            parts.append(out.transpose(1, 2).reshape(pre.rows * pre.width, q_out)[pre.keep])
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _invariant_groups(self, slots: list[int], positions: list[int]) -> list[tuple[torch.Tensor, ...]]:
         """The packed tokens grouped by key length (``INVARIANT_KEYS``): per group, the tokens'
