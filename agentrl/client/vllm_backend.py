@@ -1,30 +1,41 @@
-"""vLLM's token-in/token-out routes, as ``RemoteEngine`` speaks them.
+"""``VLLMBackend``: vLLM's token-in/token-out and RL routes (0.32+), as ``RemoteEngine`` speaks them.
 
-What it is: the request bodies and answers of a vLLM server (0.32+, started with
-``--enable-scale-out`` and ``VLLM_SERVER_DEV_MODE=1``), mapped onto what the client uses
-for SGLang-compatible servers — exact token ids and per-token logprobs out of
-``POST /inference/v1/generate`` (``vllm/entrypoints/scale_out/token_in_token_out/protocol.py``),
-the version spans vLLM tags output tokens with, and the control routes of
-``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=abort``, ``/resume``,
-``/update_weight_version``, ``/weight_info``) and ``/collective_rpc`` (``reload_weights``
-from a checkpoint directory, through agentrl's worker extension where the server has it, and
-the extension's methods that receive weights over torch.distributed),
-and runtime LoRA (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``; a request names
-its adapter in ``model``). What it is not: the client (``remote_engine``), which decides when
-to call these.
+What it is: the ``EngineBackend`` of a vLLM server started with ``--enable-scale-out`` and
+``VLLM_SERVER_DEV_MODE=1``, and its wire vocabulary: exact token ids and per-token logprobs out
+of ``POST /inference/v1/generate`` (``vllm/entrypoints/scale_out/token_in_token_out/protocol.py``;
+one prompt per request: no batch form), the version spans vLLM tags output tokens with, the
+control routes of ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=abort``,
+``/resume``, ``/update_weight_version``, ``/weight_info``, ``/sleep``, ``/wake_up``) and
+``/collective_rpc`` (``reload_weights`` from a checkpoint directory, through agentrl's worker
+extension where the server has it, and the extension's methods that receive weights over
+torch.distributed), and runtime LoRA (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``;
+a request names its adapter in ``model``). vLLM loads what it is given, so a checkpoint is
+checked against the served one here before any server loads it (``checkpoint_check``).
 
 Our sampling vocabulary (SGLang's) maps onto vLLM's name by name; what vLLM has no
-equivalent for (``stop_regex``) is refused before a request is sent.
+equivalent for (``stop_regex``) is refused before a request is sent. What vLLM cannot do —
+stage weights while it generates, receive a LoRA adapter by broadcast — raises
+``RequestRejected``. What it is not: the client (``remote_engine``), which decides when to
+call these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agentrl.api import SamplingParams
+from agentrl.client import checkpoint_check
+from agentrl.client.backend import Call, Sample, Servers, token_versions
 from agentrl.errors import RequestRejected, ServerError
+
+log = logging.getLogger(__name__)
 
 GENERATE = "/inference/v1/generate"
 PAUSE = "/pause?mode=abort"
@@ -78,8 +89,7 @@ def generate_body(prompt: list[int], sp: SamplingParams, n: int, rid: str | None
     return body
 
 
-def parse_generate(data: Any, n: int, as_version: Callable[[Any], int]
-                   ) -> list[tuple[list[int], list[float], list[int], dict[str, Any]]]:
+def parse_generate(data: Any, n: int, as_version: Callable[[Any], int]) -> list[Sample]:
     """``n`` (tokens, logprobs, versions, finish reason) from a ``/inference/v1/generate``
     answer; the finish reason in SGLang's shape (``{"type": ..., "matched": ...}``)."""
     try:
@@ -93,11 +103,7 @@ def parse_generate(data: Any, n: int, as_version: Callable[[Any], int]
             if len(content) != len(toks) or any(int(e["token_id"]) != t for e, t in zip(content, toks, strict=True)):
                 raise ValueError("logprobs.content does not follow token_ids (was the request sent with logprobs: 0?)")
             lps = [float(e["logprob"]) for e in content]
-            versions = [as_version(None)] * len(toks)
-            for s in c.get("weight_versions") or []:
-                v = as_version(s.get("version"))
-                for i in range(int(s.get("start", 0)), min(int(s.get("end", 0)), len(toks))):
-                    versions[i] = v
+            versions = token_versions(len(toks), as_version(None), c.get("weight_versions"), as_version)
             kind = c.get("finish_reason")
             reason: dict[str, Any] = {"type": kind}
             if kind == "stop" and c.get("stop_reason") is not None:
@@ -138,3 +144,177 @@ def rpc_body(method: str, **kwargs: Any) -> dict[str, Any]:
 def reload_body(path: str, method: str = RELOAD) -> dict[str, Any]:
     """``/collective_rpc``'s body that makes every worker load the checkpoint at ``path`` in place."""
     return rpc_body(method, weights_path=str(path))
+
+
+NO_STAGING = ("vLLM cannot {what} while it generates (a /collective_rpc runs inside its engine loop); "
+              "can_stage_weights is false there: send the weights in the pause")
+
+
+class VLLMBackend:
+    """vLLM's side of ``RemoteEngine`` (see the module docstring)."""
+
+    owned_by = ("vllm",)
+    batch_form = False
+    version_route = WEIGHT_INFO
+    lora_routes = (LOAD_LORA, UNLOAD_LORA)
+
+    def __init__(self, servers: Servers) -> None:
+        self._servers = servers
+        self._reload = RELOAD  # the worker method that loads a checkpoint (_load)
+        self._reference: str | None = None  # the served checkpoint a new one is checked against
+
+    def sampling_params(self, sp: SamplingParams, n: int = 1) -> dict[str, Any]:
+        return sampling_params(sp, n)
+
+    async def generate(self, server: Any, prompt: list[int], each: list[SamplingParams],
+                       rid: str | None) -> list[Sample]:
+        s = self._servers
+        s.stats["posts"] += 1
+        lora = s.lora()
+        body = generate_body(prompt, each[0], len(each), rid, lora[0] if lora else None)
+        parsed = parse_generate(await s.post(server, GENERATE, body, s.timeout), len(each), s.as_version)
+        if lora is None:
+            return parsed
+        return [(toks, lps, [lora[1]] * len(toks), reason) for toks, lps, _, reason in parsed]
+
+    # ------------------------------------------------------------------ control
+
+    def pause(self) -> Call:
+        return PAUSE, {}
+
+    def resume(self) -> Call:
+        return RESUME, {}
+
+    def release_memory(self) -> Call:
+        return SLEEP, {}
+
+    def occupy_memory(self, tags: list[str]) -> Call:
+        return (WAKE_WEIGHTS if list(tags) == ["weights"] else WAKE_KV_CACHE), {}
+
+    def leave_group(self, group_name: str) -> Call:
+        return RPC, rpc_body(DESTROY_GROUP, group_name=group_name)
+
+    # ------------------------------------------------------------------ weights from disk
+
+    async def load_weights(self, path: str, version: int) -> None:
+        """The checkpoint checked against the served one (``checkpoint_check``: vLLM cannot refuse
+        broken weights), loaded by every server, labelled, and the prefix caches emptied."""
+        if self._reference is None:
+            self._reference = await self._served_checkpoint()
+        await asyncio.to_thread(checkpoint_check.check_checkpoint, path, self._reference)
+        await self._load(path, version, self._servers.control)
+        await self._reset_prefix_cache()
+
+    async def reload_server(self, server: Any, path: str, version: int) -> None:
+        s = self._servers
+        await self._load(path, version, lambda route, body: s.post(server, route, body, s.control_timeout))
+
+    async def stage_weights(self, path: str) -> None:
+        raise RequestRejected(NO_STAGING.format(what="stage weights"), 400)
+
+    async def _load(self, path: str, version: int, post: Callable[[str, dict[str, Any]], Awaitable[Any]]) -> None:
+        """The calls that load a checkpoint from disk and label what it samples next, made with
+        ``post(route, body)``: through agentrl's worker extension, or, on a server started
+        without it (by hand), through vLLM's own ``reload_weights``."""
+        try:
+            await post(RPC, reload_body(path, self._reload))
+        except ServerError as e:  # vLLM answers an unknown worker method with a 500 naming it
+            if self._reload == PLAIN_RELOAD or f"no attribute '{self._reload}'" not in str(e):
+                raise
+            log.warning("the vLLM server was started without agentrl's worker extension (%s); weights load with "
+                        "vLLM's own reload_weights, which on a CPU leaves a tied lm_head on its first weights. "
+                        "Start vLLM with --worker-extension-cls %s and %s on PYTHONPATH", e, WORKER_EXTENSION,
+                        WORKER_DIR)
+            self._reload = PLAIN_RELOAD
+            await post(RPC, reload_body(path, self._reload))
+        await post(VERSION, {"new_version": str(version)})
+
+    async def _reset_prefix_cache(self) -> None:
+        """Empty every server's prefix cache after an update. vLLM answers ``{"success": false}``
+        while the aborted requests still hold their blocks; a kept block would serve a resumed
+        request keys and values of the old weights, so ask again until every one empties."""
+        seconds = self._servers.control_timeout
+        deadline = time.monotonic() + seconds
+        while True:
+            answers = await self._servers.control(RESET_PREFIX_CACHE, {})
+            if all(not isinstance(a, dict) or a.get("success", True) for a in answers):
+                return
+            if time.monotonic() > deadline:
+                raise ServerError(f"a vLLM server still held its prefix cache {seconds:.0f} s after a "
+                                  "weight update (/reset_prefix_cache kept answering success: false)")
+            await asyncio.sleep(0.05)
+
+    async def _served_checkpoint(self) -> str | None:
+        """The directory the first server was started on (``/v1/models``' ``root``): new
+        checkpoints are compared with it tensor by tensor, if this process can read it."""
+        s = self._servers
+        try:
+            return (await s.get(s.members[0], "/v1/models", min(10.0, s.control_timeout)))["data"][0].get("root")
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            return None
+
+    # ------------------------------------------------------------------ weights over torch.distributed
+
+    async def _worker_calls(self, method: str, kwargs: list[dict[str, Any]]) -> list[list[Any]]:
+        """Every worker of server ``i`` calls the worker extension's ``method(**kwargs[i])``
+        (``/collective_rpc``); each server's results, one per worker. A server without agentrl's
+        worker extension, or a worker that answers ``{"success": false}``, raises ``RequestRejected``."""
+        try:
+            answers = await self._servers.every_server(RPC, [rpc_body(method, **kw) for kw in kwargs])
+        except ServerError as e:  # vLLM answers an unknown worker method with a 500 naming it
+            if f"no attribute '{method}'" not in str(e):
+                raise
+            raise RequestRejected(
+                f"the vLLM server(s) {self._servers.addresses} run without agentrl's worker extension, which weights "
+                f"over torch.distributed need: start vLLM with --worker-extension-cls {WORKER_EXTENSION} and "
+                f"{WORKER_DIR} on PYTHONPATH (as agentrl train does), or use trainer.weight_sync.transport: "
+                "disk", 400) from e
+        results = [list(a.get("results") or []) if isinstance(a, dict) else [] for a in answers]
+        for server, each in zip(self._servers.members, results, strict=True):
+            for r in each:
+                if isinstance(r, dict) and r.get("success") is False:
+                    raise RequestRejected(f"{server.address}: {r.get('message')}", 400)
+        return results
+
+    async def group_ranks(self) -> list[int]:
+        """A server takes one group rank per worker."""
+        return [len(r) for r in await self._worker_calls(GROUP_RANK, [{}] * len(self._servers.members))]
+
+    async def can_stage(self) -> bool:
+        return False
+
+    async def join_group(self, master_address: str, master_port: int, *, group_name: str, group_backend: str,
+                         offsets: list[int], world_size: int) -> None:
+        await self._worker_calls(INIT_GROUP, [
+            {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
+             "world_size": world_size, "group_name": group_name, "backend": group_backend,
+             "timeout_s": self._servers.control_timeout} for offset in offsets])
+
+    async def begin_update(self) -> None:
+        """Nothing: the workers load at an update's last bucket."""
+
+    async def end_update(self) -> None:
+        """Nothing (``begin_update``)."""
+
+    async def receive_weights(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *, group_name: str,
+                              version: int | None, load_format: str | None, stage_only: bool) -> None:
+        """Every worker keeps the buckets it receives and, at the one with ``version``, checks them
+        all and loads them at once; then the version is set and the prefix cache emptied, as
+        after a load from disk."""
+        if stage_only:
+            raise RequestRejected(NO_STAGING.format(what="stage weights"), 400)
+        n = len(self._servers.members)
+        await self._worker_calls(RECEIVE, [
+            {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+             "load_format": load_format, "load": version is not None}] * n)
+        if version is not None:
+            await self._servers.every_server(VERSION, [{"new_version": str(version)}] * n)
+            await self._reset_prefix_cache()
+
+    async def commit_staged(self, group_name: str, version: int) -> None:
+        raise RequestRejected(NO_STAGING.format(what="stage weights"), 400)
+
+    async def receive_adapter(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *, group_name: str,
+                              config: dict[str, Any], load_format: str | None, name: str | None) -> None:
+        raise RequestRejected("vLLM receives LoRA adapters from disk only (load_lora_adapter); use "
+                              "trainer.weight_sync.transport: disk with inference.engine: vllm", 400)
