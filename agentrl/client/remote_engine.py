@@ -107,7 +107,7 @@ def _prompt(input_ids: Sequence[int]) -> list[int]:
 
 
 class RemoteEngine:
-    """Interruption-hiding, load-balancing client of SGLang-compatible servers."""
+    """Interruption-hiding, load-balancing client of one engine's servers (see the module docstring)."""
 
     def __init__(self, addresses: Sequence[str] | str, config: RemoteEngineConfig | None = None, *,
                  version: int = 0, router: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
@@ -154,11 +154,14 @@ class RemoteEngine:
         self.stats = {"requests": 0, "posts": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
         # what the engine's backend reaches the servers through; sglang-router's typed /generate takes one
         # sampling_params object and one rid string (a list of either is a 422), so behind it nothing is batched
-        self._link = Servers(self._servers, self._post, self._control, self._every_server, self._get_json,
-                             self._as_version, lambda: self._lora, self.stats, config.timeout, config.control_timeout,
-                             -1 if router else config.batch_max_new_tokens)
+        self._link = Servers(
+            members=self._servers, post=self._post, control=self._control, every_server=self._every_server,
+            get=self._get_json, as_version=self._as_version, lora=lambda: self._lora, stats=self.stats,
+            timeout=config.timeout, control_timeout=config.control_timeout,
+            batch_max_new_tokens=-1 if router else config.batch_max_new_tokens)
         self._backends: dict[type, EngineBackend] = {}  # one per class: it may keep state (vLLM's reload method)
-        self._backend = None if config.engine == AUTO else self._backend_of(ENGINES[config.engine])  # None: not asked yet
+        # the engine's backend; None until the servers were asked (engine: auto)
+        self._backend = None if config.engine == AUTO else self._backend_of(ENGINES[config.engine])
         self._asking: asyncio.Future[EngineBackend] | None = None
 
     @property
