@@ -241,8 +241,10 @@ class RemoteEngine:
     async def _submit(self, server: _Server, prompt: list[int], each: list[SamplingParams],
                       rid: str | None = None) -> list[Sample]:
         """One generation request of ``len(each)`` samples (one prompt; ``each`` all alike
-        unless seeded), parsed by the engine's backend."""
-        return await (await self._resolve()).generate(server, prompt, each, rid)
+        unless seeded), parsed by the engine's backend (the fallback's while no server answered
+        the question: ``generate`` asked it already)."""
+        backend = self._backend or self._backend_of(ENGINES[FALLBACK])
+        return await backend.generate(server, prompt, each, rid)
 
     def _backend_of(self, cls: type[EngineBackend]) -> EngineBackend:
         if cls not in self._backends:
