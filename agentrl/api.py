@@ -163,15 +163,16 @@ class SamplingParams:
     """Sampling settings of one generation request, in SGLang's vocabulary (its names, defaults
     and ranges: ``python/sglang/srt/sampling/sampling_params.py``).
 
-    ``temperature == 0`` means greedy. ``top_k == -1`` means no top-k cut. ``seed`` is
-    sent as SGLang's ``sampling_seed``. ``min_p`` drops tokens less likely than ``min_p``
+    ``temperature == 0`` means greedy. ``top_k == -1`` means no top-k cut. ``seed`` seeds
+    this request's sampling. ``min_p`` drops tokens less likely than ``min_p``
     times the most likely one; ``frequency_penalty``/``presence_penalty`` (in [-2, 2]) lower a
     token's logit by that much per occurrence / once if it occurred in the output so far,
     ``repetition_penalty`` (in (0, 2], 1 = none) divides a positive logit (multiplies a
     negative one) of a token that occurred; ``min_new_tokens`` forbids EOS and
     ``stop_token_ids`` before that many tokens; ``stop_regex`` ends the output where a pattern
     matches; ``logit_bias`` adds to the logits of token ids. Only the settings that differ
-    from their defaults are sent.
+    from their defaults are sent: each engine's backend maps them onto its wire
+    (``agentrl.client.sglang_backend``, ``vllm_backend``).
     """
 
     max_new_tokens: int = option(128, help="token budget of one generation call")
@@ -224,31 +225,6 @@ class SamplingParams:
             return self
         return replace(self, max_new_tokens=n, min_new_tokens=min(n, max(0, self.min_new_tokens - done)),
                        seed=None if self.seed is None else continuation_seed(self.seed, done))
-
-    def to_sglang(self) -> dict[str, Any]:
-        """The ``sampling_params`` object of SGLang's ``POST /generate``."""
-        out: dict[str, Any] = {
-            "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "ignore_eos": self.ignore_eos,
-        }
-        if self.stop:
-            out["stop"] = list(self.stop)
-        if self.stop_token_ids:
-            out["stop_token_ids"] = list(self.stop_token_ids)
-        if self.seed is not None:
-            out["sampling_seed"] = self.seed
-        for name, neutral in (("min_p", 0.0), ("frequency_penalty", 0.0), ("presence_penalty", 0.0),
-                              ("repetition_penalty", 1.0), ("min_new_tokens", 0)):
-            if getattr(self, name) != neutral:
-                out[name] = getattr(self, name)
-        if self.stop_regex:
-            out["stop_regex"] = list(self.stop_regex)
-        if self.logit_bias:
-            out["logit_bias"] = {str(k): v for k, v in self.logit_bias.items()}
-        return out
 
 
 @dataclass

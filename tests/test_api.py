@@ -95,19 +95,6 @@ def test_failed_trajectory_is_empty_and_keeps_its_reason():
         Trajectory.failed(TrajectoryStatus.OK)
 
 
-def test_sampling_params_speak_sglang():
-    sp = SamplingParams(max_new_tokens=7, temperature=0.0, stop=["\n"], seed=3)
-    assert sp.to_sglang() == {
-        "max_new_tokens": 7,
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "top_k": -1,
-        "ignore_eos": False,
-        "stop": ["\n"],
-        "sampling_seed": 3,
-    }
-
-
 @pytest.mark.parametrize(
     "kw", [dict(max_new_tokens=-1), dict(temperature=-0.1), dict(top_p=0.0), dict(top_k=0), dict(top_k=-2)]
 )

@@ -2,9 +2,13 @@
 
     remote_engine.py  RemoteEngine: token-in/token-out client of SGLang-compatible and vLLM
                       servers (interruption hidden, least-loaded routing, weight-update calls)
-    vllm_wire.py      vLLM's request bodies, answers and control routes
+    backend.py        EngineBackend: what the client needs from an engine (the protocol a
+                      backend meets) and Servers, the calls the client lends it
+    engines.py        ENGINES: the one registry of engines by name, each with its backend class
+    sglang_backend.py SGLangBackend: SGLang's and agentrl serve's sampling keys, bodies and routes
+    vllm_backend.py   VLLMBackend: vLLM's sampling keys, bodies, answers and control routes
     checkpoint_check.py  a checkpoint checked against the served one before vLLM loads it
-    batcher.py        GroupBatcher: the requests of one event-loop tick as one /generate
+    batcher.py        GroupBatcher: the requests of one event-loop tick as one /generate (SGLang)
     transport.py      KeepAliveTransport: pooled HTTP/1.1 connections per origin
     vllm_worker/      the extension vLLM's worker processes import (weights from disk or by broadcast)
 

@@ -1,12 +1,12 @@
 """``GroupBatcher``: the generation requests a rollout makes in one event-loop tick, sent as one.
 
-What it is: the part of ``RemoteEngine`` that sends ``/generate``. A rollout starts its
+What it is: the part of ``SGLangBackend`` that sends ``/generate``. A rollout starts its
 episodes together (``asyncio.gather`` of one coroutine per episode or per group), so their
 ``generate``/``generate_group`` calls arrive in the same tick of the event loop; instead of
 one ``/generate`` each, the batcher queues them per server and sends them together at the
-end of the tick as one SGLang batch: ``input_ids`` a list of prompts, ``sampling_params`` one
-object for all or a list with one per prompt (with ``n`` for groups) — SGLang answers prompt-major (prompt i's n
-samples, in order), so the answer is cut back into groups in queue order. The server then
+end of the tick as one SGLang batch (its body: ``sglang_backend.generate_body``) — SGLang
+answers prompt-major (prompt i's n samples, in order), so the answer is cut back into groups in
+queue order. The server then
 admits the whole rollout at once (and computes each distinct prompt once), and per-request
 HTTP costs are paid once per tick. A tick with a single request sends it in the plain form
 (one prompt, a ``sampling_params`` object, a ``rid``), exactly as an unbatched client would.
@@ -42,7 +42,9 @@ from agentrl.errors import RequestRejected, ServerError
 
 
 @dataclass
-class _Group:
+class Group:
+    """One queued request: ``len(each)`` samples of ``prompt`` (``rid`` names a single sample)."""
+
     prompt: list[int]
     each: list[SamplingParams]  # one per sample
     rid: str | None
@@ -52,10 +54,10 @@ class _Group:
 class GroupBatcher:
     """Queues requests per (server, n) and sends each queue as one ``/generate``."""
 
-    def __init__(self, send: Callable[[Any, dict[str, Any]], Awaitable[Any]], max_new_tokens: int = 32) -> None:
-        self._send = send  # (server, payload) -> the decoded JSON answer
+    def __init__(self, send: Callable[[Any, list[Group], int], Awaitable[Any]], max_new_tokens: int = 32) -> None:
+        self._send = send  # (server, groups, n) -> the decoded JSON answer of one /generate
         self.max_new_tokens = max_new_tokens  # longer requests are sent alone
-        self._queues: dict[tuple[int, ...], tuple[Any, list[_Group]]] = {}
+        self._queues: dict[tuple[int, ...], tuple[Any, list[Group]]] = {}
         self._alone = itertools.count()
         self._tasks: set[asyncio.Task] = set()
 
@@ -68,7 +70,7 @@ class GroupBatcher:
         key: tuple[int, ...] = (id(server), 1 if each[0].seed is not None else len(each))
         if each[0].max_new_tokens > self.max_new_tokens:
             key = (*key, next(self._alone))
-        group = _Group(prompt, each, rid, loop.create_future())
+        group = Group(prompt, each, rid, loop.create_future())
         if key not in self._queues:
             self._queues[key] = (server, [])
             loop.call_soon(self._flush, key)
@@ -81,10 +83,10 @@ class GroupBatcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _post(self, server: Any, groups: list[_Group], n: int) -> None:
+    async def _post(self, server: Any, groups: list[Group], n: int) -> None:
         total = sum(len(g.each) for g in groups)
         try:
-            data = await self._send(server, {**_payload(groups, n), "return_logprob": True})
+            data = await self._send(server, groups, n)
             if total == 1 and isinstance(data, dict):
                 data = [data]
             if not isinstance(data, list) or len(data) != total:
@@ -108,24 +110,7 @@ class GroupBatcher:
             at += len(g.each)
 
 
-def _payload(groups: list[_Group], n: int) -> dict[str, Any]:
-    """SGLang's plain form for one prompt, its batch form for several."""
-    if len(groups) == 1 and (n > 1 or len(groups[0].each) == 1):
-        g = groups[0]
-        sp = {**g.each[0].to_sglang(), **({"n": n} if n > 1 else {})}
-        return {"input_ids": g.prompt, "sampling_params": sp, **({"rid": g.rid} if g.rid and n == 1 else {})}
-    if n > 1:
-        prompts, sps = [g.prompt for g in groups], [{**g.each[0].to_sglang(), "n": n} for g in groups]
-    else:
-        prompts = [g.prompt for g in groups for _ in g.each]
-        sps = [sp.to_sglang() for g in groups for sp in g.each]
-    payload: dict[str, Any] = {"input_ids": prompts, "sampling_params": sps[0] if sps.count(sps[0]) == len(sps) else sps}
-    if n == 1 and all(g.rid for g in groups):
-        payload["rid"] = [g.rid for g in groups]
-    return payload
-
-
-def _settle(group: _Group, result: Any = None, exc: BaseException | None = None) -> None:
+def _settle(group: Group, result: Any = None, exc: BaseException | None = None) -> None:
     if group.done.done():  # its caller was cancelled
         return
     if exc is not None:

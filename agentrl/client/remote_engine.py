@@ -1,15 +1,16 @@
 """``RemoteEngine``: the trainer's and the rollout's client of the inference servers.
 
-What it is: an ``agentrl.api.InferenceClient`` over HTTP to one or more servers that speak
-SGLang's native API (SGLang 0.5.10-0.5.23, ``agentrl serve``) or vLLM's token-in/token-out and
-RL routes (0.32+, ``vllm_wire``); ``RemoteEngineConfig.engine`` says which (``auto``: asked of
-``GET /v1/models``). ``await generate(input_ids, sampling)`` returns a ``Completion``: the exact
+What it is: an ``agentrl.api.InferenceClient`` over HTTP to one or more servers of one engine:
+SGLang's native API (SGLang 0.5.10-0.5.23, ``agentrl serve``: ``sglang_backend``) or vLLM's
+token-in/token-out and RL routes (0.32+, ``vllm_backend``); ``RemoteEngineConfig.engine`` names
+it (``engines.ENGINES``; ``auto``: asked of ``GET /v1/models``). The engine's backend owns its
+wire format; this client owns what all share: routing, retries, probing, pausing, versions and
+adapters by name. ``await generate(input_ids, sampling)`` returns a ``Completion``: the exact
 tokens, their logprobs, the policy version of every token, the finish reason — interruption
 hidden (an aborted request is resumed as prompt + tokens so far; ``ResumeLimit`` after
 ``max_resumes``). ``generate_group(input_ids, sampling, n)`` asks for ``n`` samples in one
 request. The publishing side calls ``pause()``, ``update_weights(path, version)``, ``resume()``
-(DESIGN.md §4 "Weight update"; on vLLM the checkpoint is checked here first:
-``checkpoint_check``), or the torch.distributed calls (``init_weights_update_group``,
+(DESIGN.md §4 "Weight update"), or the torch.distributed calls (``init_weights_update_group``,
 ``update_weights_from_distributed``, ``commit_staged_weights``; SGLang and agentrl serve only),
 or, for a LoRA run's adapters by name, ``load_lora_adapter(path, version)`` before the pause and
 ``serve_lora_adapter(version)`` in it: from then on every request names that adapter (SGLang's
@@ -27,15 +28,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import httpx
 
 from agentrl.api import MEMORY_TAGS, Completion, SamplingParams
-from agentrl.client import checkpoint_check, vllm_wire
-from agentrl.client.batcher import GroupBatcher
+from agentrl.client.backend import EngineBackend, Sample, Servers
+from agentrl.client.engines import AUTO, ENGINES, FALLBACK, detect
 from agentrl.client.transport import KeepAliveTransport, Origin
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ResumeLimit, ServerError, ServerUnavailable
@@ -51,8 +52,6 @@ def base_url(address: str) -> str:
     return address.rstrip("/") if "://" in address else f"http://{address.rstrip('/')}"
 
 
-ENGINES = ("auto", "sglang", "vllm")
-
 LORA_NAME = "agentrl-policy"
 """A LoRA run's adapters on the servers are named ``agentrl-policy-v<version>`` (AReaL's
 ``<name>-v<version>``): ``RemoteEngine.load_lora_adapter``."""
@@ -66,9 +65,10 @@ def lora_name(version: int) -> str:
 class RemoteEngineConfig:
     """How the client reaches and treats the inference servers (a run's ``inference.client``)."""
 
-    engine: str = option("auto", choices=ENGINES,
-                         help="the servers' API: sglang (SGLang and agentrl serve), vllm (vLLM's token-in/token-out "
-                              "and RL routes), auto: asked once from GET /v1/models (owned_by)")
+    engine: str = option(AUTO, choices=(AUTO, *ENGINES),
+                         help="the servers' API: sglang or agentrl (SGLang's, which agentrl serve speaks), vllm "
+                              "(vLLM's token-in/token-out and RL routes), auto: asked once from GET /v1/models "
+                              "(owned_by)")
     timeout: float = option(600.0, help="seconds one generation call may take (incl. waiting out a pause)", gt=0)
     connect_timeout: float = option(5.0, help="seconds to open a connection", gt=0)
     control_timeout: float = option(300.0, help="seconds for pause/update/continue calls", gt=0)
@@ -107,7 +107,7 @@ def _prompt(input_ids: Sequence[int]) -> list[int]:
 
 
 class RemoteEngine:
-    """Interruption-hiding, load-balancing client of SGLang-compatible servers."""
+    """Interruption-hiding, load-balancing client of one engine's servers (see the module docstring)."""
 
     def __init__(self, addresses: Sequence[str] | str, config: RemoteEngineConfig | None = None, *,
                  version: int = 0, router: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
@@ -122,16 +122,13 @@ class RemoteEngine:
             raise TypeError(f"RemoteEngine got unknown settings {unknown}; RemoteEngineConfig's fields are "
                             f"{[f.name for f in fields(RemoteEngineConfig)]}")
         self.config = config = replace(config or RemoteEngineConfig(), **settings)
-        if config.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {list(ENGINES)}, got {config.engine!r}")
+        if config.engine != AUTO and config.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {[AUTO, *ENGINES]}, got {config.engine!r}")
         self._servers = [_Server(base_url(a)) for a in addresses]
         self._router = _Server(base_url(router)) if router else None
         self.timeout, self.control_timeout = config.timeout, config.control_timeout
         self.max_retries, self.backoff = config.max_retries, config.backoff
         self.health_check_interval, self.max_resumes = config.health_check_interval, config.max_resumes
-        self._engine = config.engine  # "auto" until the servers were asked
-        self._asking: asyncio.Future[str] | None = None
-        self._reference: str | None = None  # vLLM: the served checkpoint a new one is checked against
         self._transport = transport or KeepAliveTransport()
         # /generate goes through the lean path of our own transport (no httpx objects per call)
         self._lean = self._transport if isinstance(self._transport, KeepAliveTransport) else None
@@ -142,10 +139,6 @@ class RemoteEngine:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
-        # sglang-router's typed /generate takes one sampling_params object and one rid string
-        # (a list of either is a 422), so behind it every request goes alone, in the plain form.
-        self._batcher = GroupBatcher(self._post_generate,
-                                     max_new_tokens=-1 if router else config.batch_max_new_tokens)
         self._version = version
         self._last_update: tuple[str | None, int] | None = None  # (checkpoint path, or None: by broadcast; version)
         # name -> path of the adapters every server holds (load_lora_adapter); None: sent by broadcast
@@ -154,13 +147,22 @@ class RemoteEngine:
         self._unpaused = asyncio.Event()
         self._unpaused.set()
         self._released: set[str] = set()  # memory every server freed while paused ("weights", "kv_cache")
-        self._vllm_reload = vllm_wire.RELOAD  # the worker method that loads a checkpoint (_vllm_load)
         # a server came back from a restart while the weights travel by broadcast: it is out of
         # rotation until the weight group is formed again and the next update reaches it
         self.needs_rejoin = False
-        self._no_session: set[str] = set()  # servers without SGLang 0.5.23's /begin_weight_update
         # requests: generate/generate_group calls; posts: /generate HTTP requests (batched)
         self.stats = {"requests": 0, "posts": 0, "resumes": 0, "reruns": 0, "retries": 0, "servers_lost": 0}
+        # what the engine's backend reaches the servers through; sglang-router's typed /generate takes one
+        # sampling_params object and one rid string (a list of either is a 422), so behind it nothing is batched
+        self._link = Servers(
+            members=self._servers, post=self._post, control=self._control, every_server=self._every_server,
+            get=self._get_json, as_version=self._as_version, lora=lambda: self._lora, stats=self.stats,
+            timeout=config.timeout, control_timeout=config.control_timeout,
+            batch_max_new_tokens=-1 if router else config.batch_max_new_tokens)
+        self._backends: dict[type, EngineBackend] = {}  # one per class: it may keep state (vLLM's reload method)
+        # the engine's backend; None until the servers were asked (engine: auto)
+        self._backend = None if config.engine == AUTO else self._backend_of(ENGINES[config.engine])
+        self._asking: asyncio.Future[EngineBackend] | None = None
 
     @property
     def version(self) -> int:
@@ -206,7 +208,7 @@ class RemoteEngine:
         time the request was interrupted (the episode log keeps them across a crash). Raises
         ``ResumeLimit`` after ``max_resumes`` interruptions of this one request."""
         self.stats["requests"] += 1
-        await self._resolve_engine()
+        await self._resolve()
         return await self._complete(_prompt(input_ids), sampling, Completion([], [], [], "abort"),
                                     on_progress=on_progress)
 
@@ -216,7 +218,7 @@ class RemoteEngine:
         if n < 1:
             raise RequestRejected(f"n must be >= 1, got {n}", 400)
         each = [sampling] * n if sampling.seed is None else [replace(sampling, seed=sampling.seed + i) for i in range(n)]
-        alone = self._router is not None or await self._resolve_engine() == "vllm"  # no batch form
+        alone = self._router is not None or not (await self._resolve()).batch_form
         if alone and n > 1 and sampling.seed is not None:
             return list(await asyncio.gather(*(self.generate(prompt, sp) for sp in each)))
         self.stats["requests"] += 1
@@ -237,41 +239,39 @@ class RemoteEngine:
         return list(await asyncio.gather(*jobs))
 
     async def _submit(self, server: _Server, prompt: list[int], each: list[SamplingParams],
-                      rid: str | None = None) -> list[tuple[list[int], list[float], list[int], dict[str, Any]]]:
+                      rid: str | None = None) -> list[Sample]:
         """One generation request of ``len(each)`` samples (one prompt; ``each`` all alike
-        unless seeded), parsed: (tokens, logprobs, versions, finish reason) per sample."""
-        if self._engine == "vllm":
-            self.stats["posts"] += 1
-            lora = self._lora
-            body = vllm_wire.generate_body(prompt, each[0], len(each), rid, lora[0] if lora else None)
-            data = await self._post(server, vllm_wire.GENERATE, body, self.timeout)
-            parsed = vllm_wire.parse_generate(data, len(each), self._as_version)
-            if lora is None:
-                return parsed
-            return [(toks, lps, [lora[1]] * len(toks), reason) for toks, lps, _, reason in parsed]
-        return [self._parse_generate(d) for d in await self._batcher.submit(server, prompt, each, rid)]
+        unless seeded), parsed by the engine's backend (the fallback's while no server answered
+        the question: ``generate`` asked it already)."""
+        backend = self._backend or self._backend_of(ENGINES[FALLBACK])
+        return await backend.generate(server, prompt, each, rid)
 
-    async def _resolve_engine(self) -> str:
-        """The servers' API; with ``engine: auto`` asked once of the first server that answers.
-        The calls that come meanwhile wait for that one question, and so go on in the same tick
-        (a rollout's first requests still leave in one batch)."""
-        if self._engine != "auto":
-            return self._engine
+    def _backend_of(self, cls: type[EngineBackend]) -> EngineBackend:
+        if cls not in self._backends:
+            self._backends[cls] = cls(self._link)
+        return self._backends[cls]
+
+    async def _resolve(self) -> EngineBackend:
+        """The servers' engine's backend; with ``engine: auto`` asked once of the first server
+        that answers. The calls that come meanwhile wait for that one question, and so go on
+        in the same tick (a rollout's first requests still leave in one batch)."""
+        if self._backend is not None:
+            return self._backend
         if self._asking is None or self._asking.done():
             self._asking = asyncio.ensure_future(self._ask_engine())
         return await asyncio.shield(self._asking)
 
-    async def _ask_engine(self) -> str:
+    async def _ask_engine(self) -> EngineBackend:
         for s in self._servers:
             try:
                 r = await self._http.get(s.address + "/v1/models", timeout=min(10.0, self.control_timeout))
                 owners = {m.get("owned_by") for m in r.json().get("data", [])} if r.status_code == 200 else set()
             except (httpx.HTTPError, ValueError, AttributeError):
                 continue
-            self._engine = "vllm" if "vllm" in owners else "sglang"
-            log.debug("inference servers speak %s's API (GET %s/v1/models)", self._engine, s.address)
-            return self._engine
-        return "sglang"  # none answers yet: asked again on the next call
+            self._backend = self._backend_of(detect(owners))
+            log.debug("inference servers: %s (GET %s/v1/models)", type(self._backend).__name__, s.address)
+            return self._backend
+        return self._backend_of(ENGINES[FALLBACK])  # none answers yet: asked again on the next call
 
     async def _complete(self, prompt: list[int], sampling: SamplingParams, done: Completion,
                         server: _Server | None = None, first: dict[str, Any] | None = None,
@@ -354,30 +354,6 @@ class RemoteEngine:
             if server is not None:
                 server.inflight -= 1
 
-    def _parse_generate(self, data: Any) -> tuple[list[int], list[float], list[int], dict[str, Any]]:
-        if isinstance(data, list) and len(data) == 1:
-            data = data[0]
-        try:
-            meta = data["meta_info"]
-            reason = meta["finish_reason"] or {}
-            triples = meta.get("output_token_logprobs")
-            if triples is None:
-                raise KeyError("meta_info.output_token_logprobs")
-            toks = [int(t[1]) for t in triples]
-            lps = [float(t[0]) for t in triples]
-        except (KeyError, TypeError, IndexError, ValueError) as e:
-            raise ServerError(f"/generate answered an unexpected shape ({e!r}): {str(data)[:300]}") from e
-        spans = meta.get("weight_versions")
-        if spans:
-            versions = [self._as_version(meta.get("weight_version"))] * len(toks)
-            for s in spans:
-                v = self._as_version(s.get("version"))
-                for i in range(int(s.get("start", 0)), min(int(s.get("end", 0)), len(toks))):
-                    versions[i] = v
-        else:
-            versions = [self._as_version(meta.get("weight_version"))] * len(toks)
-        return toks, lps, versions, reason
-
     def _as_version(self, v: Any) -> int:
         try:
             return int(v)
@@ -433,9 +409,8 @@ class RemoteEngine:
             r = await self._http.get(server.address + "/health", timeout=min(5.0, self.control_timeout))
             ok = r.status_code == 200
             if ok and self._last_update is not None:
-                vllm = await self._resolve_engine() == "vllm"
-                info = (await self._http.get(server.address + ("/weight_info" if vllm else "/model_info"),
-                                             timeout=10.0)).json()
+                backend = await self._resolve()
+                info = (await self._http.get(server.address + backend.version_route, timeout=10.0)).json()
                 path, version = self._last_update
                 if str(info.get("weight_version")) != str(version):
                     if path is None:  # the weights came by broadcast: it waits out of rotation for the next one
@@ -445,16 +420,12 @@ class RemoteEngine:
                                         "broadcast); it generates again after the next update", server.address,
                                         version)
                         server.stale = self.needs_rejoin = True
-                    elif vllm:
-                        await self._vllm_load(path, version,
-                                              lambda route, body: self._post(server, route, body, self.control_timeout))
                     else:
-                        await self._post(server, "/update_weights_from_disk",
-                                         {"model_path": path, "weight_version": str(version)}, self.control_timeout)
+                        await backend.reload_server(server, path, version)
             if ok and self._adapters:  # a restarted server holds no adapter: load them again
                 cards = (await self._http.get(server.address + "/v1/models", timeout=10.0)).json()
                 held = {c.get("id") for c in cards.get("data", [])} if isinstance(cards, dict) else set()
-                load, _ = await self._lora_routes()
+                load, _ = (await self._resolve()).lora_routes
                 for name, path in self._adapters.items():
                     if name in held:
                         continue
@@ -468,7 +439,7 @@ class RemoteEngine:
                     await self._post(server, load, {"lora_name": name, "lora_path": path}, self.control_timeout,
                                      plain=True)
             if ok and not self._unpaused.is_set():  # back inside a pause: paused as the others are
-                route, body = await self._pause_call()
+                route, body = (await self._resolve()).pause()
                 await self._post(server, route, body, self.control_timeout)
         except (httpx.HTTPError, ValueError, ServerError, RequestRejected):
             ok = False
@@ -483,18 +454,10 @@ class RemoteEngine:
         await asyncio.gather(*(self._probe(s) for s in self._servers))
         return {s.address: s.healthy for s in self._servers}
 
-    async def _post_generate(self, server: _Server, payload: dict[str, Any]) -> Any:
-        self.stats["posts"] += 1
-        if self._lora is None:
-            return await self._post(server, "/generate", payload, self.timeout)
-        name, version = self._lora  # the adapter is the policy: its version is every token's
-        data = await self._post(server, "/generate", {**payload, "lora_path": name}, self.timeout)
-        for result in data if isinstance(data, list) else [data]:
-            meta = result.get("meta_info") if isinstance(result, dict) else None
-            if isinstance(meta, dict):
-                meta["weight_version"] = str(version)
-                meta.pop("weight_versions", None)
-        return data
+    async def _get_json(self, server: _Server, path: str, seconds: float) -> Any:
+        """The decoded JSON of a 200 answer to ``GET path``, else None."""
+        r = await self._http.get(server.address + path, timeout=seconds)
+        return r.json() if r.status_code == 200 else None
 
     async def _post(self, server: _Server, path: str, payload: dict[str, Any], seconds: float, *,
                     plain: bool = False) -> Any:
@@ -553,29 +516,13 @@ class RemoteEngine:
         """Step 2 of DESIGN.md §4: running requests come back aborted; new ones wait. A server
         that misses it (down) is paused when it answers again before ``resume`` (``_probe``)."""
         self._unpaused.clear()
-        await self._control(*await self._pause_call())
-
-    async def _pause_call(self) -> tuple[str, dict[str, Any]]:
-        if await self._resolve_engine() == "vllm":
-            return vllm_wire.PAUSE, {}
-        return "/pause_generation", {"mode": "abort"}
+        await self._control(*(await self._resolve()).pause())
 
     async def update_weights(self, path: str, version: int) -> None:
         """Step 4-5: every server loads the checkpoint at ``path``; the client's version becomes
-        ``version``. A vLLM server cannot refuse broken weights, so the checkpoint is checked
-        here first (``checkpoint_check``) and refused before any server loads it."""
-        if await self._resolve_engine() == "vllm":
-            if self._reference is None:
-                self._reference = await self._served_checkpoint()
-            await asyncio.to_thread(checkpoint_check.check_checkpoint, path, self._reference)
-            await self._vllm_load(str(path), int(version), self._control)
-            await self._reset_vllm_prefix_cache()
-        else:
-            answers = await self._control("/update_weights_from_disk",
-                                          {"model_path": str(path), "weight_version": str(version)})
-            bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
-            if bad:
-                raise RequestRejected(f"weight update to version {version} failed: {bad[0].get('message')}")
+        ``version``. Refused weights raise ``RequestRejected`` (on vLLM, which cannot refuse them,
+        the backend checks the checkpoint before any server loads it)."""
+        await (await self._resolve()).load_weights(str(path), int(version))
         self._last_update = (str(path), int(version))
         self._version, self._lora = int(version), None  # the checkpoint is the policy: no adapter named
 
@@ -584,17 +531,7 @@ class RemoteEngine:
         checks the checkpoint or LoRA adapter at ``path`` into a staging copy while it keeps
         generating (``agentrl_stage_only``), so ``update_weights`` of the same path in the pause
         only swaps it in. Refused weights raise ``RequestRejected``, nothing served changes."""
-        answers = await self._control("/update_weights_from_disk", {"model_path": str(path),
-                                                                    "agentrl_stage_only": True})
-        bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
-        if bad:
-            raise RequestRejected(f"staging the weights at {path} failed: {bad[0].get('message')}")
-
-    async def _lora_routes(self) -> tuple[str, str]:
-        """The servers' routes that load and unload a LoRA adapter by name (SGLang's or vLLM's)."""
-        if await self._resolve_engine() == "vllm":
-            return vllm_wire.LOAD_LORA, vllm_wire.UNLOAD_LORA
-        return "/load_lora_adapter", "/unload_lora_adapter"
+        await (await self._resolve()).stage_weights(str(path))
 
     async def load_lora_adapter(self, path: str, version: int) -> None:
         """Before a pause: every server loads the LoRA adapter at ``path`` as ``lora_name(version)``
@@ -604,7 +541,7 @@ class RemoteEngine:
         name = lora_name(version)
         if self._adapters.pop(name, None) is not None:
             await self._unload(name)
-        load, _ = await self._lora_routes()
+        load, _ = (await self._resolve()).lora_routes
         answers = await self._control(load, {"lora_name": name, "lora_path": str(path)}, plain=True)
         bad = [a for a in answers if isinstance(a, dict) and not a.get("success", False)]
         if bad:
@@ -626,60 +563,19 @@ class RemoteEngine:
             await self._unload(old)
 
     async def _unload(self, name: str) -> None:
-        _, unload = await self._lora_routes()
+        _, unload = (await self._resolve()).lora_routes
         try:
             await self._control(unload, {"lora_name": name}, plain=True)
         except RequestRejected as e:  # not held (a restarted server): nothing to free
             log.warning("unloading the LoRA adapter %s: %s", name, e)
 
-    async def _vllm_load(self, path: str, version: int,
-                         post: Callable[[str, dict[str, Any]], Awaitable[Any]]) -> None:
-        """vLLM's calls that load a checkpoint from disk and label what it samples next, made
-        with ``post(route, body)``: through agentrl's worker extension, or, on a server started
-        without it (by hand), through vLLM's own ``reload_weights``."""
-        try:
-            await post(vllm_wire.RPC, vllm_wire.reload_body(path, self._vllm_reload))
-        except ServerError as e:  # vLLM answers an unknown worker method with a 500 naming it
-            if self._vllm_reload == vllm_wire.PLAIN_RELOAD or f"no attribute '{self._vllm_reload}'" not in str(e):
-                raise
-            log.warning("the vLLM server was started without agentrl's worker extension (%s); weights load with "
-                        "vLLM's own reload_weights, which on a CPU leaves a tied lm_head on its first weights. "
-                        "Start vLLM with --worker-extension-cls %s and %s on PYTHONPATH", e, vllm_wire.WORKER_EXTENSION,
-                        vllm_wire.WORKER_DIR)
-            self._vllm_reload = vllm_wire.PLAIN_RELOAD
-            await post(vllm_wire.RPC, vllm_wire.reload_body(path, self._vllm_reload))
-        await post(vllm_wire.VERSION, {"new_version": str(version)})
-
-    async def _reset_vllm_prefix_cache(self) -> None:
-        """Empty every vLLM server's prefix cache after an update. vLLM answers ``{"success":
-        false}`` while the aborted requests still hold their blocks; a kept block would serve a
-        resumed request keys and values of the old weights, so ask again until every one empties."""
-        deadline = time.monotonic() + self.control_timeout
-        while True:
-            answers = await self._control(vllm_wire.RESET_PREFIX_CACHE, {})
-            if all(not isinstance(a, dict) or a.get("success", True) for a in answers):
-                return
-            if time.monotonic() > deadline:
-                raise ServerError(f"a vLLM server still held its prefix cache {self.control_timeout:.0f} s after a "
-                                  "weight update (/reset_prefix_cache kept answering success: false)")
-            await asyncio.sleep(0.05)
-
-    async def _served_checkpoint(self) -> str | None:
-        """The directory the first server was started on (``/v1/models``' ``root``): new
-        checkpoints are compared with it tensor by tensor, if this process can read it."""
-        try:
-            r = await self._http.get(self._servers[0].address + "/v1/models", timeout=min(10.0, self.control_timeout))
-            return r.json()["data"][0].get("root")
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            return None
-
     async def resume(self) -> None:
         """Step 6: generation continues; waiting and aborted requests are (re-)sent. Memory
         released while paused is taken back first (``release_memory``)."""
         try:
-            vllm = await self._resolve_engine() == "vllm"
+            backend = await self._resolve()
             await self.occupy_memory()
-            await self._control(vllm_wire.RESUME if vllm else "/continue_generation", {})
+            await self._control(*backend.resume())
         finally:
             self._unpaused.set()
 
@@ -692,25 +588,20 @@ class RemoteEngine:
         weights back before an update, ``resume`` the rest before generation goes on."""
         if self._unpaused.is_set():
             raise RuntimeError("release_memory needs paused servers: call pause() first")
-        if await self._resolve_engine() == "vllm":
-            await self._control(vllm_wire.SLEEP, {})
-        else:
-            await self._control("/release_memory_occupation", {})
+        await self._control(*(await self._resolve()).release_memory())
         self._released = set(MEMORY_TAGS)
 
     async def occupy_memory(self, *, weights_only: bool = False) -> None:
         """Take back what ``release_memory`` freed: the weights alone (before a weight update:
         SGLang and vLLM update resident weights, and an update's buffers need not coexist with the
         KV cache), or everything left."""
-        vllm = await self._resolve_engine() == "vllm"
+        backend = await self._resolve()
         if "weights" in self._released:
-            await self._control(vllm_wire.WAKE_WEIGHTS if vllm else "/resume_memory_occupation",
-                                {} if vllm else {"tags": ["weights"]})
+            await self._control(*backend.occupy_memory(["weights"]))
             self._released.discard("weights")
         if weights_only or not self._released:
             return
-        await self._control(vllm_wire.WAKE_KV_CACHE if vllm else "/resume_memory_occupation",
-                            {} if vllm else {"tags": sorted(self._released)})
+        await self._control(*backend.occupy_memory(sorted(self._released)))
         self._released.clear()
 
     # ------------------------------------------------------------------ weights over torch.distributed
@@ -728,50 +619,16 @@ class RemoteEngine:
                 raise ServerUnavailable(f"{s.address}{path} failed: {a!r}") from a
         return answers
 
-    async def _server_info(self, s: _Server) -> dict[str, Any]:
-        r = await self._http.get(s.address + "/server_info", timeout=min(30.0, self.control_timeout))
-        if r.status_code == 404:
-            r = await self._http.get(s.address + "/get_server_info", timeout=min(30.0, self.control_timeout))
-        info = r.json() if r.status_code == 200 else {}
-        return info if isinstance(info, dict) else {}
-
-    async def _worker_calls(self, method: str, kwargs: list[dict[str, Any]]) -> list[list[Any]]:
-        """vLLM: every worker of server ``i`` calls the worker extension's ``method(**kwargs[i])``
-        (``/collective_rpc``); each server's results, one per worker. A server without agentrl's
-        worker extension, or a worker that answers ``{"success": false}``, raises ``RequestRejected``."""
-        try:
-            answers = await self._every_server(vllm_wire.RPC, [vllm_wire.rpc_body(method, **kw) for kw in kwargs])
-        except ServerError as e:  # vLLM answers an unknown worker method with a 500 naming it
-            if f"no attribute '{method}'" not in str(e):
-                raise
-            raise RequestRejected(
-                f"the vLLM server(s) {self.addresses} run without agentrl's worker extension, which weights over "
-                f"torch.distributed need: start vLLM with --worker-extension-cls {vllm_wire.WORKER_EXTENSION} and "
-                f"{vllm_wire.WORKER_DIR} on PYTHONPATH (as agentrl train does), or use trainer.weight_sync.transport: "
-                "disk", 400) from e
-        results = [list(a.get("results") or []) if isinstance(a, dict) else [] for a in answers]
-        for server, each in zip(self._servers, results, strict=True):
-            for r in each:
-                if isinstance(r, dict) and r.get("success") is False:
-                    raise RequestRejected(f"{server.address}: {r.get('message')}", 400)
-        return results
-
     async def weight_group_ranks(self) -> list[int]:
         """How many ranks each server takes in a weight group: its GPUs (``tp_size`` x
         ``pp_size`` of ``/server_info``; 1 for ``agentrl serve``; a vLLM server's workers)."""
-        if await self._resolve_engine() == "vllm":
-            return [len(r) for r in await self._worker_calls(vllm_wire.GROUP_RANK, [{}] * len(self._servers))]
-        infos = await asyncio.gather(*(self._server_info(s) for s in self._servers))
-        return [int(info.get("tp_size") or 1) * int(info.get("pp_size") or 1) for info in infos]
+        return await (await self._resolve()).group_ranks()
 
     async def can_stage_weights(self) -> bool:
         """Whether every server can receive broadcast buckets while generating and swap them in
         later (``agentrl serve``'s ``/server_info``: ``agentrl_staged_weight_updates``; SGLang
         has no such thing and swaps each bucket in on arrival; vLLM neither)."""
-        if await self._resolve_engine() == "vllm":
-            return False
-        infos = await asyncio.gather(*(self._server_info(s) for s in self._servers))
-        return bool(infos) and all(info.get("agentrl_staged_weight_updates") is True for info in infos)
+        return await (await self._resolve()).can_stage()
 
     async def init_weights_update_group(self, master_address: str, master_port: int, *, group_name: str,
                                         backend: str, ranks: list[int] | None = None) -> None:
@@ -779,18 +636,11 @@ class RemoteEngine:
         ``master_address:master_port`` and must join at the same time: each call returns when all
         ranks have joined). Server ``i`` takes ``ranks[i]`` ranks (default 1) from
         ``rank_offset = 1 + sum(ranks[:i])``, of ``1 + sum(ranks)`` (AReaL's layout). A vLLM
-        server's workers join through agentrl's worker extension (``vllm_wire.INIT_GROUP``)."""
+        server's workers join through agentrl's worker extension (``vllm_backend.INIT_GROUP``)."""
         ranks = ranks or [1] * len(self._servers)
         offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
-        if await self._resolve_engine() == "vllm":
-            await self._worker_calls(vllm_wire.INIT_GROUP, [
-                {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
-                 "world_size": 1 + sum(ranks), "group_name": group_name, "backend": backend,
-                 "timeout_s": self.control_timeout} for offset in offsets])
-            return
-        await self._every_server("/init_weights_update_group", [
-            {"master_address": master_address, "master_port": master_port, "rank_offset": offset,
-             "world_size": 1 + sum(ranks), "group_name": group_name, "backend": backend} for offset in offsets])
+        await (await self._resolve()).join_group(master_address, master_port, group_name=group_name,
+                                                 group_backend=backend, offsets=offsets, world_size=1 + sum(ranks))
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
                                               group_name: str, version: int | None = None,
@@ -805,32 +655,15 @@ class RemoteEngine:
         vLLM (through agentrl's worker extension): every worker keeps the buckets it receives
         and, at the one with ``version``, checks them all and loads them at once; then the
         version is set and the prefix cache emptied, as after a load from disk."""
-        if await self._resolve_engine() == "vllm":
-            if stage_only:
-                raise RequestRejected("vLLM cannot stage weights while it generates (can_stage_weights is false)", 400)
-            await self._worker_calls(vllm_wire.RECEIVE, [
-                {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                 "load_format": load_format, "load": version is not None}] * len(self._servers))
-            if version is not None:
-                await self._every_server(vllm_wire.VERSION, [{"new_version": str(version)}] * len(self._servers))
-                await self._reset_vllm_prefix_cache()
-                self._served_by_broadcast(int(version))
-            return
-        payload: dict[str, Any] = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                                   "flush_cache": True, "load_format": load_format}
-        if stage_only:
-            payload["agentrl_stage_only"] = True
-        elif version is not None:
-            payload["weight_version"] = str(version)
-        await self._every_server("/update_weights_from_distributed", [payload] * len(self._servers))
+        await (await self._resolve()).receive_weights(names, dtypes, shapes, group_name=group_name, version=version,
+                                                      load_format=load_format, stage_only=stage_only)
         if version is not None and not stage_only:
             self._served_by_broadcast(int(version))
 
     async def commit_staged_weights(self, group_name: str, version: int) -> None:
         """Every server swaps in the buckets it staged on ``group_name`` (``stage_only``) and
         serves ``version``; so does the client (``agentrl serve``'s ``/agentrl/commit_staged_weights``)."""
-        await self._every_server("/agentrl/commit_staged_weights", [
-            {"group_name": group_name, "weight_version": str(version), "flush_cache": True}] * len(self._servers))
+        await (await self._resolve()).commit_staged(group_name, int(version))
         self._served_by_broadcast(int(version))
 
     async def stage_lora_adapter_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
@@ -841,9 +674,8 @@ class RemoteEngine:
         ``lora_alpha``, ``target_modules``) and merges it into its base weights in a staging copy
         while it keeps generating; ``commit_staged_weights`` serves it (``agentrl serve`` only:
         ``/agentrl/lora_adapter_from_distributed``). A refusal raises ``RequestRejected``."""
-        payload = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                   "load_format": load_format, "lora_config": config}
-        await self._every_server("/agentrl/lora_adapter_from_distributed", [payload] * len(self._servers))
+        await (await self._resolve()).receive_adapter(names, dtypes, shapes, group_name=group_name, config=config,
+                                                      load_format=load_format, name=None)
 
     async def load_lora_adapter_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
                                                  *, group_name: str, config: dict[str, Any], version: int,
@@ -855,9 +687,8 @@ class RemoteEngine:
         if name in self._adapters:
             del self._adapters[name]
             await self._unload(name)
-        payload = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                   "load_format": load_format, "lora_config": config, "lora_name": name}
-        await self._every_server("/agentrl/lora_adapter_from_distributed", [payload] * len(self._servers))
+        await (await self._resolve()).receive_adapter(names, dtypes, shapes, group_name=group_name, config=config,
+                                                      load_format=load_format, name=name)
         self._adapters[name] = None
         for s in self._servers:  # every member received it: a stale one can serve it too
             if not s.healthy:
@@ -888,32 +719,14 @@ class RemoteEngine:
     async def destroy_weights_update_group(self, group_name: str) -> None:
         """Every server that answers leaves ``group_name`` (best effort: one that never joined,
         or died, is not an error here)."""
-        if await self._resolve_engine() == "vllm":
-            path, body = vllm_wire.RPC, vllm_wire.rpc_body(vllm_wire.DESTROY_GROUP, group_name=group_name)
-        else:
-            path, body = "/destroy_weights_update_group", {"group_name": group_name}
+        path, body = (await self._resolve()).leave_group(group_name)
         await asyncio.gather(*(self._post(s, path, body, self.control_timeout) for s in self._servers),
                              return_exceptions=True)
 
     async def begin_weight_update(self) -> None:
-        """SGLang 0.5.23 loads distributed updates only inside a session; older SGLang and
-        ``agentrl serve`` have none and answer 404, which is taken as "not needed"; vLLM's
-        workers need none (they load at the update's last bucket)."""
-        if await self._resolve_engine() == "vllm":
-            return
-        await self._session("/begin_weight_update", {"selector": "all"})
+        """Before the buckets of a distributed update: SGLang 0.5.23 loads them only inside a
+        session (older SGLang and ``agentrl serve`` need none); vLLM's workers need none."""
+        await (await self._resolve()).begin_update()
 
     async def end_weight_update(self) -> None:
-        if await self._resolve_engine() == "vllm":
-            return
-        await self._session("/end_weight_update", {})
-
-    async def _session(self, path: str, payload: dict[str, Any]) -> None:
-        servers = [s for s in self._servers if s.address not in self._no_session]
-        answers = await asyncio.gather(*(self._post(s, path, payload, self.control_timeout) for s in servers),
-                                       return_exceptions=True)
-        for s, a in zip(servers, answers, strict=True):
-            if isinstance(a, RequestRejected) and a.status_code == 404:
-                self._no_session.add(s.address)  # not asked again (a restarted server is the same program)
-            elif isinstance(a, BaseException):
-                raise a
+        await (await self._resolve()).end_update()

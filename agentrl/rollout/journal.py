@@ -32,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import Completion, InferenceClient, SamplingParams, Trajectory
+from agentrl.client.sglang_backend import sampling_params
 from agentrl.rollout.record import current_record
 
 
 def call_digest(input_ids: Sequence[int], sampling: SamplingParams) -> str:
-    """What a logged call is matched on: the exact prompt and the sampling settings."""
-    payload = json.dumps([list(input_ids), sampling.to_sglang()], separators=(",", ":"))
+    """What a logged call is matched on: the exact prompt and the sampling settings (spelt as
+    SGLang's, whatever the engine: the digests of episode logs written so far stay valid)."""
+    payload = json.dumps([list(input_ids), sampling_params(sampling)], separators=(",", ":"))
     return hashlib.sha1(payload.encode()).hexdigest()
 
 

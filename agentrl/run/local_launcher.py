@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentrl.client import vllm_wire
+from agentrl.client import vllm_backend
 from agentrl.errors import AgentRLError, ConfigError, ServerUnavailable, TrainerError
 from agentrl.process.services import (
     ServerProcess,
@@ -171,9 +171,9 @@ def vllm_command(cfg: Any, host: str, port: int, index: int) -> tuple[list[str],
            "--model", str(Path(cfg.model).resolve()), "--host", host, "--port", str(port),
            "--enable-scale-out", "--logprobs-mode", "processed_logprobs", "--seed", str(cfg.seed + index),
            "--max-num-seqs", str(inf.max_running_requests), "--disable-uvicorn-access-log",
-           "--worker-extension-cls", vllm_wire.WORKER_EXTENSION]
+           "--worker-extension-cls", vllm_backend.WORKER_EXTENSION]
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(vllm_wire.WORKER_DIR), os.environ.get("PYTHONPATH")) if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in (str(vllm_backend.WORKER_DIR), os.environ.get("PYTHONPATH")) if p)}
     lora = cfg.trainer.lora
     if lora.enabled:  # adapters loaded at run time, by name (trainer.weight_sync.adapters: load)
         cmd += ["--enable-lora", "--max-lora-rank", str(lora.rank), "--max-loras", "2"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.api import SamplingParams
+from agentrl.client.engines import ENGINES
 from agentrl.client.remote_engine import RemoteEngineConfig
 from agentrl.config import option
 from agentrl.errors import ConfigError
@@ -29,7 +30,6 @@ from agentrl.rollout.recorded import SOURCES
 from agentrl.trainer.trainer_config import TrainerConfig
 
 ROUTERS = ("client", "sglang")
-ENGINES = ("agentrl", "sglang", "vllm")
 LAUNCHERS = ("local", "ray")
 PLACEMENTS = ("auto", "colocated", "decoupled")
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from agentrl.client import vllm_wire
+from agentrl.client import vllm_backend
 from agentrl.process.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,13 +83,13 @@ def test_the_file_validates_and_keeps_secrets_out(compose):
     assert vllm["profiles"] == ["vllm"] and vllm["environment"]["VLLM_SERVER_DEV_MODE"] == "1"
     assert vllm["entrypoint"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--logprobs-mode processed_logprobs" in vllm["command"]
-    assert f"--worker-extension-cls {vllm_wire.WORKER_EXTENSION}" in vllm["command"]
+    assert f"--worker-extension-cls {vllm_backend.WORKER_EXTENSION}" in vllm["command"]
     mounted = {target: source for source, target, *_ in (v.split(":") for v in vllm["volumes"])}
     # the extension's module on PYTHONPATH, inside the whole package it loads process_group.py from
     package = mounted["/opt/agentrl"]
     assert Path(package) == ROOT / "agentrl"
     inside = Path(vllm["environment"]["PYTHONPATH"]).relative_to("/opt/agentrl")
-    assert Path(package) / inside == vllm_wire.WORKER_DIR
+    assert Path(package) / inside == vllm_backend.WORKER_DIR
     assert services["trainer-vllm"]["depends_on"]["inference-vllm"] == {"condition": "service_healthy"}
     assert "inference.servers=[http://inference-vllm:30000]" in services["trainer-vllm"]["command"]
     gpus = services["inference"]["deploy"]["resources"]["reservations"]["devices"]

@@ -14,7 +14,12 @@ import httpx
 import pytest
 
 from agentrl.api import InferenceClient, SamplingParams
+from agentrl.client import sglang_backend
+from agentrl.client.backend import EngineBackend
+from agentrl.client.engines import ENGINES, detect
 from agentrl.client.remote_engine import RemoteEngine
+from agentrl.client.sglang_backend import SGLangBackend
+from agentrl.client.vllm_backend import VLLMBackend
 from agentrl.errors import RequestRejected, ServerError, ServerUnavailable
 
 PROMPT = [60, 124, 117, 115, 101, 114, 124, 62, 72, 105, 33]
@@ -52,6 +57,40 @@ def test_remote_engine_is_an_inference_client():
     assert isinstance(RemoteEngine(["http://127.0.0.1:1"]), InferenceClient)
     with pytest.raises(ValueError, match="at least one server"):
         RemoteEngine([])
+
+
+def test_every_registered_engine_meets_the_backend_protocol_and_auto_finds_it():
+    """Adding an engine is a backend module and a registry line: each registered class has
+    every member ``EngineBackend`` declares; ``auto`` picks by ``/v1/models``' ``owned_by``
+    and takes SGLang's API for an owner it does not know."""
+    members = {n for n in vars(EngineBackend) if not n.startswith("_")} | set(EngineBackend.__annotations__)
+    assert {"generate", "load_weights", "receive_weights", "pause", "lora_routes"} <= members
+    for name, backend in ENGINES.items():
+        assert not [m for m in members if not hasattr(backend, m)], name
+    assert (ENGINES["agentrl"], ENGINES["vllm"]) == (SGLangBackend, VLLMBackend)
+    assert [detect(owners) for owners in ({"vllm"}, {"sglang"}, {"someone", None}, set())] == [
+        VLLMBackend, SGLangBackend, SGLangBackend, SGLangBackend]
+
+
+def test_sampling_params_speak_sglang():
+    """SGLang's names (``sampling_seed``), only what differs from the defaults, ``n`` above 1."""
+    sp = SamplingParams(max_new_tokens=7, temperature=0.0, stop=["\n"], seed=3, min_new_tokens=2)
+    assert sglang_backend.sampling_params(sp) == {"max_new_tokens": 7, "temperature": 0.0, "top_p": 1.0, "top_k": -1,
+                                                  "ignore_eos": False, "stop": ["\n"], "sampling_seed": 3,
+                                                  "min_new_tokens": 2}
+    assert sglang_backend.sampling_params(sp, 4)["n"] == 4 and "n" not in sglang_backend.sampling_params(sp, 1)
+
+
+async def test_auto_asks_the_servers_once_and_speaks_what_they_name():
+    """``engine: auto``: ``GET /v1/models`` once; a vLLM server is then sent vLLM's body."""
+    script = Script([(200, {"data": [{"id": "m", "owned_by": "vllm"}]}),
+                     (200, {"choices": [{"index": 0, "token_ids": [5], "finish_reason": "length",
+                                         "logprobs": {"content": [{"token_id": 5, "logprob": -0.1}]}}]})])
+    engine = RemoteEngine(["http://a"], transport=httpx.MockTransport(script), backoff=0.0)
+    c = await engine.generate(PROMPT, SamplingParams(max_new_tokens=1, min_new_tokens=1))
+    assert (c.tokens, c.finish_reason) == ([5], "length")
+    assert [path for path, _ in script.sent] == ["/v1/models", "/inference/v1/generate"]
+    assert script.sent[1][1]["sampling_params"]["min_tokens"] == 1
 
 
 async def test_aborted_request_is_resumed_with_prompt_plus_tokens_and_remaining_budget():

@@ -8,6 +8,7 @@ and `RemoteEngine` calls `agentrl train` makes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 
@@ -441,14 +442,14 @@ def test_without_staging_every_bucket_goes_inside_the_pause(server, untrained_mo
     weights = staged(second_model_dir, bucket_bytes=200_000)
     posted: list[dict] = []
 
-    async def scenario() -> None:
-        async with _SGLangLike(server, version=1) as engine:
-            real = engine._every_server
+    class Spy(httpx.AsyncHTTPTransport):  # what the server is sent
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "POST":
+                posted.append({"path": request.url.path, **json.loads(request.content)})
+            return await super().handle_async_request(request)
 
-            async def spy(path, payloads):
-                posted.extend({"path": path, **p} for p in payloads)
-                return await real(path, payloads)
-            engine._every_server = spy
+    async def scenario() -> None:
+        async with _SGLangLike(server, version=1, transport=Spy()) as engine:
             await tr.deliver(engine, weights, 2)
             assert not [p for p in posted if p["path"] == "/update_weights_from_distributed"]  # nothing before the pause
             await _publish(engine, tr, weights, 2)

@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM
 from agentrl.api import SamplingParams
 from agentrl.client import RemoteEngine
 from agentrl.client.checkpoint_check import check_checkpoint
-from agentrl.client.vllm_wire import sampling_params
+from agentrl.client.vllm_backend import VLLMBackend, sampling_params
 from agentrl.errors import RequestRejected
 from agentrl.process.services import ServiceProcess
 from agentrl.rollout.conversation import sampled_spans
@@ -68,7 +68,7 @@ def test_the_sampled_tokens_and_logprobs_are_exact(vllm_server, hf_model):
                       for _ in range(2)]
             stop = await engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=12, temperature=0,
                                                                     stop_token_ids=[greedy[0].tokens[1]]))
-            assert engine.config.engine == "auto" and engine._engine == "vllm"  # found from /v1/models
+            assert engine.config.engine == "auto" and isinstance(engine._backend, VLLMBackend)  # /v1/models
             return greedy, group, seeded, stop
 
     greedy, group, seeded, stop = asyncio.run(main())
@@ -356,7 +356,7 @@ def test_broadcast_weights_need_agentrl_s_worker_extension(vllm_server):
     method it does not have)."""
     async def main():
         async with RemoteEngine(vllm_server.url) as engine:
-            await engine._worker_calls("agentrl_no_such_method", [{}])
+            await (await engine._resolve())._worker_calls("agentrl_no_such_method", [{}])
 
     with pytest.raises(RequestRejected, match="run without agentrl's worker extension.*--worker-extension-cls"):
         asyncio.run(main())

@@ -3,7 +3,7 @@ launched with ``--worker-extension-cls agentrl_vllm_worker.WorkerExtension`` and
 on its ``PYTHONPATH``, so vLLM imports this module from its own environment. It imports
 nothing of agentrl's package (vLLM's environment has no agentrl) except one file by its path,
 ``agentrl/process_group.py`` (torch only), and adds the ``/collective_rpc`` methods below, which
-``RemoteEngine`` calls (their names and bodies: ``agentrl/client/vllm_wire.py``).
+``RemoteEngine`` calls (their names and bodies: ``agentrl/client/vllm_backend.py``).
 
 ``agentrl_reload_weights(weights_path)``: vLLM's in-place ``reload_weights``, then a fresh CPU
 GEMM kernel for every embedding-kind layer that computes logits through one. vLLM's CPU build
