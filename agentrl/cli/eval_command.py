@@ -42,7 +42,8 @@ def run(args) -> int:
     from agentrl.rollout.evaluate import RESULTS, SUMMARY, curate, evaluate
     from agentrl.rollout.renderer import token_decoder
     from agentrl.run.local_launcher import Run
-    from agentrl.run.run_config import RunConfig, build_workflow, check_run_config, dataset_rows
+    from agentrl.env.datasets import dataset_rows
+    from agentrl.run.run_config import RunConfig, build_workflow, check_run_config
     from agentrl.run.run_lock import RunLock, describe
 
     config_path, overrides = split_items(args.items)

@@ -465,7 +465,8 @@ async def save(tr: Trainer, rollout: Any, step: int, summary: dict[str, Any], tr
 def main(argv: list[str] | None = None) -> int:
     from agentrl.config import load_config
     from agentrl.process.services import run_async
-    from agentrl.run.run_config import RunConfig, apply_rollout_worker
+    from agentrl.run.placement import apply_rollout_worker
+    from agentrl.run.run_config import RunConfig
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:

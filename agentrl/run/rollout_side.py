@@ -16,7 +16,7 @@ environments and episode log, and the inference client its episodes generate wit
 Both answer the same calls: ``open``, ``start``, ``next_batch``, ``set_version``,
 ``pause_admission`` / ``resume_admission`` (the weight publisher's hooks), ``snapshot`` (the step's
 rollout metrics), ``checkpoint_state``, ``forget`` (groups trained on and checkpointed), ``stop``
-and ``aclose``. ``agentrl.run.run_config.apply_rollout_worker`` resolves ``rollout.worker: auto``.
+and ``aclose``. ``agentrl.run.placement.apply_rollout_worker`` resolves ``rollout.worker: auto``.
 
 What it is not: the executor (``agentrl.rollout.executor``) or the loop that schedules the steps
 (``agentrl.run.loop``). Main hooks: ``LocalRollout(cfg, run_dir)``, ``RolloutProcess.spawn(run_dir)``.
@@ -55,7 +55,8 @@ class LocalRollout:
     builds what needs no server (the rows, the workflow); ``open`` the rest."""
 
     def __init__(self, cfg: Any, run_dir: Path) -> None:
-        from agentrl.run.run_config import build_workflow, dataset_rows
+        from agentrl.env.datasets import dataset_rows
+        from agentrl.run.run_config import build_workflow
 
         self.cfg, self.run_dir = cfg, run_dir
         self.recorded = self.workflow = self.rows = None
