@@ -84,7 +84,11 @@ class RolloutConfig:
         self.check_capacity()
 
     def check_capacity(self) -> None:
-        """One group fits under ``max_concurrent`` (the executor's cap counts whole groups)."""
+        """Sizes the executor can run (a config built in code is not bounds-checked as a loaded
+        one is): groups and batches of one or more, and one group under ``max_concurrent``."""
+        if self.group_size < 1 or self.batch_size < 1:
+            raise ConfigError(f"config keys 'rollout.group_size'/'rollout.batch_size': expected >= 1, got "
+                              f"{self.group_size} and {self.batch_size}")
         if self.max_concurrent < self.group_size:
             raise ConfigError(f"config key 'rollout.max_concurrent': {self.max_concurrent} cannot hold one "
                               f"group of rollout.group_size={self.group_size} episodes; raise it to at least "

@@ -102,10 +102,8 @@ class LocalRollout:
             from agentrl.rollout.lockstep import Lockstep
 
             self.lockstep = Lockstep(cfg.rollout.lockstep)  # (the launcher checked that the servers are batch-invariant)
-        self.executor = RolloutExecutor(self.workflow, engine, self.rows, group_size=cfg.rollout.group_size,
-                                        batch_size=cfg.rollout.batch_size, max_staleness=cfg.trainer.max_staleness,
-                                        max_concurrent=cfg.rollout.max_concurrent,
-                                        filter_equal_rewards=cfg.rollout.filter_equal_rewards,
+        self.executor = RolloutExecutor(self.workflow, engine, self.rows, cfg.rollout,
+                                        max_staleness=cfg.trainer.max_staleness,
                                         episode_log=self.episode_log, run_id=self.run_dir.name,
                                         record_max_bytes=cfg.logging.record_max_bytes, lockstep=self.lockstep)
         if state is not None:
