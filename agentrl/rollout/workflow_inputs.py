@@ -16,7 +16,7 @@ names some of ``RUN_INPUTS``::
 argument the config gives itself is never replaced. A class that declares nothing is built as
 before ``run_inputs`` existed: it gets the inputs its constructor names (read once from its
 signature, which also checks ``workflow_args``). Main hooks: ``build_workflow``,
-``check_workflow_args``. What it is not: the workflows (``workflows/``) or the run config.
+``check_workflow_args``, ``close_workflow`` (its end). What it is not: the workflows (``workflows/``) or the run config.
 """
 
 from __future__ import annotations
@@ -77,6 +77,13 @@ def build_workflow(cls: Any, args: Mapping[str, Any], inputs: WorkflowInputs, *,
     kwargs = {**args, **inputs.arguments(run_inputs(cls), args)}
     check_workflow_args(cls, name, kwargs, key)
     return cls(**kwargs)
+
+
+async def close_workflow(workflow: Any) -> None:
+    """``workflow.aclose()`` (``Workflow.aclose``), which a workflow that holds nothing may leave out."""
+    aclose = getattr(workflow, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def constructor_parameters(cls: Any) -> Mapping[str, inspect.Parameter] | None:

@@ -165,14 +165,15 @@ class LocalRollout:
         """Stop, close the log and the workflow (and the engine, if this side made it); returns the
         executor's counters and this process's sandbox counters (``counters``, ``sandbox``)."""
         from agentrl.plugins import sandbox_counters
+        from agentrl.rollout.workflow_inputs import close_workflow
 
         await self.stop()
         if self.episode_log is not None:
             self.episode_log.close()
         if self._owns_engine and self.engine is not None:
             await self.engine.aclose()
-        if self.workflow is not None and hasattr(self.workflow, "aclose"):
-            await self.workflow.aclose()
+        if self.workflow is not None:
+            await close_workflow(self.workflow)
         return {"counters": dict(self.executor.counters) if self.executor is not None else {},
                 "sandbox": dict(sandbox_counters())}
 
