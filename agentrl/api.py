@@ -303,12 +303,21 @@ class ChatAPI(Protocol):
 class Workflow(Protocol):
     """How one episode is played. Grouping (n samples per prompt) is the executor's job.
 
-    Returns the episode's trajectories, or None to reject the episode on purpose.
+    ``arun_episode`` returns the episode's trajectories, or None to reject the episode on
+    purpose. ``aclose`` releases what the workflow holds (pooled envs, servers, processes); the
+    run calls it once, after the last episode. A workflow that holds nothing may leave it out
+    (``agentrl.rollout.workflow_inputs.close_workflow`` closes either kind). A workflow built
+    from a run's config declares what it takes from the run in a class attribute
+    ``run_inputs`` (``agentrl.rollout.workflow_inputs``).
     """
 
     async def arun_episode(
         self, client: InferenceClient, row: Mapping[str, Any]
     ) -> list[Trajectory] | None: ...
+
+    async def aclose(self) -> None:
+        """Release what the workflow holds (nothing, by default)."""
+        return None
 
 
 # --------------------------------------------------------------------------- execution

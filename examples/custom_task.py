@@ -85,6 +85,8 @@ def eval_rows(seed: int) -> list[dict[str, Any]]:
 class OneShotWorkflow:
     """One prompt, one reply, the env's reward."""
 
+    run_inputs = ("tokenizer", "sampling")  # the run gives the model directory and rollout.sampling
+
     def __init__(self, tokenizer: str, sampling: SamplingParams, env_id: str = "examples/Sum-v0") -> None:
         from transformers import AutoTokenizer
 

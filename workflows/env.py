@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus
 from agentrl.errors import EnvError
@@ -53,6 +53,10 @@ class EnvWorkflow(EnvEpisodes):
     ``timeout_s``: wall time of one episode; ``discount``: γ for returns over calls;
     ``chat_template_kwargs``: extra template variables; ``max_idle_envs``: envs kept for reuse.
     """
+
+    run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer", "sampling", "env_kwargs", "tool_call_parser",
+                                             "reasoning_parser")
+    """What it takes from a run (``agentrl.rollout.workflow_inputs``)."""
 
     def __init__(self, env_id: str, tokenizer: str | Path | Any, sampling: SamplingParams | Mapping | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int | None = None,

@@ -42,7 +42,7 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus
 from agentrl.process.services import background_server
@@ -63,6 +63,9 @@ class ExternalAgentWorkflow:
     ``style``: export style; ``max_session_tokens``/``context_length``: the session's limits;
     ``extra_env``: more environment variables for the agent; ``cwd``: its working directory.
     """
+
+    run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer", "env_kwargs")
+    """What it takes from a run (``agentrl.rollout.workflow_inputs``)."""
 
     def __init__(self, command: Sequence[str] | str, tokenizer: str | Path | Any, env_id: str | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, timeout_s: float = 900.0, discount: float = 1.0,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus
 from agentrl.rollout.conversation import TokenConversation
@@ -37,6 +37,9 @@ class SelfPlayWorkflow(EnvEpisodes):
     and ``max_idle_envs`` as ``EnvWorkflow``'s; ``max_context_tokens``: prompt + reply of one call
     (a seat whose next prompt would not fit ends the game, truncated).
     """
+
+    run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer", "sampling", "env_kwargs")
+    """What it takes from a run (``agentrl.rollout.workflow_inputs``)."""
 
     def __init__(self, env_id: str, tokenizer: str | Path | Any, sampling: SamplingParams | Mapping | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, max_context_tokens: int | None = None,

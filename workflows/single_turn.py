@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl.api import NOT_SAMPLED, InferenceClient, SamplingParams, Trajectory
 from agentrl.rollout.episode import EnvEpisodes, step_metrics
@@ -36,6 +36,9 @@ class SingleTurnWorkflow(EnvEpisodes):
     ``gymnasium.make``; ``timeout_s``: wall time of one episode; ``chat_template_kwargs``:
     extra template variables; ``max_idle_envs``: envs kept for reuse.
     """
+
+    run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer", "sampling", "env_kwargs")
+    """What it takes from a run (``agentrl.rollout.workflow_inputs``)."""
 
     def __init__(self, env_id: str, tokenizer: str | Path | Any, sampling: SamplingParams | Mapping | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, timeout_s: float = 600.0,

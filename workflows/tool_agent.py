@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from openai import NOT_GIVEN
 
@@ -77,6 +77,10 @@ class ToolAgentWorkflow(EnvEpisodes):
     episode; ``discount``: γ for returns over calls; ``max_idle_envs``: envs kept for reuse;
     ``tool_call_parser``/``reasoning_parser``: the formats replies are read in (``agentrl.toolcalls``).
     """
+
+    run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer", "sampling", "env_kwargs", "tool_call_parser",
+                                             "reasoning_parser")
+    """What it takes from a run (``agentrl.rollout.workflow_inputs``)."""
 
     def __init__(self, env_id: str, tokenizer: str | Path | Any, sampling: SamplingParams | Mapping | None = None,
                  env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int = 8,

@@ -29,7 +29,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl.errors import ConfigError
 from workflows.external_agent import ExternalAgentWorkflow
@@ -61,6 +61,9 @@ class VerifiersWorkflow(ExternalAgentWorkflow):
     ``tokenizer``; ``harness`` (``null``); ``env_config``: merged into verifiers' env config;
     ``python``: verifiers' interpreter; the rest as ``ExternalAgentWorkflow``'s.
     """
+
+    run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer",)
+    """What it takes from a run (``agentrl.rollout.workflow_inputs``)."""
 
     def __init__(self, taskset: str, tokenizer: str | Path | Any, *, harness: str = "null",
                  env_config: Mapping[str, Any] | None = None, python: str | None = None,

@@ -37,12 +37,14 @@ def run(args) -> int:
     from agentrl.cli.run_setup import split_items
     from agentrl.client.remote_engine import RemoteEngine
     from agentrl.config import load_config
+    from agentrl.env.datasets import dataset_rows
     from agentrl.errors import ConfigError
     from agentrl.process.services import exit_on_signals, run_async
     from agentrl.rollout.evaluate import RESULTS, SUMMARY, curate, evaluate
     from agentrl.rollout.renderer import token_decoder
+    from agentrl.rollout.workflow_inputs import close_workflow
     from agentrl.run.local_launcher import Run
-    from agentrl.run.run_config import RunConfig, build_workflow, check_run_config, dataset_rows
+    from agentrl.run.run_config import RunConfig, build_workflow, check_run_config
     from agentrl.run.run_lock import RunLock, describe
 
     config_path, overrides = split_items(args.items)
@@ -83,8 +85,7 @@ def run(args) -> int:
                 report = await evaluate(workflow, engine, rows, k=k, concurrency=cfg.rollout.max_concurrent,
                                         out=out / RESULTS, samples=args.samples, decode=token_decoder(cfg.model))
             finally:
-                if hasattr(workflow, "aclose"):
-                    await workflow.aclose()
+                await close_workflow(workflow)
         return report
 
     try:

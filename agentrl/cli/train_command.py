@@ -43,13 +43,8 @@ def run(args) -> int:
     from agentrl.process.services import exit_on_signals
     from agentrl.run.local_launcher import launch
     from agentrl.run.loop import latest_checkpoint
-    from agentrl.run.run_config import (
-        RunConfig,
-        apply_deterministic,
-        apply_placement,
-        apply_rollout_worker,
-        check_run_config,
-    )
+    from agentrl.run.placement import apply_placement, apply_rollout_worker
+    from agentrl.run.run_config import RunConfig, apply_deterministic, check_run_config
     from agentrl.run.run_lock import RunLock, make_dir
     from agentrl.run.run_lock import describe as describe_holder
 

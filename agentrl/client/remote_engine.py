@@ -179,7 +179,7 @@ class RemoteEngine:
 
     def follow(self, policy: dict[str, Any]) -> None:
         """Generate from now on as the client whose ``policy()`` this is: the publisher's, when
-        this client is another process's (the rollout process, ``agentrl.run.rollout_side``)."""
+        this client is another process's (the rollout process, ``agentrl.run.rollout_process``)."""
         self._version, self._last_update = int(policy["version"]), policy["last_update"]
         self._lora, self._adapters = policy["lora"], dict(policy["adapters"])
         self.needs_rejoin = bool(policy["needs_rejoin"])

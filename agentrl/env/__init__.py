@@ -5,7 +5,9 @@
     rewards.py   Rubric: the reward as named, weighted terms (``Reward``, ``fact``, ...)
     judge.py     LLMJudge: a reward term graded by an OpenAI-compatible model and a rubric prompt
     tools.py     ToolBox and ``@tool``: typed functions as OpenAI tools the model can call
-    datasets.py  the data files shipped with agentrl (``data_path``, ``load_rows``)
+    datasets.py  the data files shipped with agentrl (``data_path``, ``load_rows``), a run's
+                 dataset specs (``dataset_rows``: a file or ``module:function``)
+    sandbox_config.py  SandboxConfig: the sandbox code envs get (a run's ``sandbox`` section)
     checks.py    what ``agentrl envs check`` runs: Gymnasium's check_env plus our own checks
 
 The environments themselves live in the ``envs`` package (registered as ``agentrl/Name-vN``).

@@ -5,7 +5,9 @@ an environment's ``reset`` takes), and ``data_path(name)`` for the datasets ship
 repository's ``data/`` folder (GSM8K test, AIME 2024, AMC 2023, HumanEval). What it is not:
 a downloader — nothing is fetched from the network, ever. Parquet needs ``pyarrow`` and a
 dataset saved with ``datasets.Dataset.save_to_disk`` needs ``datasets``; both are optional,
-and their absence is a clear error, not a silent fallback.
+and their absence is a clear error, not a silent fallback. ``dataset_rows(spec, seed)`` reads a
+run's ``rollout.dataset``/``eval.dataset``: such a file, or the rows a ``module:function(seed)``
+gives (``check_dataset`` refuses a spec that names neither, by its key).
 
 Main hook::
 
@@ -124,3 +126,39 @@ def _load_hf_dir(path: Path, split: str) -> list[dict[str, Any]]:
             raise ConfigError(f"{path}: no split {split!r}; it has {sorted(ds)}")
         ds = ds[split]
     return [dict(r) for r in ds]
+
+
+def dataset_file(spec: str) -> Path | None:
+    """The file a dataset spec names — a path, or the name of a file shipped in ``data/`` —
+    or None when the spec is an import path (``module:function``)."""
+    if not spec.endswith(SUFFIXES):
+        return None
+    if Path(spec).is_file():
+        return Path(spec)
+    return data_path(spec)  # raises ConfigError naming what data/ holds
+
+
+def dataset_rows(spec: str, seed: int) -> list[dict[str, Any]]:
+    """The rows of ``rollout.dataset``/``eval.dataset``: a data file (a path, or a file shipped in
+    ``data/``), or ``module:function(seed)``."""
+    from agentrl.plugins import load_object
+
+    path = dataset_file(spec)
+    if path is not None:
+        return list(load_rows(path))
+    rows = list(load_object(spec)(seed))
+    if not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(f"dataset {spec!r} must give dicts (one row per episode)")
+    return rows
+
+
+def check_dataset(key: str, spec: str) -> None:
+    """Refuse a dataset spec (the config key ``key``) that is neither a data file nor an import
+    path that resolves; importing it may register the environments its module provides."""
+    from agentrl.plugins import load_object
+
+    try:
+        if dataset_file(spec) is None:
+            load_object(spec)
+    except ConfigError as e:
+        raise ConfigError(f"config key {key!r}: {e}") from e

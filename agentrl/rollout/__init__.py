@@ -14,6 +14,9 @@
     episode.py       what every workflow shares: failures as data, sampling settings, metrics
     executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped
     lockstep.py      deterministic mode's schedule: generation in rounds, weights published between them
+    rollout_config.py RolloutConfig: a run's ``rollout`` section (what the executor is given)
+    eval_config.py   EvalConfig: a run's ``eval`` section; the figures read from its scores
+    workflow_inputs.py what a workflow takes from the run (``run_inputs``); build_workflow
     journal.py       the episode log that replays finished generations on --resume
     record.py        EpisodeRecord: an episode's environment inputs and outputs, bounded
     recorded.py      RecordedEpisodes: a run's recorded steps as another run's batches

@@ -53,6 +53,7 @@ from agentrl.rollout.episode import guarded
 from agentrl.rollout.journal import EpisodeLog, ReplayClient
 from agentrl.rollout.lockstep import Lockstep, LockstepClient
 from agentrl.rollout.record import recording
+from agentrl.rollout.rollout_config import RolloutConfig
 from agentrl.rollout.seeds import SeededClient
 from agentrl.trainer.staleness import rollout_capacity
 
@@ -140,27 +141,30 @@ EpisodeFn = Callable[[InferenceClient, dict[str, Any]], Awaitable[list[Trajector
 class RolloutExecutor:
     """Runs groups of episodes ahead of the trainer within the staleness bound; see the module doc.
 
-    ``workflow`` is a ``Workflow`` (or any ``arun_episode``-shaped coroutine function); ``engine``
-    the ``InferenceClient`` its episodes generate with; ``rows`` the data, visited in order.
-    ``max_concurrent`` bounds *episodes* in flight (rounded down to whole groups). With no
-    workflow and rows, groups come only from ``accept_group`` (the gateway's agents).
+    Args:
+        workflow: a ``Workflow`` (or any ``arun_episode``-shaped coroutine function).
+        engine: the ``InferenceClient`` its episodes generate with.
+        rows: the data, visited in order. With no workflow and rows, groups come only from
+            ``accept_group`` (the gateway's agents).
+        config: the run's ``rollout`` section; the executor reads ``group_size`` (n),
+            ``batch_size`` (B), ``max_concurrent`` (*episodes* in flight, rounded down to whole
+            groups) and ``filter_equal_rewards``.
+        max_staleness: η, the trainer's bound (``trainer.max_staleness``).
+        episode_log: the log that replays finished generations on a resume.
+        run_id: the prefix of the episodes' ids.
+        record_max_bytes: the bound of each episode's ``EpisodeRecord`` (None: no record).
+        lockstep: deterministic mode's clock (None: episodes run freely).
     """
 
-    def __init__(self, workflow: Workflow | EpisodeFn | None, engine: InferenceClient, rows: RowSource | None, *,
-                 group_size: int, batch_size: int, max_staleness: int, max_concurrent: int,
-                 filter_equal_rewards: bool = False,
-                 episode_log: EpisodeLog | None = None, run_id: str = "run",
-                 record_max_bytes: int | None = None, lockstep: Lockstep | None = None) -> None:
-        if group_size < 1 or batch_size < 1:
-            raise ConfigError(f"group_size and batch_size must be >= 1, got {group_size} and {batch_size}")
-        if max_concurrent < group_size:
-            raise ConfigError(f"rollout.max_concurrent={max_concurrent} cannot hold one group of "
-                              f"group_size={group_size} episodes; raise it to at least {group_size}")
+    def __init__(self, workflow: Workflow | EpisodeFn | None, engine: InferenceClient, rows: RowSource | None,
+                 config: RolloutConfig, *, max_staleness: int, episode_log: EpisodeLog | None = None,
+                 run_id: str = "run", record_max_bytes: int | None = None, lockstep: Lockstep | None = None) -> None:
+        config.check_capacity()
         self.run_episode: EpisodeFn = getattr(workflow, "arun_episode", workflow)  # type: ignore[assignment]
-        self.engine, self.rows = engine, rows
-        self.group_size, self.batch_size, self.max_staleness = group_size, batch_size, max_staleness
-        self.max_groups = max_concurrent // group_size
-        self.filter_equal_rewards = filter_equal_rewards
+        self.engine, self.rows, self.config = engine, rows, config
+        self.group_size, self.batch_size, self.max_staleness = config.group_size, config.batch_size, max_staleness
+        self.max_groups = config.max_concurrent // config.group_size
+        self.filter_equal_rewards = config.filter_equal_rewards
         self.episode_log = episode_log
         self.run_id = run_id
         self.record_max_bytes = record_max_bytes

@@ -25,9 +25,6 @@ from agentrl.errors import ConfigError
 from agentrl.rollout.executor import Group, RolloutExecutor
 from agentrl.rollout.record import RECORD_DIR, RECORD_STEP
 
-SOURCES = ("workflow", "gateway")
-"""``rollout.source`` values that are not a path to recorded steps."""
-
 
 def recorded_steps(path: str | Path) -> list[Path]:
     """The step files of a record, in step order: ``path`` is a run directory (its ``record/``)

@@ -45,7 +45,10 @@ import time
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentrl.run.rollout_side import RolloutSide
 
 log = logging.getLogger("agentrl.train")
 
@@ -183,242 +186,273 @@ class Trainer:
                 return
 
 
-async def lead(tr: Trainer, resume_from: Path | None, worker: Any = None) -> dict[str, Any]:
-    """Rank 0: the rollout side (``worker``: a ``RolloutProcess`` already spawned; None: in this
-    process) and the schedule of the steps."""
-    from rich.console import Console
+async def lead(tr: Trainer, resume_from: Path | None, worker: RolloutSide | None = None) -> dict[str, Any]:
+    """Rank 0: set up → the steps → evaluate and save → clean up (``worker``: a ``RolloutProcess``
+    already spawned; None: the rollout side in this process). Returns the run's summary."""
+    leader = await Leader.set_up(tr, resume_from, worker)
+    try:
+        await leader.begin()
+        while leader.step < tr.cfg.steps and not leader.out_of_time():
+            await leader.train_step()
+        await leader.finish()
+    finally:
+        closed = await leader.aclose()
+    return leader.write_summary(closed)
 
-    from agentrl.api import TrajectoryStatus
-    from agentrl.client.remote_engine import RemoteEngine
-    from agentrl.plugins import sandbox_counters
-    from agentrl.rollout.evaluate import evaluate
-    from agentrl.rollout.renderer import token_decoder
-    from agentrl.run.metrics import RunLog, batch_metrics, plot_curves
-    from agentrl.run.rollout_side import LocalRollout
-    from agentrl.run.run_config import build_workflow, dataset_rows, figure_value
-    from agentrl.trainer.publish import WeightPublisher
 
-    cfg, run_dir, actor = tr.cfg, tr.run_dir, tr.actor
-    console = Console(stderr=True, soft_wrap=True)
-    decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
+class Leader:
+    """Rank 0's side of a run (``lead`` drives it): the rollout side, the evaluation, the weight
+    publisher and, each step, a batch → train (every rank) → publish → metrics, samples, record
+    → evaluation and checkpoint when due."""
 
-    servers = await servers_ready(run_dir, cfg)
-    engine = RemoteEngine(servers["servers"], cfg.inference.client, router=servers.get("router"),
-                          version=actor.version)
-    tr.engine = engine
-    runlog = RunLog(run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
-                    trajectories_per_step=cfg.logging.trajectories_per_step, record=cfg.logging.record,
-                    resume_step=actor.version if resume_from else None)
-    resume = str(resume_from) if resume_from else None
-    if worker is not None:  # the episodes in a process of their own, with a client of their own
-        rollout: Any = worker
-        opened = await worker.open(servers, actor.version, resume)
-        local = None
-    else:
-        rollout = local = LocalRollout(cfg, run_dir)
-        opened = await local.open(engine, actor.version, resume)
-    tr.publisher = WeightPublisher(tr.transport, engine, before_pause=rollout.pause_admission,
-                                   after_resume=rollout.resume_admission)
-    eval_wf = eval_rows = None
-    if cfg.eval.dataset:
-        eval_wf = build_workflow(cfg, cfg.eval.sampling, cfg.eval.workflow_args)
-        eval_rows = dataset_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
-    summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text()) if resume_from and (
-        run_dir / "summary.json").exists() else {}
+    def __init__(self, tr: Trainer, resume_from: Path | None, engine: Any, rollout: RolloutSide) -> None:
+        from rich.console import Console
 
-    async def run_eval(step: int, label: str) -> float | None:
-        if eval_wf is None:
-            return None
+        from agentrl.rollout.renderer import token_decoder
+        from agentrl.run.metrics import RunLog
+
+        cfg = tr.cfg
+        self.tr, self.cfg, self.run_dir, self.resume_from = tr, cfg, tr.run_dir, resume_from
+        self.engine, self.rollout = engine, rollout
+        self.console = Console(stderr=True, soft_wrap=True)
+        self.decode = token_decoder(cfg.model)  # each sampled trajectory's tokens, as text
+        self.runlog = RunLog(self.run_dir, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
+                             trajectories_per_step=cfg.logging.trajectories_per_step, record=cfg.logging.record,
+                             resume_step=tr.actor.version if resume_from else None)
+        summary = self.run_dir / "summary.json"
+        self.summary: dict[str, Any] = json.loads(summary.read_text()) if resume_from and summary.exists() else {}
+        self.opened: dict[str, int] = {}  # what the rollout side's open said: groups pending, episodes logged
+        self.eval_workflow: Any = None
+        self.eval_rows: list[dict[str, Any]] = []
+        self.step = tr.actor.version
+        self.colocated = cfg.placement == "colocated"
+        self.release = self.colocated and bool(cfg.inference.release_memory)
+        self.started = self.t_last = self.plotted = time.perf_counter()
+        self.cpu_last = time.thread_time()  # this thread runs the event loop: logging (and episodes, thread worker)
+        self.gen_busy_last = 0.0  # generation's busy seconds at the last step
+        self.trained: list = []  # groups trained on since the last checkpoint: the log forgets them there
+        self.warned_truncation = False
+        self.plotter: asyncio.subprocess.Process | None = None  # the redraw of curves.png in progress
+
+    # ------------------------------------------------------------------ set up
+
+    @classmethod
+    async def set_up(cls, tr: Trainer, resume_from: Path | None, worker: RolloutSide | None) -> Leader:
+        """The servers' client, the rollout side opened over it, the publisher with its hooks, the evaluation."""
+        from agentrl.client.remote_engine import RemoteEngine
+        from agentrl.env.datasets import dataset_rows
+        from agentrl.run.rollout_side import LocalRollout
+        from agentrl.run.run_config import build_workflow
+        from agentrl.trainer.publish import WeightPublisher
+
+        cfg, version = tr.cfg, tr.actor.version
+        servers = await servers_ready(tr.run_dir, cfg)
+        engine = RemoteEngine(servers["servers"], cfg.inference.client, router=servers.get("router"), version=version)
+        tr.engine = engine
+        rollout = worker if worker is not None else LocalRollout(cfg, tr.run_dir)
+        leader = cls(tr, resume_from, engine, rollout)
+        leader.opened = await rollout.open(engine, servers, version, str(resume_from) if resume_from else None)
+        tr.publisher = WeightPublisher(tr.transport, engine, before_pause=rollout.pause_admission,
+                                       after_resume=rollout.resume_admission)
+        if cfg.eval.dataset:
+            leader.eval_workflow = build_workflow(cfg, cfg.eval.sampling, cfg.eval.workflow_args)
+            leader.eval_rows = dataset_rows(cfg.eval.dataset, cfg.seed)[: cfg.eval.limit]
+        return leader
+
+    async def begin(self) -> None:
+        """Resumed: the servers get the checkpoint's weights (they start from the base model);
+        else the evaluation before. Then the rollout side starts."""
+        if self.resume_from is not None:
+            self.console.print(f"resumed from {self.resume_from.name}: version {self.step}, "
+                               f"{self.opened['pending']} groups to finish, {self.opened['logged']} logged episodes")
+            await self.publish()
+        elif "eval_before" not in self.summary:
+            self.summary["eval_before"] = await self.evaluate(0, "before")
+        self.summary.setdefault("steps", 0)
+        if (line := await self.rollout.start()) is not None:
+            self.console.print(line)
+        gc.freeze()  # and the rollout side's (workflow, tokenizer, envs, client): the steps' garbage alone is scanned
+        self.t_last, self.cpu_last = time.perf_counter(), time.thread_time()
+        self.gen_busy_last = (await self.rollout.snapshot())["busy_s"]
+
+    # ------------------------------------------------------------------ the steps
+
+    def out_of_time(self) -> bool:
+        """Whether the next step and the final evaluation would pass ``max_minutes`` (said if so)."""
+        limit = self.cfg.max_minutes
+        if limit is None or (time.perf_counter() - self.started) / 60 + _eta(self.summary) <= limit:
+            return False
+        self.console.print(f"stopping: the next step would pass max_minutes={limit}")
+        return True
+
+    async def train_step(self) -> None:
+        """One step: the next batch, trained on by every rank, published, logged, then what is due."""
+        batch = await self.rollout.next_batch()
+        self.trained.extend(batch.groups)
+        if self.colocated:  # the trainer takes the cores (or GPU): generation stops until the publish resumes it
+            await self.rollout.pause_admission()
+            await self.engine.pause()
+            if self.release:  # and the servers' memory, until the weight update (weights) and the resume (the rest)
+                await self.engine.release_memory()
+        if self.tr.world_size > 1:
+            await asyncio.to_thread(self.tr.command, {"op": "train"})
         t0 = time.perf_counter()
-        report = await evaluate(eval_wf, engine, eval_rows, k=cfg.eval.k, concurrency=cfg.rollout.max_concurrent)
+        stats, kept, sample = await asyncio.get_running_loop().run_in_executor(self.tr.pool, self.tr.train,
+                                                                               batch.trajectories)
+        train_s = time.perf_counter() - t0
+        if self.release:
+            await self.engine.occupy_memory(weights_only=True)
+        record, rollout_now = await self.rollout.publish(self.tr.actor.version, self.publish)
+        self.step = self.tr.actor.version
+        if rollout_now["needs_rejoin"] and not self.engine.needs_rejoin:  # the rollout process's client saw a
+            await self.engine.check_health()  # server come back without broadcast weights: the next publish rejoins it
+        metrics = self.step_metrics(batch, stats, kept, record, rollout_now, train_s)
+        self.report(batch, metrics, stats, kept, sample)
+        await self.when_due()
+
+    async def publish(self) -> Any:
+        """The actor's weights to the servers, every rank joining; returns the ``PublishRecord``."""
+        if self.tr.world_size > 1:
+            await asyncio.to_thread(self.tr.command, {"op": "publish"})
+        return await self.tr.publisher.apublish(self.tr.actor.model, self.tr.actor.version)
+
+    def step_metrics(self, batch: Any, stats: dict[str, float], kept: list, record: Any,
+                     rollout_now: dict[str, Any], train_s: float) -> dict[str, float]:
+        """The step's metrics: the batch's, the trainer's, the weight publish's, the rollout's, and time."""
+        from agentrl.run.metrics import batch_metrics
+
+        now = time.perf_counter()
+        wall = now - self.t_last
+        gen_busy = rollout_now["busy_s"]
+        metrics = batch_metrics(batch.trajectories, self.step - 1)
+        metrics.update({(k if k.startswith(("batch/", "perf/")) else f"train/{k}"): v for k, v in stats.items()})
+        metrics.update({
+            "perf/step_s": wall, "perf/train_s": train_s, "perf/trainer_wait_s": batch.wait_s,
+            "perf/weight_stage_s": record.stage_s, "perf/weight_pause_s": record.paused_s,
+            "perf/weight_deliver_s": record.deliver_s,
+            "perf/generation_tokens_per_s": metrics.get("rollout/sampled_tokens", 0.0) / max(wall, 1e-9),
+            "perf/train_tokens_per_s": sum(len(t) for t in kept) / max(train_s, 1e-9),
+            "perf/trainer_idle_fraction": batch.wait_s / max(wall, 1e-9),
+            "perf/generator_idle_fraction": 1.0 - min(1.0, (gen_busy - self.gen_busy_last) / max(wall, 1e-9)),
+            **rollout_now["metrics"],
+            "perf/loop_cpu_s": time.thread_time() - self.cpu_last,
+            "perf/elapsed_min": (now - self.started) / 60,
+        })
+        self.gen_busy_last, self.t_last, self.cpu_last = gen_busy, now, time.thread_time()
+        return metrics
+
+    def report(self, batch: Any, metrics: dict[str, float], stats: dict[str, float], kept: list,
+               sample: dict[int, dict[str, Any]]) -> None:
+        """The step into the run's log, samples and record, its line on the terminal, the summary;
+        a warning the first time completions stop at the token budget this often."""
+        from agentrl.api import TrajectoryStatus
+
+        step, trajectories = self.step, batch.trajectories
+        failed = [t for t in trajectories if t.status is not TrajectoryStatus.OK]
+        self.runlog.log(step, metrics)
+        self.runlog.sample(step, kept, self.decode, sample, failed=failed)
+        self.runlog.record(step, trajectories)
+        wall = metrics["perf/step_s"]
+        self.console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
+                           f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
+                           f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{metrics['perf/elapsed_min']:.1f} min]")
+        truncated = metrics.get("rollout/truncation_rate", 0.0)
+        if truncated >= TRUNCATION_WARNING and not self.warned_truncation:
+            self.warned_truncation = True
+            self.console.print(f"[yellow]warning:[/] step {step}: {truncated:.0%} of the completions stopped at "
+                               "the token budget (rollout.sampling.max_new_tokens); their answers are cut off — "
+                               "raise it, or check the model stops (metric rollout/truncation_rate)")
+        self.summary["steps"] = step
+        if "first_error" not in self.summary and failed:  # what a run whose episodes fail says first
+            self.summary["first_error"] = f"{failed[0].status.value}: {(failed[0].error or '')[:500]}"
+        self.summary["step_s_mean"] = (self.summary.get("step_s_mean", wall) * 0.8 + wall * 0.2)
+
+    async def when_due(self) -> None:
+        """After a step: the evaluation and the checkpoint every N steps, and curves.png redrawn."""
+        cfg, step = self.cfg, self.step
+        if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:
+            await self.evaluate(step, "at")
+        if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
+            await save(self.tr, self.rollout, step, self.summary, self.trained)
+        now = time.perf_counter()
+        if now - self.plotted >= PLOT_EVERY_S and (self.plotter is None or self.plotter.returncode is not None):
+            self.plotted = now
+            self.plotter = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "agentrl.run.metrics", str(self.run_dir),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            # the lowest priority: on a machine with few cores it runs in the generator's idle
+            # time, not in the trainer's
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self.plotter.pid, 19)
+
+    async def evaluate(self, step: int, label: str) -> float | None:
+        """The held-out evaluation (None without ``eval.dataset``): logged, its figures in the
+        summary (NAME_before from the first, NAME_after from the last), its line printed."""
+        from agentrl.rollout.eval_config import figure_value
+        from agentrl.rollout.evaluate import evaluate
+
+        if self.eval_workflow is None:
+            return None
+        cfg, t0 = self.cfg, time.perf_counter()
+        report = await evaluate(self.eval_workflow, self.engine, self.eval_rows, k=cfg.eval.k,
+                                concurrency=cfg.rollout.max_concurrent)
         scores = report.summary()
-        summary["eval_s"] = time.perf_counter() - t0
-        runlog.log(step, {f"eval/{k}": v for k, v in scores.items()} | {"eval/seconds": time.perf_counter() - t0})
+        self.summary["eval_s"] = time.perf_counter() - t0
+        self.runlog.log(step, {f"eval/{k}": v for k, v in scores.items()} | {"eval/seconds": time.perf_counter() - t0})
         figures = {name: figure_value(key, scores) for name, key in cfg.eval.figures.items()}
-        for name, value in figures.items():  # NAME_before from the first evaluation, NAME_after from the last
-            summary.setdefault(f"{name}_before", value)
-            summary[f"{name}_after"] = value
-        console.print(f"eval {label} (step {step}): pass@1 [bold]{scores['pass@1']:.3f}[/] "
-                      f"± {scores['pass@1_ci95']:.3f} on {report.problems} held-out problems"
-                      + "".join(f", {name} {'n/a' if v is None else f'{v:.3f}'}" for name, v in figures.items()))
+        for name, value in figures.items():
+            self.summary.setdefault(f"{name}_before", value)
+            self.summary[f"{name}_after"] = value
+        self.console.print(f"eval {label} (step {step}): pass@1 [bold]{scores['pass@1']:.3f}[/] "
+                           f"± {scores['pass@1_ci95']:.3f} on {report.problems} held-out problems"
+                           + "".join(f", {name} {'n/a' if v is None else f'{v:.3f}'}" for name, v in figures.items()))
         return scores["pass@1"]
 
-    async def publish(cmd: bool = True) -> Any:
-        if cmd and tr.world_size > 1:
-            await asyncio.to_thread(tr.command, {"op": "publish"})
-        return await tr.publisher.apublish(actor.model, actor.version)
+    # ------------------------------------------------------------------ save, clean up
 
-    def set_version() -> None:
-        """Admission moves on; a rollout process's client follows the publisher's."""
-        rollout.set_version(actor.version, engine.policy() if worker is not None else None)
+    async def finish(self) -> None:
+        """The rollout stops; the evaluation after; the final checkpoint."""
+        await self.rollout.stop()
+        self.summary["eval_after"] = await self.evaluate(self.step, "after")
+        await save(self.tr, self.rollout, self.step, self.summary, self.trained)
 
-    async def publish_step() -> tuple[Any, dict[str, Any]]:
-        """The step's publish, and the rollout's state right after it (deterministic mode: between
-        the rounds the schedule fixes, so the same in every run; otherwise whenever it finishes)."""
-        if local is None or local.lockstep is None:
-            record = await publish()
-            set_version()
-            return record, await rollout.snapshot()
+    async def aclose(self) -> dict[str, Any]:
+        """Everything rank 0 started, stopped and closed (the other ranks told to stop); returns
+        the rollout side's counters (``RolloutSide.aclose``)."""
+        from agentrl.rollout.workflow_inputs import close_workflow
 
-        async def between_rounds() -> tuple[Any, dict[str, Any]]:
-            record = await publish()
-            set_version()
-            return record, await local.snapshot()
-        return await local.lockstep.publish(actor.version, between_rounds)
+        if self.plotter is not None and self.plotter.returncode is None:
+            await self.plotter.wait()  # its curves.png is redrawn after the summary
+        try:
+            await self.rollout.stop()
+            if self.tr.world_size > 1:
+                await asyncio.to_thread(self.tr.command, {"op": "stop"})
+            return await self.rollout.aclose()
+        finally:
+            self.runlog.close()
+            with contextlib.suppress(Exception):  # the servers leave the weight group (distributed transport)
+                await self.tr.transport.close(self.engine)
+            await self.engine.aclose()
+            if self.eval_workflow is not None:
+                await close_workflow(self.eval_workflow)
 
-    start_step = actor.version
-    colocated = cfg.placement == "colocated"
-    release = colocated and bool(cfg.inference.release_memory)
-    started = time.perf_counter()
-    if resume_from is not None:
-        console.print(f"resumed from {resume_from.name}: version {actor.version}, "
-                      f"{opened['pending']} groups to finish, {opened['logged']} logged episodes")
-        await publish()  # the servers start from the base model: give them the checkpoint's weights
-    elif "eval_before" not in summary:
-        summary["eval_before"] = await run_eval(0, "before")
-    summary.setdefault("steps", 0)
-    stack = contextlib.AsyncExitStack()
-    if local is not None and local.external:
-        await serve_gateway(stack, cfg, run_dir, engine, local.executor, console)
-    elif local is not None and local.recorded is not None:  # from the step after the checkpoint's
-        local.recorded.feed(local.executor, first_step=actor.version, steps=cfg.steps)
-        console.print(f"training on the recorded steps of {cfg.rollout.recorded} ({len(local.recorded.steps)} "
-                      "steps; nothing generated)")
-    else:
-        await rollout.start()
-    gc.freeze()  # and the rollout side's (workflow, tokenizer, envs, client): the steps' garbage alone is scanned
-    t_last = time.perf_counter()
-    cpu_last = time.thread_time()  # this thread runs the event loop: logging (rollout.worker thread: the episodes too)
-    trainer_idle = 0.0
-    gen_busy_last = (await rollout.snapshot())["busy_s"]
-    warned_truncation = False
-    plotted = time.perf_counter()
-    plotter: asyncio.subprocess.Process | None = None  # the redraw of curves.png in progress
-    step = start_step
-    trained: list = []  # groups trained on since the last checkpoint: the log forgets them there
-    try:
-        while step < cfg.steps:
-            if cfg.max_minutes is not None and (time.perf_counter() - started) / 60 + _eta(summary) > cfg.max_minutes:
-                console.print(f"stopping: the next step would pass max_minutes={cfg.max_minutes}")
-                break
-            batch = await rollout.next_batch()
-            trained.extend(batch.groups)
-            trainer_idle += batch.wait_s
-            trajectories = batch.trajectories
-            if colocated:  # the trainer takes the cores (or GPU): generation stops until the publish resumes it
-                await rollout.pause_admission()
-                await engine.pause()
-                if release:  # and the servers' memory, until the weight update (weights) and the resume (the rest)
-                    await engine.release_memory()
-            if tr.world_size > 1:
-                await asyncio.to_thread(tr.command, {"op": "train"})
-            t0 = time.perf_counter()
-            stats, kept, sample = await asyncio.get_running_loop().run_in_executor(tr.pool, tr.train, trajectories)
-            t1 = time.perf_counter()
-            if release:
-                await engine.occupy_memory(weights_only=True)
-            record, rollout_now = await publish_step()
-            step = actor.version
-            if rollout_now["needs_rejoin"] and not engine.needs_rejoin:  # the rollout process's client saw a
-                await engine.check_health()  # server come back without broadcast weights: the next publish rejoins it
-            now = time.perf_counter()
-            wall = now - t_last
-            gen_busy = rollout_now["busy_s"]
-            metrics = batch_metrics(trajectories, step - 1)
-            metrics.update({(k if k.startswith(("batch/", "perf/")) else f"train/{k}"): v for k, v in stats.items()})
-            sampled = metrics.get("rollout/sampled_tokens", 0.0)
-            metrics.update({
-                "perf/step_s": wall, "perf/train_s": t1 - t0, "perf/trainer_wait_s": batch.wait_s,
-                "perf/weight_stage_s": record.stage_s, "perf/weight_pause_s": record.paused_s,
-                "perf/weight_deliver_s": record.deliver_s,
-                "perf/generation_tokens_per_s": sampled / max(wall, 1e-9),
-                "perf/train_tokens_per_s": sum(len(t) for t in kept) / max(t1 - t0, 1e-9),
-                "perf/trainer_idle_fraction": batch.wait_s / max(wall, 1e-9),
-                "perf/generator_idle_fraction": 1.0 - min(1.0, (gen_busy - gen_busy_last) / max(wall, 1e-9)),
-                **rollout_now["metrics"],
-                "perf/loop_cpu_s": time.thread_time() - cpu_last,
-                "perf/elapsed_min": (now - started) / 60,
-            })
-            gen_busy_last, t_last, cpu_last = gen_busy, now, time.thread_time()
-            runlog.log(step, metrics)
-            runlog.sample(step, kept, decode, sample,
-                          failed=[t for t in trajectories if t.status is not TrajectoryStatus.OK])
-            runlog.record(step, trajectories)
-            console.print(f"step {step:>4}  reward {metrics.get('rollout/reward_mean', float('nan')):.3f}  "
-                          f"loss {stats.get('loss', float('nan')):+.4f}  stale≤{int(stats.get('batch/staleness_max', 0))}"
-                          f"  wait {batch.wait_s:.1f}s  step {wall:.1f}s  [{(now - started) / 60:.1f} min]")
-            truncated = metrics.get("rollout/truncation_rate", 0.0)
-            if truncated >= TRUNCATION_WARNING and not warned_truncation:
-                warned_truncation = True
-                console.print(f"[yellow]warning:[/] step {step}: {truncated:.0%} of the completions stopped at "
-                              "the token budget (rollout.sampling.max_new_tokens); their answers are cut off — "
-                              "raise it, or check the model stops (metric rollout/truncation_rate)")
-            summary["steps"] = step
-            if "first_error" not in summary:  # what a run whose episodes fail says first
-                failed = next((t for t in trajectories if t.status is not TrajectoryStatus.OK), None)
-                if failed is not None:
-                    summary["first_error"] = f"{failed.status.value}: {(failed.error or '')[:500]}"
-            summary["step_s_mean"] = (summary.get("step_s_mean", wall) * 0.8 + wall * 0.2)
-            if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.steps:
-                await run_eval(step, "at")
-            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
-                await save(tr, rollout, step, summary, trained)
-            if now - plotted >= PLOT_EVERY_S and (plotter is None or plotter.returncode is not None):
-                plotted = now
-                plotter = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "agentrl.run.metrics", str(run_dir),
-                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-                # the lowest priority: on a machine with few cores it runs in the generator's idle
-                # time, not in the trainer's
-                with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, plotter.pid, 19)
-        await rollout.stop()
-        summary["eval_after"] = await run_eval(step, "after")
-        await save(tr, rollout, step, summary, trained)
-    finally:
-        if plotter is not None and plotter.returncode is None:
-            await plotter.wait()  # its curves.png is redrawn below, after the summary
-        await rollout.stop()
-        await stack.aclose()
-        if tr.world_size > 1:
-            await asyncio.to_thread(tr.command, {"op": "stop"})
-        closed = await rollout.aclose()
-        runlog.close()
-        with contextlib.suppress(Exception):  # the servers leave the weight group (distributed transport)
-            await tr.transport.close(engine)
-        await engine.aclose()
-        if eval_wf is not None and hasattr(eval_wf, "aclose"):
-            await eval_wf.aclose()
-    summary["minutes"] = summary.get("minutes", 0.0) + (time.perf_counter() - started) / 60
-    summary["run_dir"] = str(run_dir)
-    summary["counters"] = closed["counters"]
-    # the backend's own count (Docker), evaluations included: this process's and the rollout process's
-    if "runs" in (sandbox := sandbox_counters() + (Counter(closed["sandbox"]) if worker is not None else Counter())):
-        summary["sandbox_runs"] = sandbox["runs"]
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    plot_curves(run_dir)
-    return summary
+    def write_summary(self, closed: dict[str, Any]) -> dict[str, Any]:
+        """``summary.json`` (minutes, counters, sandbox runs) and the final ``curves.png``."""
+        from agentrl.plugins import sandbox_counters
+        from agentrl.run.metrics import plot_curves
+        from agentrl.run.rollout_side import LocalRollout
 
-
-async def serve_gateway(stack: contextlib.AsyncExitStack, cfg: Any, run_dir: Path, engine: Any, executor: Any,
-                        console: Any) -> None:
-    """``rollout.source: gateway``: serve the run's gateway (until ``stack`` closes); its sessions
-    are admitted within the staleness bound and their episodes become the executor's groups."""
-    from agentrl.process.services import background_server
-    from agentrl.rollout.external import GatewayEpisodes
-    from agentrl.rollout.gateway import Gateway
-    from agentrl.rollout.gateway_routes import build_app
-
-    bridge = GatewayEpisodes(executor, cfg.rollout.group_size)
-    gateway = Gateway(engine, cfg.model, cfg.gateway, out=run_dir / "gateway", on_episode=bridge.on_episode,
-                      default_max_tokens=cfg.gateway.default_max_tokens or cfg.rollout.sampling.max_new_tokens)
-    gateway.admission = bridge.admits
-    stack.push_async_callback(gateway.aclose)
-    api_key = os.environ.get(cfg.gateway.api_key_env) or None
-    url = await stack.enter_async_context(background_server(build_app(gateway, api_key=api_key), cfg.gateway.host,
-                                                            cfg.gateway.port))
-    (run_dir / "gateway.json").write_text(json.dumps({"url": url, "api_key_env": cfg.gateway.api_key_env}))
-    console.print(f"gateway ready on {url} (sessions: POST {url}/v1/sessions)")
+        summary = self.summary
+        summary["minutes"] = summary.get("minutes", 0.0) + (time.perf_counter() - self.started) / 60
+        summary["run_dir"] = str(self.run_dir)
+        summary["counters"] = closed["counters"]
+        # the backend's own count (Docker), evaluations included: this process's and the rollout process's
+        theirs = Counter() if isinstance(self.rollout, LocalRollout) else Counter(closed["sandbox"])
+        if "runs" in (sandbox := sandbox_counters() + theirs):
+            summary["sandbox_runs"] = sandbox["runs"]
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        plot_curves(self.run_dir)
+        return summary
 
 
 async def servers_ready(run_dir: Path, cfg: Any) -> dict[str, Any]:
@@ -442,7 +476,7 @@ def _eta(summary: dict[str, Any]) -> float:
     return (summary.get("step_s_mean", 0.0) + summary.get("eval_s", 0.0)) / 60
 
 
-async def save(tr: Trainer, rollout: Any, step: int, summary: dict[str, Any], trained: list) -> None:
+async def save(tr: Trainer, rollout: RolloutSide, step: int, summary: dict[str, Any], trained: list) -> None:
     """Checkpoint: the trainer's shards (every rank), the executor's state, then the pointer; the
     episode log then forgets the groups trained on (a resume never needs them again)."""
     if tr.world_size > 1:
@@ -465,7 +499,8 @@ async def save(tr: Trainer, rollout: Any, step: int, summary: dict[str, Any], tr
 def main(argv: list[str] | None = None) -> int:
     from agentrl.config import load_config
     from agentrl.process.services import run_async
-    from agentrl.run.run_config import RunConfig, apply_rollout_worker
+    from agentrl.run.placement import apply_rollout_worker
+    from agentrl.run.run_config import RunConfig
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
@@ -479,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_rollout_worker(cfg)  # (agentrl train resolved it already: a config run by hand may say auto)
     worker = None
     if cfg.rollout.worker == "process" and int(os.environ.get("RANK", "0")) == 0:
-        from agentrl.run.rollout_side import RolloutProcess
+        from agentrl.run.rollout_process import RolloutProcess
 
         worker = RolloutProcess.spawn(run_dir)  # its imports and workflow load while the trainer's model does
     from transformers.utils import logging as hf_logging

@@ -12,8 +12,10 @@ that the server merges into its base or loads by name (``adapters``). The protoc
 and deliver while generation goes on, then stop admission, pause, send, resume, with
 ``resume`` run even when the update fails — is DESIGN.md §4 "Weight update".
 
-What it is not: the inference client (``agentrl.client.RemoteEngine`` implements the
-``WeightUpdateTarget`` and ``BroadcastTarget`` protocols here), the HF export itself
+What it is not: the inference client (``agentrl.client.RemoteEngine`` implements the target
+protocols here: ``WeightUpdateTarget``, the pause around an update; ``AdapterTarget``,
+``DiskTransport``'s; ``WeightGroupTarget``, ``BucketTarget`` and ``AdapterBroadcastTarget``,
+``DistributedTransport``'s, each its part of ``BroadcastTarget``; ``PublishTarget``, all of them), the HF export itself
 (``agentrl.trainer.checkpoint.export_hf``) or the server's side (``agentrl.inference.weight_sync``).
 """
 
@@ -68,35 +70,49 @@ class AdapterTarget(Protocol):
     async def serve_lora_adapter(self, version: int) -> None: ...
 
 
-@runtime_checkable
-class BroadcastTarget(Protocol):
-    """What ``DistributedTransport`` needs besides (``RemoteEngine`` has it all): SGLang's group
-    calls to every server, its 0.5.23 update session, the servers' addresses, whether a
-    restarted server waits to join, and ``agentrl serve``'s staging and adapter routes."""
+# ``DistributedTransport``'s target, in the three parts its steps need (``RemoteEngine`` has them all)
 
-    addresses: list[str]
+
+@runtime_checkable
+class WeightGroupTarget(Protocol):
+    """The servers' membership of the broadcast group: waiting for every server, their ranks,
+    joining and leaving (SGLang's group calls), whether a restarted server waits to join
+    (``needs_rejoin``), and whether every server can stage (``agentrl serve``)."""
+
     needs_rejoin: bool
+
+    async def wait_for_servers(self, timeout_s: float) -> None: ...
 
     async def weight_group_ranks(self) -> list[int]: ...
 
     async def init_weights_update_group(self, master_address: str, master_port: int, *, group_name: str,
                                         backend: str, ranks: list[int] | None = None) -> None: ...
 
+    async def destroy_weights_update_group(self, group_name: str) -> None: ...
+
+    async def can_stage_weights(self) -> bool: ...
+
+
+@runtime_checkable
+class BucketTarget(Protocol):
+    """Full weights, bucket by bucket: SGLang's update session around the buckets, and
+    ``agentrl serve``'s commit of buckets it staged."""
+
+    async def begin_weight_update(self) -> None: ...
+
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], *,
                                               group_name: str, version: int | None = None,
                                               load_format: str | None = None, stage_only: bool = False) -> None: ...
 
-    async def destroy_weights_update_group(self, group_name: str) -> None: ...
-
-    async def wait_for_servers(self, timeout_s: float) -> None: ...
-
-    async def begin_weight_update(self) -> None: ...
-
     async def end_weight_update(self) -> None: ...
 
-    async def can_stage_weights(self) -> bool: ...
-
     async def commit_staged_weights(self, group_name: str, version: int) -> None: ...
+
+
+@runtime_checkable
+class AdapterBroadcastTarget(Protocol):
+    """A LoRA adapter in one broadcast (``agentrl serve`` only): merged into a staging copy (then
+    committed) or loaded by name, and named by every request from the pause on."""
 
     async def stage_lora_adapter_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
                                                   *, group_name: str, config: dict[str, Any],
@@ -106,7 +122,20 @@ class BroadcastTarget(Protocol):
                                                  *, group_name: str, config: dict[str, Any], version: int,
                                                  load_format: str | None = None) -> None: ...
 
+    async def commit_staged_weights(self, group_name: str, version: int) -> None: ...
+
     async def serve_lora_adapter(self, version: int) -> None: ...
+
+
+@runtime_checkable
+class BroadcastTarget(WeightGroupTarget, BucketTarget, AdapterBroadcastTarget, Protocol):
+    """All ``DistributedTransport`` calls: a group to broadcast in, and full weights or an adapter."""
+
+
+@runtime_checkable
+class PublishTarget(WeightUpdateTarget, AdapterTarget, BroadcastTarget, Protocol):
+    """The publisher's target: the pause and what either transport calls (``RemoteEngine``);
+    each transport's methods name the narrower part they use."""
 
 
 @runtime_checkable
@@ -120,12 +149,12 @@ class WeightTransport(Protocol):
 
     def stage(self, model: torch.nn.Module, version: int) -> Any: ...
 
-    async def deliver(self, target: Any, staged: Any, version: int) -> None:
+    async def deliver(self, target: PublishTarget, staged: Any, version: int) -> None:
         return None
 
-    async def send(self, target: Any, staged: Any, version: int) -> None: ...
+    async def send(self, target: PublishTarget, staged: Any, version: int) -> None: ...
 
-    async def close(self, target: Any) -> None:
+    async def close(self, target: PublishTarget) -> None:
         return None
 
 
@@ -415,7 +444,7 @@ class DistributedTransport:
             await target.commit_staged_weights(self.group_name, version)
         return True
 
-    async def close(self, target: BroadcastTarget) -> None:
+    async def close(self, target: WeightGroupTarget) -> None:
         """Every server leaves the group (the end of a run)."""
         if self.group is not None:
             await self._disband(target)
@@ -426,7 +455,7 @@ class DistributedTransport:
             tensors = [t.to(device, non_blocking=True) for t in tensors]
         group.broadcast(tensors)
 
-    async def _form(self, target: BroadcastTarget) -> None:
+    async def _form(self, target: WeightGroupTarget) -> None:
         """Every server joins a new group with rank 0 (an old one is disbanded first)."""
         if self.group is not None or target.needs_rejoin:
             await self._disband(target)
@@ -453,7 +482,7 @@ class DistributedTransport:
                  "buckets staged while the servers generate, committed in the pause" if self.staging
                  else "every bucket in the pause")
 
-    async def _disband(self, target: BroadcastTarget) -> None:
+    async def _disband(self, target: WeightGroupTarget) -> None:
         with contextlib.suppress(Exception):
             await target.destroy_weights_update_group(self.group_name)
         if self.group is not None:
@@ -484,7 +513,7 @@ class WeightPublisher:
     ``target`` may be None on ranks other than 0 (they never call it). ``before_pause`` and
     ``after_resume`` are the rollout executor's hooks (stop admitting / admit again)."""
 
-    def __init__(self, transport: WeightTransport, target: WeightUpdateTarget | None, *,
+    def __init__(self, transport: WeightTransport, target: PublishTarget | None, *,
                  before_pause: Hook | None = None, after_resume: Hook | None = None) -> None:
         self.transport = transport
         self.target = target

@@ -48,7 +48,8 @@ def test_eval_figures_name_report_scores_and_a_misspelt_one_is_refused():
     one it never writes (which would read None at every evaluation) is refused naming the key."""
     from agentrl.config import load_config
     from agentrl.errors import ConfigError
-    from agentrl.run.run_config import EVAL_SCORE, RunConfig
+    from agentrl.rollout.eval_config import EVAL_SCORE
+    from agentrl.run.run_config import RunConfig
 
     report = EvalReport(k=4, successes={0: 1})
     report.add_terms([Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=1.0,
@@ -65,7 +66,8 @@ def test_an_eval_figure_may_be_the_ratio_of_two_scores():
     episodes/reward/first_wrong; None when no episode was wrong at first, or a score is absent."""
     from agentrl.config import load_config
     from agentrl.errors import ConfigError
-    from agentrl.run.run_config import RunConfig, figure_value
+    from agentrl.rollout.eval_config import figure_value
+    from agentrl.run.run_config import RunConfig
 
     share = "episodes/reward/fixed / episodes/reward/first_wrong"
     cfg = load_config(RunConfig, None, ["model=m", f"eval.figures={{fixed: {share}}}"])

@@ -11,6 +11,7 @@ import pytest
 from agentrl.api import NOT_SAMPLED, Trajectory, TrajectoryStatus
 from agentrl.rollout.episode import guarded
 from agentrl.rollout.executor import RolloutExecutor, RowSource
+from agentrl.rollout.rollout_config import RolloutConfig
 
 
 def traj(reward: float, version: int = 0) -> Trajectory:
@@ -40,10 +41,9 @@ def rows(n: int = 1000) -> RowSource:
     return RowSource([{"i": i} for i in range(n)], seed=0, shuffle=False)
 
 
-def executor(workflow, **kw) -> RolloutExecutor:
-    args = dict(group_size=2, batch_size=3, max_staleness=0, max_concurrent=64)
-    args.update(kw)
-    return RolloutExecutor(workflow, engine=None, rows=rows(), **args)
+def executor(workflow, max_staleness: int = 0, lockstep=None, **rollout) -> RolloutExecutor:
+    config = RolloutConfig(**{"group_size": 2, "batch_size": 3, "max_concurrent": 64, **rollout})
+    return RolloutExecutor(workflow, None, rows(), config, max_staleness=max_staleness, lockstep=lockstep)
 
 
 async def settle():

@@ -17,15 +17,10 @@ import torch
 
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
-from agentrl.run import run_config
+from agentrl.run import placement as placement_policy
 from agentrl.run.local_launcher import server_has_own_gpu, torchrun_command
-from agentrl.run.run_config import (
-    RunConfig,
-    apply_placement,
-    apply_rollout_worker,
-    check_run_config,
-    choose_placement,
-)
+from agentrl.run.placement import apply_placement, apply_rollout_worker, choose_placement
+from agentrl.run.run_config import RunConfig, check_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,7 +118,7 @@ def test_on_gpus_colocated_when_the_servers_would_share_the_trainers(monkeypatch
 
 
 def test_colocated_gives_each_phase_every_core(monkeypatch):
-    monkeypatch.setattr(run_config, "usable_cores", lambda: 8)
+    monkeypatch.setattr(placement_policy, "usable_cores", lambda: 8)
     cfg = config("placement=colocated", "world_size=2", "inference.num_servers=2")
     line = apply_placement(cfg)
     assert (cfg.placement, cfg.threads, cfg.inference.threads) == ("colocated", 4, 4)

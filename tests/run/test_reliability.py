@@ -108,7 +108,7 @@ def test_a_killed_rollout_process_stops_the_run_saying_so_and_resume_loses_nothi
     run_dir = tmp_path / "run"
     t = Train("examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=6", "checkpoint.every_steps=2", *SMALL)
     t.wait_for("step    3")
-    victims = pids_with("agentrl.run.rollout_side", str(run_dir))
+    victims = pids_with("agentrl.run.rollout_process", str(run_dir))
     assert len(victims) == 1
     os.kill(victims[0], signal.SIGKILL)
     code, out = t.finish()

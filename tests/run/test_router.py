@@ -15,8 +15,8 @@ import pytest
 from agentrl.api import SamplingParams
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.process.services import ServerProcess
+from agentrl.run.inference_config import InferenceConfig
 from agentrl.run.router import SGLangRouter
-from agentrl.run.run_config import InferenceConfig
 
 pytestmark = pytest.mark.timeout(300)
 PROMPT = [10, 20, 30, 40, 50]  # ids of the tiny model's 264-token vocabulary

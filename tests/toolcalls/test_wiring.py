@@ -16,7 +16,7 @@ from agentrl.inference.serve_config import ServeConfig
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.rollout.renderer import ChatRenderer
-from agentrl.run.run_config import RolloutConfig
+from agentrl.rollout.rollout_config import RolloutConfig
 
 CALL = '<tool_call>\n{"name": "lookup", "arguments": {"key": "x"}}\n</tool_call>'
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {

@@ -11,13 +11,26 @@ import torch
 
 from agentrl.api import SamplingParams
 from agentrl.client.remote_engine import RemoteEngine
-from agentrl.trainer.publish import DiskTransport, WeightUpdateTarget
+from agentrl.trainer.publish import (
+    AdapterBroadcastTarget,
+    AdapterTarget,
+    BucketTarget,
+    DiskTransport,
+    PublishTarget,
+    WeightGroupTarget,
+    WeightUpdateTarget,
+)
 
 from .test_distributed import torchrun
 
 
 def test_remote_engine_is_a_weight_update_target():
-    assert isinstance(RemoteEngine("http://127.0.0.1:9"), WeightUpdateTarget)
+    """... and every narrower target a transport types its calls against (issue 43 split the one
+    twelve-method BroadcastTarget into the parts DistributedTransport's steps use)."""
+    engine = RemoteEngine("http://127.0.0.1:9")
+    for target in (WeightUpdateTarget, AdapterTarget, WeightGroupTarget, BucketTarget, AdapterBroadcastTarget,
+                   PublishTarget):
+        assert isinstance(engine, target), target
 
 
 def test_keep_last_must_be_positive(tmp_path):
