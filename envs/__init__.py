@@ -1,7 +1,7 @@
 """Gymnasium environments shipped with agentrl, registered as ``agentrl/Name-vN`` on import.
 
 One module (or package) per task family: ``arith`` (and ``arith_retry``), ``math``, ``code``,
-``tool_use``.
+``tool_use``, ``repo``.
 Entry points are import-path strings, so importing this package is cheap: an env's
 module is imported only when ``gymnasium.make`` builds it. Bump the version of an id when
 its observations or rewards change.
@@ -17,6 +17,7 @@ ENVS = {
     "agentrl/Code-v0": "envs.code.env:CodeEnv",
     "agentrl/CodeAgent-v0": "envs.code.agent:CodeAgentEnv",
     "agentrl/ToolUse-v0": "envs.tool_use:ToolUseEnv",
+    "agentrl/Repo-v0": "envs.repo.env:RepoEnv",
 }
 """Every id this package registers and its entry point."""
 

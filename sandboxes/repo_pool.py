@@ -71,10 +71,10 @@ class RepoSession:
         if self.box.destroyed:
             raise SandboxError("the episode's container is gone")
 
-    async def _call(self, timeout_s: float, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, limit_s: float, fn: Any, *args: Any, **kwargs: Any) -> Any:
         self._check()
         try:
-            return await asyncio.wait_for(self.pool.in_thread(fn, *args, **kwargs), timeout_s)
+            return await asyncio.wait_for(self.pool.in_thread(fn, *args, **kwargs), limit_s)
         except (OSError, ValueError, SandboxError) as e:
             self._check()  # the watchdog's destruction explains the failure better
             if isinstance(e, SandboxError):

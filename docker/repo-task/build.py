@@ -37,10 +37,18 @@ RECIPE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 IMAGE = f"agentrl-repo-six:{RECIPE}"
 INSTANCE_ID = "benjaminp__six-1"
 TEST_FILE = "test_six.py"
-F2P = ["test_six.py::EnsureTests::test_ensure_text"]
-P2P = ["test_six.py::EnsureTests::test_ensure_str", "test_six.py::EnsureTests::test_ensure_binary_raise",
-       "test_six.py::EnsureTests::test_errors_and_encoding", "test_six.py::test_add_doc",
-       "test_six.py::test_lazy"]
+F2P = ["test_six.py::test_ensure_text_decodes_with_encoding"]
+P2P = ["test_six.py::test_add_doc", "test_six.py::test_lazy", "test_six.py::test_b", "test_six.py::test_u",
+       "test_six.py::test_wraps"]
+NEW_TEST = '''
+
+def test_ensure_text_decodes_with_encoding():
+    emoji = six.u("\\U0001F600")
+    assert six.ensure_text(emoji.encode("utf-8"), encoding="utf-8") == emoji
+    assert six.ensure_text(emoji.encode("utf-16"), encoding="utf-16") == emoji
+    assert six.ensure_text(b"caf\\xe9", encoding="latin-1") == six.u("caf\\xe9")
+    assert six.ensure_text(emoji) == emoji
+'''
 FIXED = "    if isinstance(s, binary_type):\n        return s.decode(encoding, errors)\n    elif isinstance(s, text_type):"
 BUGGY = "    if isinstance(s, binary_type):\n        return s.decode('latin-1', errors)\n    elif isinstance(s, text_type):"
 PROBLEM = """six.ensure_text ignores its encoding for bytes
@@ -84,22 +92,19 @@ def make_repo(work: Path) -> tuple[Path, dict[str, str]]:
     repo.parent.mkdir()
     (next((work / "src").iterdir())).rename(repo)
     source, tests = (repo / "six.py").read_text(), (repo / TEST_FILE).read_text()
-    start = tests.index("    def test_ensure_text(self):")
-    end = min([i + 1 for i in (tests.find("\n    def ", start + 1), tests.find("\n\n\n", start)) if i > 0] + [len(tests)])
-    assert FIXED in source and start > 0, "six's source changed: update the recipe"
+    assert FIXED in source, "six's source changed: update the recipe"
     (repo / "six.py").write_text(source.replace(FIXED, BUGGY))
-    (repo / TEST_FILE).write_text(tests[:start].rstrip("\n") + "\n" + tests[end:])
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "six 1.17.0")
     (repo / "six.py").write_text(source)
     patch = git(repo, "diff")
     git(repo, "checkout", "-q", "--", ".")
-    (repo / TEST_FILE).write_text(tests)
+    (repo / TEST_FILE).write_text(tests + NEW_TEST)
     test_patch = git(repo, "diff")
     git(repo, "checkout", "-q", "--", ".")
     return repo, {"patch": patch, "test_patch": test_patch, "base_commit": git(repo, "rev-parse", "HEAD").strip(),
-                  "test_source": tests[start:end]}
+                  "test_source": NEW_TEST}
 
 
 def eval_script(base_commit: str, test_patch: str) -> str:
@@ -124,8 +129,7 @@ def write_harbor(task: Path, patches: dict[str, str]) -> None:
         'version = "1.0"\n\n[metadata]\ndifficulty = "easy"\ncategory = "debugging"\ntags = ["python", "six"]\n\n'
         '[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = 600.0\n\n'
         f'[environment]\ndocker_image = "{IMAGE}"\ncpus = 1\nmemory = "1G"\nstorage = "2G"\nallow_internet = false\n')
-    test = "import six\n\n\nclass EnsureTests:\n    UNICODE_EMOJI = six.u(\"\\U0001F600\")\n    BINARY_EMOJI = b\"\\xf0\\x9f\\x98\\x80\"\n\n"
-    (task / "tests" / "test_ensure_text.py").write_text(test + patches["test_source"])
+    (task / "tests" / "test_ensure_text.py").write_text("import six\n" + patches["test_source"])
     (task / "tests" / "test.sh").write_text(
         "#!/bin/bash\n# Harbor's verifier: the hidden test and the package's own suite; the reward in /logs/verifier.\n"
         "cd /testbed\nmkdir -p /logs/verifier\n"
