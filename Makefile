@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ sandbox-image:
 	@if docker/ensure-engine.sh; then docker/build-sandbox-image.sh; \
 	elif [ -n "$$CI" ]; then echo "sandbox-image: CI is set and no Docker engine could be started" >&2; exit 1; \
 	else echo "sandbox-image: no Docker engine could be started; the Docker tests will skip" >&2; fi
+
+# The repository-task fixtures (agentrl/Repo-v0's tests and guide): a task image FROM the sandbox
+# image with six 1.17.0's sdist (a bug put in) at /testbed, one SWE-bench-format instance and one
+# Harbor task dir over it (docker/repo-task/build.py; cached by the recipe's hash).
+repo-images: sandbox-image install
+	@if docker/ensure-engine.sh; then $(BIN)/python docker/repo-task/build.py; \
+	elif [ -n "$$CI" ]; then echo "repo-images: CI is set and no Docker engine could be started" >&2; exit 1; \
+	else echo "repo-images: no Docker engine; the repository-task tests will skip" >&2; fi
 
 # The deployment images of docker-compose.yml — agentrl-trainer:cpu and agentrl-sandbox-service —
 # built on the sandbox image's debootstrap base when no registry answers (docker/build-images.sh).
@@ -144,7 +152,7 @@ verifiers: $(VERIFIERS_VENV)/.installed
 # takes a lock).
 test:
 	$(MAKE) -j4 install vllm verifiers sglang-frontend
-	$(MAKE) sandbox-image sandbox-tools browser compose
+	$(MAKE) sandbox-image sandbox-tools browser compose repo-images
 	$(BIN)/python -m pytest -q -ra --durations=25
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,

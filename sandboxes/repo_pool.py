@@ -75,6 +75,8 @@ class RepoSession:
         self._check()
         try:
             return await asyncio.wait_for(self.pool.in_thread(fn, *args, **kwargs), limit_s)
+        except FileNotFoundError:  # an answer about the container's files, not a failure
+            raise
         except (OSError, ValueError, SandboxError) as e:
             self._check()  # the watchdog's destruction explains the failure better
             if isinstance(e, SandboxError):
@@ -155,7 +157,9 @@ class RepoPool:
             box.destroy()
             raise
         self.counters["containers_started"] += 1
-        return RepoSession(self, box, shell)
+        session = RepoSession(self, box, shell)
+        self._live.add(session)  # here, in the thread: a start whose awaiting task was cancelled is still destroyed at exit
+        return session
 
     def _start_box(self, client: Any, spec: ContainerSpec) -> RepoContainer:
         if self._quota is None:  # ask the engine once whether it bounds the writable layer
@@ -183,9 +187,7 @@ class RepoPool:
         if idle:
             self.counters["warm_hits"] += 1
             return idle.popleft()
-        session = await self.in_thread(self._new_session, spec)
-        self._live.add(session)
-        return session
+        return await self.in_thread(self._new_session, spec)
 
     def _refill(self, spec: ContainerSpec) -> None:
         want = min(self.config.max_warm, max(self.config.warm, self._busy[spec]))
@@ -197,9 +199,7 @@ class RepoPool:
 
     async def _warm_one(self, spec: ContainerSpec) -> None:
         try:
-            session = await self.in_thread(self._new_session, spec)
-            self._live.add(session)
-            self._idle[spec].append(session)
+            self._idle[spec].append(await self.in_thread(self._new_session, spec))
         except Exception:  # the next episode starts its own and sees the error
             pass
         finally:
@@ -208,9 +208,7 @@ class RepoPool:
     async def prewarm(self, spec: ContainerSpec, n: int | None = None) -> None:
         """Start ``n`` (default ``warm``) idle containers of ``spec`` now and wait for them."""
         n = self.config.warm if n is None else n
-        sessions = await asyncio.gather(*[self.in_thread(self._new_session, spec) for _ in range(n)])
-        self._live.update(sessions)
-        self._idle[spec].extend(sessions)
+        self._idle[spec].extend(await asyncio.gather(*[self.in_thread(self._new_session, spec) for _ in range(n)]))
 
     @contextlib.asynccontextmanager
     async def episode(self, spec: ContainerSpec) -> AsyncIterator[RepoSession]:

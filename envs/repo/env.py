@@ -82,8 +82,9 @@ class RepoEnv(TextEnv):
     ## Information
     Reset: ``tools`` (the OpenAI schemas), ``task_id``, ``format``. Step: ``turn``,
     ``commands``, ``tool_errors``; on the graded step ``score``, ``resolved``, ``f2p_fixed``,
-    ``p2p_kept``, ``patch_applied``, ``diff`` (SWE-bench), ``verifier_exit`` (Harbor),
-    ``grade_s``, ``grade_log`` (its tail), and ``rewards`` on the last step. A failure of the
+    ``p2p_kept``, ``patch_applied``, ``diff`` (SWE-bench), ``verifier_exit`` (Harbor), and
+    ``rewards`` on the last step (the grading's time and log, not deterministic, are the env's
+    ``last_grade``). A failure of the
     container or engine raises ``SandboxError`` (the episode failed; it is not a grade).
 
     ## Arguments
@@ -149,6 +150,8 @@ class RepoEnv(TextEnv):
         self._stack: contextlib.AsyncExitStack | None = None
         self._submitted = False
         self._commands = self._errors = 0
+        self.last_grade: dict[str, Any] = {}
+        """The last grading's ``grade_s`` (seconds) and ``grade_log`` (the tests' output, its tail)."""
 
     @property
     def pool(self) -> RepoPool:
@@ -230,6 +233,7 @@ class RepoEnv(TextEnv):
         finished = self._submitted or not handled.attempted
         if finished or self._turns >= self.limits.max_turns:
             facts.update(await self.grade())
+            self.last_grade = {k: facts.pop(k) for k in ("grade_s", "grade_log") if k in facts}  # not deterministic
         return Turn([] if finished else handled.messages, done=finished, facts=facts)
 
     async def grade(self) -> dict[str, Any]:
