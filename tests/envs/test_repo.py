@@ -17,10 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import docker as docker_sdk
 import gymnasium
 import pytest
 
+import docker as docker_sdk
 import envs  # noqa: F401  (registers the ids)
 from agentrl.env.checks import check_text_env
 from agentrl.errors import SandboxError
@@ -220,7 +220,7 @@ asyncio.run(main())
 """
 
 
-async def test_a_killed_run_leaves_no_container(row):
+def test_a_killed_run_leaves_no_container(row):
     proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, row["image"]], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     container_id = proc.stdout.readline().strip()
@@ -229,9 +229,9 @@ async def test_a_killed_run_leaves_no_container(row):
     proc.wait(timeout=30)
     assert container_exists(container_id)  # SIGKILL ran no cleanup: the container is left behind
     pool = RepoPool(warm=0)
-    await pool.in_thread(pool._connect)  # a new pool's start removes what dead owners left
+    client = pool._connect()  # a new pool's first engine call removes what dead owners left
     assert not container_exists(container_id)
-    await pool.aclose()
+    client.close()
 
 
 # --------------------------------------------------------------------------- the env contract
