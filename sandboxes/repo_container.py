@@ -156,10 +156,7 @@ class RepoContainer:
         try:
             container.start()
             container.reload()
-            children = box.exec(["cat", "/proc/1/task/1/children"], timeout_s=30).output.split()
-            if len(children) != 1:
-                raise SandboxError(f"the container's init has {len(children)} children, expected the keeper alone")
-            box.keeper_pid = int(children[0])
+            box.keeper_pid = box._keeper()
             if spec.prepare:
                 done = box.exec(["sh", "-c", spec.prepare], timeout_s=300, workdir=box.workdir)
                 if done.exit_code != 0:
@@ -169,6 +166,16 @@ class RepoContainer:
             box.destroy()
             raise
         return box
+
+    def _keeper(self) -> int:
+        """The pid of init's one child, the keeper (init may not have started it yet: wait a little)."""
+        children: list[bytes] = []
+        for attempt in range(50):
+            children = self.exec(["cat", "/proc/1/task/1/children"], timeout_s=30).output.split()
+            if len(children) == 1:
+                return int(children[0])
+            time.sleep(0.01 * (attempt + 1))
+        raise SandboxError(f"the container's init has {len(children)} children, expected the keeper alone")
 
     # ---- programs
 

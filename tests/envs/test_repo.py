@@ -242,3 +242,21 @@ def test_envs_check_passes_on_repository_tasks(row, harbor_dir, tmp_path):
     dataset = tmp_path / "tasks.jsonl"
     dataset.write_text(json.dumps(row) + "\n" + json.dumps(second) + "\n")
     assert check_text_env("agentrl/Repo-v0", {"dataset": str(dataset), "warm": 2}, seeds=(0, 1)) == []
+
+
+def test_two_step_train_on_repository_tasks(row, tmp_path):
+    """`agentrl train` on SWE-bench rows: the tiny model's replies play agentrl/Repo-v0 and are
+    graded in fresh containers; no episode fails and every trajectory has its reward."""
+    from ..short_runs import recorded_trajectories, short_train
+
+    dataset = tmp_path / "instances.jsonl"
+    dataset.write_text(json.dumps({**row, "problem_statement": "Fix six.ensure_text."}) + "\n")  # the tiny model
+    short_train(tmp_path / "run", {  # reads 1024 tokens (bytes): a short statement, two tools
+        "workflow": "workflows.env:EnvWorkflow",
+        "workflow_args": {"env_id": "agentrl/Repo-v0", "max_context_tokens": 1024,
+                          "env_kwargs": {"max_turns": 2, "command_timeout_s": 10, "tools": ["bash", "submit"]}},
+        "dataset": str(dataset), "group_size": 2, "batch_size": 1, "max_concurrent": 2,
+        "sampling": {"temperature": 1.0, "max_new_tokens": 16}})
+    trajectories = recorded_trajectories(tmp_path / "run")
+    assert trajectories and all(t["status"] == "ok" for t in trajectories)
+    assert all(t["reward"] == 0.0 for t in trajectories)  # the untrained tiny model fixes nothing
