@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from agentrl.errors import SandboxError
 from sandboxes.repo_container import ExecStream, RepoContainer, cut_middle
 
-GRACE_S = 1.0
+GRACE_S = 3.0
+"""Seconds the shell has to answer after the kill (bash backs off for seconds when a fork failed)."""
 SHELL_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "LC_ALL": "C.UTF-8", "PIP_PROGRESS_BAR": "off"}
 
 

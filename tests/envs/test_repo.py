@@ -178,12 +178,13 @@ async def test_forbidden_actions_are_contained(row):
         call("bash", command=":(){ :|:& };:"),  # fork bomb: the pids limit holds it, the timeout kills it
         call("bash", command="echo after the bomb"),  # may still meet the bomb: it is killed at the timeout
         call("bash", command="echo after the bomb"),
+        call("bash", command="echo after the bomb"),
         call("bash", command="nohup sleep 1000 >/dev/null 2>&1 & echo started"),
         call("submit")], command_timeout_s=3)
     assert seen[0].split() == ["1", "0", "0", "0"]  # one commit, no reflog or stash, the grading test nowhere
     assert "Network is unreachable" in seen[1]
     assert "1 file changed" in seen[2]
-    assert seen[5] == "after the bomb\n"  # the bomb is gone, the same shell goes on
+    assert seen[6] == "after the bomb\n"  # the bomb is gone; the episode goes on
     assert (reward, info["resolved"]) == (0.0, False) and "test_six.py" not in info["diff"]
     assert not container_exists(info["container_id"])  # the episode's container went, and the sleep in it
     with contextlib.closing(docker_sdk.from_env()) as client:  # what is left of this process's: the warm ones, idle
