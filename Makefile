@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -146,12 +146,25 @@ $(VERIFIERS_VENV)/.installed:
 
 verifiers: $(VERIFIERS_VENV)/.installed
 
+# mini-swe-agent (workflows/mini_swe_agent.py runs it, unchanged, as an external agent on
+# agentrl/Repo-v0) in an environment of its own: its litellm and pydantic pins are its own.
+MSWEA_VENV := .venv-mswea
+MSWEA_SPEC ?= mini-swe-agent==2.4.6
+
+$(MSWEA_VENV)/.installed:
+	$(PYTHON) -m venv $(MSWEA_VENV)
+	$(MSWEA_VENV)/bin/pip install -q --upgrade pip
+	$(MSWEA_VENV)/bin/pip install -q $(foreach p,$(MSWEA_SPEC),"$(p)")
+	touch $@
+
+mswea: $(MSWEA_VENV)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers. The four Python environments install
 # at once (each its own venv or folder); the system packages after them, one at a time (apt
 # takes a lock).
 test:
-	$(MAKE) -j4 install vllm verifiers sglang-frontend
+	$(MAKE) -j4 install vllm verifiers sglang-frontend mswea
 	$(MAKE) sandbox-image sandbox-tools browser compose repo-images
 	$(BIN)/python -m pytest -q -ra --durations=25
 
