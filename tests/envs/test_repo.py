@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,17 +104,27 @@ async def test_swebench_gold_resolves_empty_and_breaking_patches_do_not(row):
     assert broken_info["p2p_kept"] == pytest.approx(0.8)  # test_b of five fails
 
 
-async def test_harbor_solution_passes_and_a_noop_fails(harbor_dir):
+async def test_harbor_solution_passes_and_a_noop_fails(harbor_dir, row, tmp_path):
     task = {"task_dir": str(harbor_dir)}
     solve = (harbor_dir / "solution" / "solve.sh").read_text()
-    (solved, solved_info, seen), (noop, noop_info, _) = await asyncio.gather(
-        play(task, [call("bash", command="ls /tests /logs/verifier 2>&1 | head -2"),
-                    call("bash", command=f"bash <<'EOF_SOLVE'\n{solve}EOF_SOLVE"), call("submit")]),
+    built = tmp_path / "six-from-dockerfile"  # the same task with an environment/Dockerfile instead of docker_image
+    shutil.copytree(harbor_dir, built)
+    toml = (built / "task.toml").read_text()
+    (built / "task.toml").write_text("\n".join(line for line in toml.splitlines() if "docker_image" not in line))
+    (built / "environment").mkdir()
+    (built / "environment" / "Dockerfile").write_text(f"FROM {row['image']}\nWORKDIR /testbed\n")
+    solve_replies = [call("bash", command=f"bash <<'EOF_SOLVE'\n{solve}EOF_SOLVE"), call("submit")]
+    (solved, solved_info, seen), (noop, noop_info, _), (from_dockerfile, _, _) = await asyncio.gather(
+        play(task, [call("bash", command="ls /tests /logs/verifier 2>&1 | head -2"), *solve_replies]),
         # a reward written beforehand does not count: the verifier's folder is emptied before it runs
-        play(task, [call("bash", command="mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"), "done"]))
+        play(task, [call("bash", command="mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"), "done"]),
+        play({"task_dir": str(built)}, solve_replies))  # its image is built once, tagged by the folder's hash
     assert "No such file or directory" in seen[0]  # the verifier's tests are not in the container before grading
     assert (solved, solved_info["resolved"], solved_info["verifier_exit"]) == (1.0, True, 0)
     assert (noop, noop_info["resolved"]) == (0.0, False) and "grade_error" not in noop_info
+    assert from_dockerfile == 1.0
+    with contextlib.closing(docker_sdk.from_env()) as client:
+        assert any(t.startswith("agentrl-harbor-six-from-dockerfile:") for i in client.images.list() for t in i.tags)
 
 
 # --------------------------------------------------------------------------- the shell and the editor
