@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.config import option
+from agentrl.config import from_dict, option
 from agentrl.errors import SandboxError, SandboxUnavailable
 from sandboxes.docker import engine_client, remove_leftovers
 from sandboxes.repo_container import LABEL, ContainerSpec, ExecOutput, RepoContainer
@@ -111,8 +111,6 @@ class RepoPool:
     """Warm containers per ``ContainerSpec``; see the module docstring."""
 
     def __init__(self, config: RepoPoolConfig | None = None, **overrides: Any) -> None:
-        from agentrl.config import from_dict
-
         base = dataclasses.asdict(config or RepoPoolConfig())
         self.config = from_dict(RepoPoolConfig, {**base, **overrides})
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
@@ -142,6 +140,17 @@ class RepoPool:
             remove_leftovers(client, LABEL)
             self._client = client
         return self._client
+
+    def build_image(self, context: Any, tag: str) -> None:
+        """Build ``context`` (a folder with a Dockerfile) as ``tag`` unless the engine has it (blocking)."""
+        client = self._connect()
+        try:
+            client.images.get(tag)
+        except Exception:
+            try:
+                client.images.build(path=str(context), tag=tag, rm=True, labels={"agentrl.repo.image": "1"})
+            except Exception as e:
+                raise SandboxUnavailable(f"could not build {tag} from {context}: {e}") from e
 
     def _new_session(self, spec: ContainerSpec) -> RepoSession:
         client = self._connect()

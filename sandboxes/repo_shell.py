@@ -115,7 +115,7 @@ class BashSession:
             payload = self.stream.frame(deadline)
             if payload is None:
                 return None
-            if payload == b"":
+            if payload == b"" and time.monotonic() >= deadline:
                 self._partial = (buf, dropped)
                 return self._partial_text(), None
             buf += payload

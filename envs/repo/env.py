@@ -206,17 +206,10 @@ class RepoEnv(TextEnv):
             raise EnvError("agentrl/Repo-v0 has no default tasks: pass dataset=... or reset(options={'task': row})")
         return self.pick(_rows(self.dataset))
 
-    def _build_image(self, context: Path, tag: str) -> None:
-        client = self.pool._connect()
-        try:
-            client.images.get(tag)
-        except Exception:
-            client.images.build(path=str(context), tag=tag, rm=True, labels={"agentrl.repo.image": "1"})
-
     async def _start(self, task: dict[str, Any]) -> list[Message]:
         pool = self.pool
         self.repo_task = await pool.in_thread(read_task, task, self.base_spec, strip_history=self.strip_git_history,
-                                              build_image=self._build_image)
+                                              build_image=pool.build_image)
         self._submitted, self._commands, self._errors = False, 0, 0
         self._stack = contextlib.AsyncExitStack()
         self.session = await self._stack.enter_async_context(pool.episode(self.repo_task.spec))
