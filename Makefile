@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ sandbox-image:
 	@if docker/ensure-engine.sh; then docker/build-sandbox-image.sh; \
 	elif [ -n "$$CI" ]; then echo "sandbox-image: CI is set and no Docker engine could be started" >&2; exit 1; \
 	else echo "sandbox-image: no Docker engine could be started; the Docker tests will skip" >&2; fi
+
+# The repository-task fixtures (agentrl/Repo-v0's tests and guide): a task image FROM the sandbox
+# image with six 1.17.0's sdist (a bug put in) at /testbed, one SWE-bench-format instance and one
+# Harbor task dir over it (docker/repo-task/build.py; cached by the recipe's hash).
+repo-images: sandbox-image install
+	@if docker/ensure-engine.sh; then $(BIN)/python docker/repo-task/build.py; \
+	elif [ -n "$$CI" ]; then echo "repo-images: CI is set and no Docker engine could be started" >&2; exit 1; \
+	else echo "repo-images: no Docker engine; the repository-task tests will skip" >&2; fi
 
 # The deployment images of docker-compose.yml — agentrl-trainer:cpu and agentrl-sandbox-service —
 # built on the sandbox image's debootstrap base when no registry answers (docker/build-images.sh).
@@ -138,13 +146,26 @@ $(VERIFIERS_VENV)/.installed:
 
 verifiers: $(VERIFIERS_VENV)/.installed
 
+# mini-swe-agent (workflows/mini_swe_agent.py runs it, unchanged, as an external agent on
+# agentrl/Repo-v0) in an environment of its own: its litellm and pydantic pins are its own.
+MSWEA_VENV := .venv-mswea
+MSWEA_SPEC ?= mini-swe-agent==2.4.6
+
+$(MSWEA_VENV)/.installed:
+	$(PYTHON) -m venv $(MSWEA_VENV)
+	$(MSWEA_VENV)/bin/pip install -q --upgrade pip
+	$(MSWEA_VENV)/bin/pip install -q $(foreach p,$(MSWEA_SPEC),"$(p)")
+	touch $@
+
+mswea: $(MSWEA_VENV)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers. The four Python environments install
 # at once (each its own venv or folder); the system packages after them, one at a time (apt
 # takes a lock).
 test:
-	$(MAKE) -j4 install vllm verifiers sglang-frontend
-	$(MAKE) sandbox-image sandbox-tools browser compose
+	$(MAKE) -j4 install vllm verifiers sglang-frontend mswea
+	$(MAKE) sandbox-image sandbox-tools browser compose repo-images
 	$(BIN)/python -m pytest -q -ra --durations=25
 
 # The demo: `agentrl train` (asynchronous GRPO, η = 2) on agentrl/Arith-v0 with the tiny model,

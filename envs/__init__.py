@@ -5,6 +5,7 @@
     tool_use.py     ToolUse-v0: a calculator, a price lookup, programs run in a sandbox
     math/           Math-v1 and its retry form, graded by the math verifier
     code/           Code and CodeAgent: programs graded by tests run in a sandbox
+    repo/           Repo-v0: repository tasks (SWE-bench rows, Harbor dirs) in Docker, graded by their tests
     interop/        other ecosystems' environments behind our env protocol, one adapter each
 
 Entry points are import-path strings, so importing this package is cheap: an env's
@@ -22,6 +23,7 @@ ENVS = {
     "agentrl/Code-v0": "envs.code.env:CodeEnv",
     "agentrl/CodeAgent-v0": "envs.code.agent:CodeAgentEnv",
     "agentrl/ToolUse-v0": "envs.tool_use:ToolUseEnv",
+    "agentrl/Repo-v0": "envs.repo.env:RepoEnv",
 }
 """Every id this package registers and its entry point."""
 

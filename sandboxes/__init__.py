@@ -15,5 +15,13 @@
     seccomp.py         the seccomp filter every program runs under (compiled with libseccomp)
     wire.py            the host side of the supervisor's protocol (request payload, reply -> ExecResult)
 
+Repository tasks (``agentrl/Repo-v0``, envs/repo/), not behind the Sandbox interface:
+
+    repo_container.py  RepoContainer  one container of a task's image per episode: limits, labels,
+                                      exec, files, the kill sweep
+    repo_shell.py      BashSession    the episode's persistent bash (markers, timeout, middle cut)
+    repo_pool.py       RepoPool       warm containers per image, destroyed after each episode;
+                                      RepoSession, the async handle an env holds
+
 The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL|"URL,URL")``.
 """

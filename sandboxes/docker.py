@@ -82,6 +82,36 @@ CALL_GRACE_S = 10.0
 SUPERVISOR_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
 
 
+def engine_client(docker_host: str = "") -> Any:
+    """A ``docker`` SDK client of the engine at ``docker_host`` (empty: ``DOCKER_HOST`` or the
+    default socket) that answered a ping; ``SandboxUnavailable`` says how to start one."""
+    docker = import_optional("docker", extra="docker", purpose="the Docker sandbox backend")
+    client = None
+    try:
+        client = docker.DockerClient(base_url=docker_host, timeout=60) if docker_host else docker.from_env(timeout=60)
+        client.ping()
+    except Exception as e:
+        if client is not None:
+            client.close()
+        raise SandboxUnavailable(
+            f"no Docker engine answers ({e}); start one (`make sandbox-image` does, as root) "
+            "or set DOCKER_HOST / docker_host"
+        ) from e
+    return client
+
+
+def remove_leftovers(client: Any, label: str) -> None:
+    """Remove the containers labelled ``label`` whose owner (``<label>.owner``: host:pid) is a
+    process of this host that is gone: what a killed run left behind."""
+    host = socket.gethostname()
+    for c in client.containers.list(all=True, filters={"label": label}):
+        owner = c.labels.get(f"{label}.owner", "")
+        name, _, pid = owner.rpartition(":")
+        if name == host and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+
+
 @dataclass
 class DockerSandboxConfig(BackendLimits):
     image: str = option("agentrl-sandbox:latest", help="image with python3 (make sandbox-image builds it)")
@@ -215,21 +245,7 @@ class DockerSandbox:
 
     def _connect(self) -> Any:
         if self._client is None:
-            docker = import_optional("docker", extra="docker", purpose="the Docker sandbox backend")
-            client = None
-            try:
-                if self.config.docker_host:
-                    client = docker.DockerClient(base_url=self.config.docker_host, timeout=60)
-                else:
-                    client = docker.from_env(timeout=60)
-                client.ping()
-            except Exception as e:
-                if client is not None:
-                    client.close()
-                raise SandboxUnavailable(
-                    f"no Docker engine answers ({e}); start one (`make sandbox-image` does, as root) "
-                    "or set DOCKER_HOST / docker_host"
-                ) from e
+            client = engine_client(self.config.docker_host)
             try:
                 client.images.get(self.config.image)
             except Exception as e:
@@ -241,15 +257,7 @@ class DockerSandbox:
         return self._client
 
     def _remove_leftovers(self) -> None:
-        """Remove containers of earlier owners on this host whose process is gone."""
-        client = self._connect()
-        host = socket.gethostname()
-        for c in client.containers.list(all=True, filters={"label": LABEL}):
-            owner = c.labels.get(f"{LABEL}.owner", "")
-            name, _, pid = owner.rpartition(":")
-            if name == host and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                with contextlib.suppress(Exception):
-                    c.remove(force=True)
+        remove_leftovers(self._connect(), LABEL)
 
     def _create(self) -> _Container:
         cfg = self.config

@@ -7,4 +7,6 @@
     self_play.py          SelfPlayWorkflow: the policy plays every seat of a game, one trajectory each
     verifiers_harness.py  VerifiersWorkflow: a verifiers taskset played by its own harness
     verifiers_agent.py    the agent program verifiers_harness runs in verifiers' own environment
+    mini_swe_agent.py     MiniSweAgentWorkflow: mini-swe-agent, unchanged, on agentrl/Repo-v0 through the gateway
+    mini_swe_agent_runner.py  the program mini_swe_agent.py runs in mini-swe-agent's own venv
 """

@@ -145,7 +145,13 @@ class ExternalAgentWorkflow:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+        if status is None and not session.ended:
+            await self._agent_done(session, row)
         return await self._finish(session, status, error)
+
+    async def _agent_done(self, session: Session, row: Mapping[str, Any]) -> None:
+        """Called when the agent exited well and left its session open: a subclass may grade the
+        episode here and reward the session (``session.chat.set_last_reward``)."""
 
     async def _finish(self, session: Session, status: TrajectoryStatus | None, error: str) -> list[Trajectory]:
         if not session.ended:

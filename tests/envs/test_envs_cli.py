@@ -19,7 +19,7 @@ def test_list_prints_one_line_per_env_then_one_per_ecosystem():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["agentrl/Arith-v0", "agentrl/ArithRetry-v0", "agentrl/Code-v0", "agentrl/CodeAgent-v0",
-                                                   "agentrl/Math-v1", "agentrl/MathRetry-v1", "agentrl/ToolUse-v0",
+                                                   "agentrl/Math-v1", "agentrl/MathRetry-v1", "agentrl/Repo-v0", "agentrl/ToolUse-v0",
                                                    *ECOSYSTEM_FORMS]
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # each has a summary
 

@@ -1,0 +1,246 @@
+"""RepoEnv (``agentrl/Repo-v0``): a repository in a container, shell and editor tools, graded by its tests.
+
+What it is: the env of repository tasks — SWE-bench instances and Harbor task directories,
+read unchanged (``envs/repo/tasks.py``). An episode holds one container of the task's image
+from the warm pool (``sandboxes/repo_pool.py``), destroyed when the episode ends; the model
+works through the tools ``bash``, ``str_replace_editor`` (``envs/repo/editor.py``) and
+``submit``, offered in its family's tool-call format (``ToolBox``; more tools can be added
+with ``extra_tools``). Grading (``envs/repo/grading.py``) runs the task's own tests: for
+SWE-bench in a fresh container, for Harbor with the verifier copied in only after the agent.
+
+What it is not: an agent loop (``workflows.env:EnvWorkflow`` plays it reply by reply,
+``workflows.tool_agent:ToolAgentWorkflow`` with an OpenAI-style agent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl.api import Message
+from agentrl.env.rewards import Reward, Rubric, fact
+from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
+from agentrl.env.tools import Tool, ToolBox
+from agentrl.errors import EnvError
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER
+from envs.repo.editor import Command, FileEditor
+from envs.repo.grading import agent_diff, grade_harbor, grade_swebench
+from envs.repo.tasks import RepoTask, load_tasks, read_task
+from sandboxes.repo_container import ContainerSpec
+from sandboxes.repo_pool import RepoPool, RepoPoolConfig, RepoSession, shared_repo_pool
+
+TOOLS = ("bash", "str_replace_editor", "submit")
+PROMPT = """{instruction}
+
+You are working in a repository at {workdir} inside a Linux container. Use the tools: `bash` runs one shell
+command (the working directory and environment persist between calls), `str_replace_editor` views, creates and
+edits files. Make the change the task asks for, then call `submit`."""
+
+
+@functools.lru_cache(maxsize=8)
+def _rows(path: str) -> tuple[dict[str, Any], ...]:
+    return tuple(load_tasks(path))
+
+
+class RepoEnv(TextEnv):
+    """Change a repository in a container until its tests pass.
+
+    ## Description
+    A task's repository (SWE-bench: ``/testbed`` at ``base_commit``, its later history
+    removed; Harbor: the image's working directory) in a container with no network (unless a
+    Harbor task allows it) and limits on CPU, memory, pids and disk. The model calls
+    ``bash(command)``, ``str_replace_editor(command, path, ...)`` and ``submit()``.
+
+    ## Action Space
+    ``Text``: the assistant's reply, any Unicode string; its tool calls are read in
+    ``tool_call_parser``'s format.
+
+    ## Observation Space
+    ``Messages``. Reset: the task's problem statement (``problem_statement`` or
+    ``instruction.md``) and how to work. After a reply with calls: one ``role: tool`` message
+    per call (a command's output, cut in the middle past ``max_output`` bytes, with its exit
+    code, timeout or shell restart noted). Final step: ``[]``.
+
+    ## Starting State
+    ``options["task"]``: a SWE-bench row or ``{"task_dir": path}``; else a row of
+    ``dataset`` drawn with the seeded ``np_random``. The container comes from a warm pool.
+
+    ## Rewards
+    ``resolved`` (weight 1): the ``score`` fact — SWE-bench: 1.0 when swebench's grading says
+    resolved (every FAIL_TO_PASS test fixed, every PASS_TO_PASS kept); Harbor: the verifier's
+    reward. ``f2p_fixed`` and ``p2p_kept`` (weights ``f2p_weight``, ``p2p_weight``, default 0):
+    the shares of FAIL_TO_PASS tests fixed and PASS_TO_PASS tests kept.
+
+    ## Episode End
+    Terminated by ``submit`` or a reply without tool calls (graded then). Truncated after
+    ``max_turns`` replies (graded on the last one), or by ``max_tokens`` / ``max_wall_s`` (not
+    graded: score 0).
+
+    ## Information
+    Reset: ``tools`` (the OpenAI schemas), ``task_id``, ``format``. Step: ``turn``,
+    ``commands``, ``tool_errors``; on the graded step ``score``, ``resolved``, ``f2p_fixed``,
+    ``p2p_kept``, ``patch_applied``, ``diff`` (SWE-bench), ``verifier_exit`` (Harbor), and
+    ``rewards`` on the last step (the grading's time and log, not deterministic, are the env's
+    ``last_grade``). A failure of the
+    container or engine raises ``SandboxError`` (the episode failed; it is not a grade).
+
+    ## Arguments
+    ``dataset`` (JSONL/Parquet of SWE-bench rows, a Harbor task dir or a folder of them),
+    ``max_turns`` (50), ``command_timeout_s`` (60), ``max_output`` (10000 bytes),
+    ``eval_timeout_s`` (1800, SWE-bench's eval script), ``cpus`` (1), ``memory_mb`` (2048),
+    ``pids`` (256), ``disk_mb`` (4096) — Harbor tasks' own task.toml values win —,
+    ``strip_git_history`` (True), ``tools`` (names of ``TOOLS``), ``extra_tools`` (functions or
+    ``Tool``s added to the ToolBox), ``f2p_weight``, ``p2p_weight``, ``warm`` (1 idle container
+    per image), ``docker_host``, ``tool_call_parser``, ``reasoning_parser``, ``max_tokens``,
+    ``max_wall_s``, ``render_mode``: "ansi" or None.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        dataset: str | Path | None = None,
+        max_turns: int = 50,
+        command_timeout_s: float = 60.0,
+        max_output: int = 10_000,
+        eval_timeout_s: float = 1800.0,
+        cpus: float = 1.0,
+        memory_mb: int = 2048,
+        pids: int = 256,
+        disk_mb: int = 4096,
+        strip_git_history: bool = True,
+        tools: Sequence[str] = TOOLS,
+        extra_tools: Sequence[Callable[..., Any] | Tool] = (),
+        f2p_weight: float = 0.0,
+        p2p_weight: float = 0.0,
+        warm: int = 1,
+        docker_host: str = "",
+        tool_call_parser: str = DEFAULT_TOOL_PARSER,
+        reasoning_parser: str | None = None,
+        max_tokens: int | None = None,
+        max_wall_s: float | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(
+            rubric=Rubric([Reward("resolved", fact("score")), Reward("f2p_fixed", fact("f2p_fixed"), f2p_weight),
+                           Reward("p2p_kept", fact("p2p_kept"), p2p_weight)]),
+            limits=EpisodeLimits(max_turns=max_turns, max_tokens=max_tokens, max_wall_s=max_wall_s),
+            render_mode=render_mode,
+        )
+        if set(tools) - set(TOOLS):
+            raise EnvError(f"tools must name tools of {TOOLS}, got {list(tools)}")
+        if command_timeout_s <= 0 or eval_timeout_s <= 0:
+            raise EnvError(f"command_timeout_s and eval_timeout_s must be > 0, got {command_timeout_s}, {eval_timeout_s}")
+        self.dataset = str(dataset) if dataset is not None else None
+        self.command_timeout_s, self.eval_timeout_s = command_timeout_s, eval_timeout_s
+        self.strip_git_history = strip_git_history
+        self.base_spec = ContainerSpec(image="", cpus=cpus, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb)
+        self.pool_config = RepoPoolConfig(docker_host=docker_host, warm=warm, max_output=max_output)
+        offered = {"bash": self.bash, "str_replace_editor": self.str_replace_editor, "submit": self.submit}
+        self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools] + list(extra_tools),
+                               timeout_s=command_timeout_s + 120, max_result_chars=max_output + 200,
+                               tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)
+        self.repo_task: RepoTask | None = None
+        self.session: RepoSession | None = None
+        self._editor: FileEditor | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._submitted = False
+        self._commands = self._errors = 0
+        self.last_grade: dict[str, Any] = {}
+        """The last grading's ``grade_s`` (seconds) and ``grade_log`` (the tests' output, its tail)."""
+
+    @property
+    def pool(self) -> RepoPool:
+        return shared_repo_pool(self.pool_config)
+
+    # ---------------------------------------------------------------- the tools
+
+    async def bash(self, command: str) -> str:
+        """Run one bash command in the repository's container; the working directory and
+        environment variables persist between calls. Output is cut in the middle when long.
+
+        Args:
+            command: the command line to run (one command; chain with && or ;).
+        """
+        self._commands += 1
+        result = await self._live().bash(command, self.command_timeout_s)
+        return result.text()
+
+    async def str_replace_editor(self, command: Command, path: str, file_text: str | None = None,
+                                 old_str: str | None = None, new_str: str | None = None,
+                                 insert_line: int | None = None, view_range: list[int] | None = None) -> str:
+        """View, create and edit files: `view` a file (with line numbers) or directory, `create`
+        a new file, `str_replace` an exact unique string, `insert` after a line, `undo_edit`.
+
+        Args:
+            command: one of view, create, str_replace, insert, undo_edit.
+            path: absolute path of the file or directory.
+            file_text: content of the file to create (create).
+            old_str: the exact text to replace, occurring once in the file (str_replace).
+            new_str: the replacement (str_replace) or the text to insert (insert).
+            insert_line: the line after which new_str is inserted; 0 for the top (insert).
+            view_range: [start, end] lines to show, end -1 for the rest of the file (view).
+        """
+        self._live()
+        assert self._editor is not None
+        return await self._editor(command, path, file_text, old_str, new_str, insert_line, view_range)
+
+    def submit(self) -> str:
+        """Submit the current state of the repository as the solution; the episode ends."""
+        self._submitted = True
+        return "Submitted. The repository will now be graded by its tests."
+
+    def _live(self) -> RepoSession:
+        if self.session is None:
+            raise EnvError("no episode is running: reset the env first")
+        return self.session
+
+    # ---------------------------------------------------------------- episode
+
+    def sample_task(self) -> dict[str, Any]:
+        if self.dataset is None:
+            raise EnvError("agentrl/Repo-v0 has no default tasks: pass dataset=... or reset(options={'task': row})")
+        return self.pick(_rows(self.dataset))
+
+    async def _start(self, task: dict[str, Any]) -> list[Message]:
+        pool = self.pool
+        self.repo_task = await pool.in_thread(read_task, task, self.base_spec, strip_history=self.strip_git_history,
+                                              build_image=pool.build_image)
+        self._submitted, self._commands, self._errors = False, 0, 0
+        self._stack = contextlib.AsyncExitStack()
+        self.session = await self._stack.enter_async_context(pool.episode(self.repo_task.spec))
+        self._editor = FileEditor(self.session)
+        self.start_facts = {"task_id": self.repo_task.task_id, "format": self.repo_task.kind}
+        text = PROMPT.format(instruction=self.repo_task.instruction.strip(), workdir=self.session.workdir)
+        return [{"role": "user", "content": text}]
+
+    async def _turn(self, action: str) -> Turn:
+        assert self.toolbox is not None
+        handled = await self.toolbox.handle(action, turn=self._turns)
+        self._errors += handled.num_errors
+        facts: dict[str, Any] = {"commands": self._commands, "tool_errors": self._errors}
+        finished = self._submitted or not handled.attempted
+        if finished or self._turns >= self.limits.max_turns:
+            facts.update(await self.grade())
+            self.last_grade = {k: facts.pop(k) for k in ("grade_s", "grade_log") if k in facts}  # not deterministic
+        return Turn([] if finished else handled.messages, done=finished, facts=facts)
+
+    async def grade(self) -> dict[str, Any]:
+        """Grade the repository as it is now (see ``envs/repo/grading.py``)."""
+        task, session = self.repo_task, self._live()
+        assert task is not None
+        if task.kind == "harbor":
+            facts = await grade_harbor(session, task)
+            return {**facts, "score": float(facts["reward"])}
+        diff = await agent_diff(session, task)
+        facts = await grade_swebench(self.pool, task, diff, self.eval_timeout_s)
+        return {**facts, "diff": diff, "score": float(facts["resolved"])}
+
+    async def _end(self) -> None:
+        stack, self._stack, self.session, self._editor = self._stack, None, None, None
+        if stack is not None:
+            await stack.aclose()
