@@ -216,8 +216,8 @@ class Learner:
         return out_dir
 
     def load_state(self, model_id: str, state_dir: Path, *, optimizer: bool) -> None:
-        """Lay a saved state's adapter (and, with ``optimizer``, its AdamW state) into
-        ``model_id``, creating the client first when it does not exist."""
+        """Lay a saved state's adapter into ``model_id`` (created first when it does not exist);
+        with ``optimizer`` its AdamW state too, else a fresh AdamW."""
         from safetensors.torch import load_file
 
         peft = peft_module()
@@ -241,3 +241,5 @@ class Learner:
                 raise Refused(f"{state_dir.name!r} was saved for sampling and holds no optimizer state; load "
                               "it with optimizer=False, or pass a save_state path", 400)
             self.optimizers[model_id].load_state_dict(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True))
+        else:  # weights only: Adam starts afresh, as the SDK's load_state says
+            self.optimizers[model_id] = torch.optim.AdamW(self._params(model_id), lr=1e-4)
