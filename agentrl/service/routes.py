@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from agentrl.errors import Refused
 from agentrl.http_edge import ApiKey, install_errors, read_body, read_json

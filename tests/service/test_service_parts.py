@@ -19,8 +19,8 @@ from agentrl.errors import Refused
 from agentrl.service.learner import Learner, LoraSettings
 from agentrl.service.state import ServiceState
 from agentrl.service.wire import (
-    ForwardBackward,
     Datum,
+    ForwardBackward,
     fields,
     forward_backward_output,
     put,
