@@ -55,9 +55,9 @@ def run(args) -> int:
     from agentrl.process.services import ServerProcess, bind, run_app
     from agentrl.service.futures import Futures
     from agentrl.service.learner import Learner
+    from agentrl.service.registry import ServiceState
     from agentrl.service.routes import Service, build_app
     from agentrl.service.sampler import Sampler
-    from agentrl.service.state import ServiceState
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     key = args.api_key or os.environ.get(API_KEY_ENV)

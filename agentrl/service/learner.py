@@ -31,7 +31,7 @@ import torch
 
 from agentrl.api import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from agentrl.errors import ModelError, Refused
-from agentrl.service.wire import ForwardBackward
+from agentrl.service.proto import ForwardBackward
 from agentrl.trainer.lora import peft_module
 from agentrl.trainer.tinker_losses import REQUIRED, TINKER_LOSSES, tinker_loss
 

@@ -18,7 +18,7 @@ SDK sends its key as ``X-API-Key``; every route needs it). The routes, all under
 A request the service cannot take is refused at once (4xx, the shared error body; the SDK raises
 its ``BadRequestError``/``NotFoundError``); a request whose fault shows only when it runs fails
 its future (the SDK raises ``RequestFailedError``). What it is not: the work
-(``learner``, ``sampler``) or the bookkeeping (``state``, ``futures``).
+(``learner``, ``sampler``) or the bookkeeping (``registry``, ``futures``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from agentrl.errors import Refused
 from agentrl.http_edge import ApiKey, install_errors, read_body, read_json
 from agentrl.service.futures import Futures, Proto
 from agentrl.service.learner import Learner, LoraSettings
+from agentrl.service.proto import forward_backward_output, read_forward_backward
+from agentrl.service.registry import ServiceState
 from agentrl.service.sampler import Sampler
-from agentrl.service.state import ServiceState
-from agentrl.service.wire import forward_backward_output, read_forward_backward
 
 PROTO = "application/x-protobuf"
 ADAM = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0, "grad_clip_norm": 0.0}
@@ -260,7 +260,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
 
 def _new_sampler(state: ServiceState, session_id: str, model_path: str | None, adapter_dir: Any) -> str:
-    from agentrl.service.state import SamplingSession
+    from agentrl.service.registry import SamplingSession
 
     sampler_id = f"{session_id}:sample:{len(state.samplers)}"
     state.samplers[sampler_id] = SamplingSession(sampler_id, session_id, model_path, adapter_dir)

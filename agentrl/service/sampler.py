@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from agentrl.errors import Refused
-from agentrl.service.wire import Sequence, sample_response
+from agentrl.service.proto import Sequence, sample_response
 
 
 class Sampler:

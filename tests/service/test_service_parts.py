@@ -17,8 +17,7 @@ import torch
 
 from agentrl.errors import Refused
 from agentrl.service.learner import Learner, LoraSettings
-from agentrl.service.state import ServiceState
-from agentrl.service.wire import (
+from agentrl.service.proto import (
     Datum,
     ForwardBackward,
     fields,
@@ -27,6 +26,7 @@ from agentrl.service.wire import (
     read_forward_backward,
     read_tensor,
 )
+from agentrl.service.registry import ServiceState
 
 SEQ = [40, 41, 42, 43, 44, 45, 46, 47]
 

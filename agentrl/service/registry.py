@@ -1,4 +1,4 @@
-"""The Tinker service's state: sessions, training clients, sampling sessions, checkpoints and their TTL.
+"""The Tinker service's registry: sessions, training clients, sampling sessions, checkpoints and their TTL.
 
 What it is: ``ServiceState`` — what the routes read and change. A *session* is one SDK
 ``ServiceClient`` (it heartbeats); a *training client* (``model_id`` = ``SESSION:train:N``, the
