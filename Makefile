@@ -149,7 +149,8 @@ TINKER_SPEC ?= tinker==0.38.*
 TINKER_COOKBOOK_SPEC ?= tinker-cookbook==0.6.1
 TINKER_COOKBOOK_DEPS := aiohttp>=3.9.0 anyio>=4.0.0 blobfile>=3.0.0 chz>=0.4.0 cloudpickle>=3.0.0 datasets>=2.14.0 \
 	huggingface-hub>=0.20.0 numpy>=1.24.0 pillow>=10.0.0 pydantic>=2.0.0 pyrage>=1.4.0 rich>=13.0.0 safetensors>=0.4.0 \
-	termcolor>=2.0.0 tiktoken>=0.12.0 tqdm>=4.60.0 transformers>=4.57.6,!=5.3.0,!=5.4.*,!=5.5.*,!=5.6.* pytest
+	termcolor>=2.0.0 tiktoken>=0.12.0 tqdm>=4.60.0 transformers>=4.57.6,!=5.3.0,!=5.4.*,!=5.5.*,!=5.6.* pytest \
+	math-verify>=0.5.0 pylatexenc>=2.0 sympy>=1.12.0
 
 $(TINKER_VENV)/.installed:
 	$(PYTHON) -m venv $(TINKER_VENV)

@@ -100,8 +100,8 @@ async def reap(service) -> None:
     """Free the clients of sessions past their TTL, every quarter TTL."""
     import asyncio
 
+    from agentrl.service.routes import free
+
     while True:
         await asyncio.sleep(max(1.0, service.state.ttl_s / 4))
-        for session in service.state.expired():
-            for model_id in session.models:
-                service.futures.submit(lambda m=model_id: service.learner.drop(m))
+        free(service, service.state.expired())

@@ -9,9 +9,9 @@ optimizer) and ``…/sampler_weights/<name>`` (``save_weights_for_sampler``: the
 and are named to the SDK as ``tinker://<model_id>/weights/<name>`` (the form its
 ``ParsedCheckpointTinkerPath`` reads); they outlive the clients and the service.
 
-The TTL: a session that has not heartbeated for ``ttl_s`` is gone — its training clients'
-adapters and optimizers are freed (a queued job, so never under a running call) and its
-sampling sessions forgotten; its checkpoints stay on disk.
+The end: a session that ends (the SDK's ``close``) or sends no heartbeat for ``ttl_s`` is
+gone — its training clients' adapters and optimizers are freed (a queued job, so never under a
+running call) and its sampling sessions forgotten; its checkpoints stay on disk.
 
 What it is not: the HTTP side (``routes``), the training (``learner``) or sampling (``sampler``).
 """
@@ -81,16 +81,19 @@ class ServiceState:
         return self.session(self.models[model_id])
 
     def expired(self) -> list[Session]:
-        """Sessions past their TTL, removed from the state (their models to be freed by the caller)."""
+        """Sessions past their TTL, ended (their models to be freed by the caller)."""
         cutoff = time.monotonic() - self.ttl_s
-        gone = [s for s in self.sessions.values() if s.last_seen < cutoff]
-        for s in gone:
-            del self.sessions[s.session_id]
-            for m in s.models:
-                self.models.pop(m, None)
-            for sampler in s.samplers:
-                self.samplers.pop(sampler, None)
-        return gone
+        return [self.end(s.session_id) for s in list(self.sessions.values()) if s.last_seen < cutoff]
+
+    def end(self, sid: str) -> Session:
+        """Remove a session, its training clients and sampling sessions (the caller frees the models)."""
+        s = self.session(sid)
+        del self.sessions[sid]
+        for m in s.models:
+            self.models.pop(m, None)
+        for sampler in s.samplers:
+            self.samplers.pop(sampler, None)
+        return s
 
     # ----------------------------------------------------------------------- checkpoints
     def checkpoint(self, model_id: str, kind: str, name: str | None) -> tuple[str, Path]:

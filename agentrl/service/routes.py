@@ -114,6 +114,18 @@ def _client_routes(app: FastAPI, service: Service) -> None:
         state.session(body.get("session_id"))
         return {"type": "session_heartbeat"}
 
+    @app.post("/api/v1/sessions/{session_id}/finish")
+    async def finish(session_id: str):
+        free(service, [state.end(session_id)])
+        return {}
+
+
+def free(service: Service, sessions: list[Any]) -> None:
+    """Queue the freeing of ended sessions' adapters and optimizers (after their pending calls)."""
+    for session in sessions:
+        for model_id in session.models:
+            service.futures.submit(lambda m=model_id: service.learner.drop(m))
+
 
 def _check_base(state: ServiceState, base: Any) -> None:
     if base not in (None, state.base_model):

@@ -1,9 +1,10 @@
 """The tinker SDK's own calls against `agentrl service`, one scenario per run; runs in .venv-tinker.
 
-    TINKER_BASE_URL=... TINKER_API_KEY=tml-... .venv-tinker/bin/python sdk_calls.py SCENARIO
+    TINKER_BASE_URL=... TINKER_API_KEY=tml-... .venv-tinker/bin/python sdk_calls.py [SCENARIO ...]
 
-Each scenario drives the unmodified SDK (``tinker`` 0.38) and prints one JSON line of what it
-saw; ``test_tinker_service.py`` asserts on it. Nothing of agentrl is imported here.
+Each scenario drives the unmodified SDK (``tinker`` 0.38); the run prints one JSON line of what
+each saw (all scenarios when none is named, in one process: the SDK's import is paid once);
+``test_tinker_service.py`` asserts on it. Nothing of agentrl is imported here.
 """
 
 from __future__ import annotations
@@ -151,8 +152,9 @@ def bad(sc: tinker.ServiceClient) -> dict:
 
 
 if __name__ == "__main__":
-    scenario = {"train": train, "resume": resume, "two_clients": two_clients, "bad": bad}[sys.argv[1]]
-    print(json.dumps(scenario(tinker.ServiceClient())), flush=True)
+    scenarios = {"train": train, "resume": resume, "two_clients": two_clients, "bad": bad}  # bad last
+    service = tinker.ServiceClient()
+    print(json.dumps({name: scenarios[name](service) for name in sys.argv[1:] or scenarios}), flush=True)
     # after a request error the SDK's background loop keeps the interpreter from exiting (the SDK's
     # own behaviour, against any server): end here, the output written
     os._exit(0)

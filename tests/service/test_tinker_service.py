@@ -41,21 +41,28 @@ def service(tiny_server, tiny_model_dir, tmp_path_factory):
         yield proc
 
 
-def sdk(service, scenario: str) -> dict:
+def run_in_tinker_venv(service, script: str, *args: str) -> dict:
+    """Run one of this folder's scripts on the SDK's interpreter; its last stdout line, parsed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(TINKER_BASE_URL=service.url, TINKER_API_KEY=KEY, TINKER_TELEMETRY="0", OMP_NUM_THREADS="1")
-    r = subprocess.run([str(TINKER_PYTHON), str(Path(__file__).parent / "sdk_calls.py"), scenario], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(TINKER_PYTHON), str(Path(__file__).parent / script), *args], env=env,
+                       capture_output=True, text=True, timeout=400)
     assert r.returncode == 0 and r.stdout.strip(), (r.stderr[-3000:], service.tail())
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def sdk_results(service) -> dict:
+    """Every scenario of sdk_calls.py, in one run of the SDK."""
+    return run_in_tinker_venv(service, "sdk_calls.py")
 
 
 def close(a, b, tol=2e-3) -> bool:
     return len(a) == len(b) and all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b, strict=True))
 
 
-def test_the_sdk_trains_samples_and_scores_through_every_route(service, tiny_model_dir):
-    got = sdk(service, "train")
+def test_the_sdk_trains_samples_and_scores_through_every_route(sdk_results, tiny_model_dir):
+    got = sdk_results["train"]
     assert got["models"] == [str(Path(tiny_model_dir).resolve())]
     assert got["is_lora"] and got["rank"] == 4 and got["tokenizer_id"] == got["models"][0]
     assert got["losses"][-1] < got["losses"][0] and sum(got["after"]) > sum(got["before"])
@@ -79,8 +86,8 @@ def test_the_sdk_trains_samples_and_scores_through_every_route(service, tiny_mod
     assert got["saved"].endswith("/sampler_weights/trained") and got["saved"] in got["checkpoints"]
 
 
-def test_load_state_resumes_with_the_optimizer(service):
-    got = sdk(service, "resume")
+def test_load_state_resumes_with_the_optimizer(sdk_results):
+    got = sdk_results["resume"]
     assert got["path"].startswith("tinker://") and "/weights/two-steps" in got["path"]
     assert close(got["loaded"], got["saved_at"], 1e-5)
     # the resumed client's next step is the saved client's next step: Adam's moments came along
@@ -89,8 +96,8 @@ def test_load_state_resumes_with_the_optimizer(service):
     assert close(got["reloaded"], got["saved_at"], 1e-5)
 
 
-def test_two_clients_keep_their_adapters_apart(service):
-    got = sdk(service, "two_clients")
+def test_two_clients_keep_their_adapters_apart(sdk_results):
+    got = sdk_results["two_clients"]
     assert got["idle_after"] == got["idle_before"]  # exactly: nobody's steps touched it
     assert sum(got["b_own"]) > sum(got["b_before"])
     assert not close(got["a_on_b"], got["b_own"], 1e-2)
@@ -99,11 +106,20 @@ def test_two_clients_keep_their_adapters_apart(service):
     assert close(got["sampled"][2][1:], got["a_on_b"])
 
 
-def test_bad_requests_are_refused_with_the_sdks_errors_and_the_client_goes_on(service):
-    got = sdk(service, "bad")
+def test_bad_requests_are_refused_with_the_sdks_errors_and_the_client_goes_on(sdk_results):
+    got = sdk_results["bad"]
     kind, category, message = got["shape"]
     assert kind == "RequestFailedError" and category == "user" and "weights" in message and "(11,)" in message
     assert got["base"][:2] == ["BadRequestError", 400] and "is not served here" in got["base"][2]
     assert got["path"][:2] == ["NotFoundError", 404]
     assert got["key"][:2] == ["AuthenticationError", 401]
     assert got["still_trains"][1] < got["still_trains"][0]
+
+
+def test_the_cookbooks_rl_and_sl_loops_train_through_the_service(service, tiny_model_dir, tmp_path):
+    got = run_in_tinker_venv(service, "cookbook_runs.py", str(Path(tiny_model_dir).resolve()), str(tmp_path))
+    rl_steps = [m for m in got["rl"] if "env/all/reward/total" in m]
+    assert [m["step"] for m in rl_steps] == [0, 1]  # math_rl's arithmetic env: sampled, rewarded, trained
+    assert all(m["env/all/total_episodes"] == 8 for m in rl_steps)
+    sl_nll = [m["train_mean_nll"] for m in got["sl"] if "train_mean_nll" in m]
+    assert len(sl_nll) == 3 and sl_nll[-1] < sl_nll[0]  # the same batch each step: its loss falls
