@@ -3,6 +3,7 @@
     config.py      TrainerConfig (+ LossConfig, AdvantageConfig): every trainer setting
     actor.py       Actor: the policy on one rank (FSDP2, packing, the optimizer step)
     losses.py      decoupled PPO / PPO / REINFORCE token losses (pure functions)
+    tinker_losses.py  the Tinker API's losses: cross_entropy, importance_sampling, ppo, cispo
     advantages.py  group-relative advantages and batch normalisation (pure functions)
     staleness.py   the staleness bound: rollout capacity and the stale filter
     batch.py       prepare_batch: trajectories -> a TrainBatch (filters, advantages, counts)
