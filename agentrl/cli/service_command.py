@@ -35,6 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--ttl", type=float, default=600.0,
                    help="seconds without a heartbeat after which a session's clients are freed (default 600)")
     p.add_argument("--max-rank", type=int, default=128, help="the largest LoRA rank a client may ask for")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where the trainer runs (auto: cuda when a GPU is visible)")
     p.add_argument("--sampler", default=None, metavar="URL",
                    help="an inference server already running (agentrl serve or SGLang with LoRA enabled); "
                         "default: start agentrl serve on --model")
@@ -70,7 +72,7 @@ def run(args) -> int:
         raise ConfigError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); pick another --port "
                           "(0 picks a free one)") from None
     model_dir = Path(args.model)
-    learner = Learner(model_dir, max_rank=args.max_rank)
+    learner = Learner(model_dir, max_rank=args.max_rank, device=args.device)
     server = None
     if args.sampler is None:
         serve_key = secrets.token_hex(16)

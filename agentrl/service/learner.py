@@ -13,8 +13,10 @@ Calls run one at a time on one worker thread (``agentrl.service.futures``), so a
 activated under another call. A bad datum is refused (``Refused``, 400) before the forward pass:
 no gradient of a refused call is left behind, and the other clients' adapters are never touched.
 
-What it is not: FSDP. The service trains in one process on one device (the base model is shared
-by every client, so its memory is paid once); ``agentrl train`` is the sharded trainer. LoRA
+What it is not: FSDP. The service trains in one process on one device (``device``: cpu, cuda,
+or auto; the base model is shared by every client, so its memory is paid once); ``agentrl
+train`` is the sharded trainer. On a GPU it still trains in float32 (run there only in code,
+not yet on a GPU). LoRA
 goes on the attention and MLP projections; ``train_unembed`` is not served (agentrl serve's
 adapters cover q/k/v/o/gate/up/down only) and is reported in ``get_info``'s model data.
 """
@@ -58,13 +60,15 @@ class LoraSettings:
 class Learner:
     """The shared base model and every client's adapter and optimizer (see the module)."""
 
-    def __init__(self, model_dir: str | Path, *, max_rank: int = 128) -> None:
+    def __init__(self, model_dir: str | Path, *, max_rank: int = 128, device: str = "cpu") -> None:
         from transformers import AutoModelForCausalLM
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise ModelError(f"{str(self.model_dir)!r} has no config.json; pass an HF model directory (--model)")
-        base = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
+        self.device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                                   "cpu" if device == "auto" else device)
+        base = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32).to(self.device)
         base.requires_grad_(False)
         self.vocab_size = int(base.config.vocab_size)
         self.pad_id = int(base.config.pad_token_id or 0)
@@ -130,15 +134,16 @@ class Learner:
             mask[i, :len(d.tokens)] = 1
         self.model.train(not fb.forward_only)
         with torch.set_grad_enabled(not fb.forward_only):
-            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
             logp = torch.log_softmax(logits, dim=-1)
-            total = torch.zeros(())
+            total = torch.zeros((), device=self.device)
             outputs = []
             for i, (d, named) in enumerate(zip(fb.data, inputs, strict=True)):
                 n = len(d.tokens)
+                named = {k: v.to(self.device) for k, v in named.items()}
                 target = logp[i, :n].gather(-1, named.pop("target_tokens").long().unsqueeze(-1)).squeeze(-1)
                 total = total + tinker_loss(fb.loss_fn, target, named, fb.loss_fn_config)
-                outputs.append({"logprobs": target.detach().numpy().astype("float32")})
+                outputs.append({"logprobs": target.detach().cpu().numpy().astype("float32")})
         if not fb.forward_only:
             total.backward()
         return outputs, {"loss:sum": float(total.detach())}
@@ -196,7 +201,7 @@ class Learner:
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        save_file({k: v.detach().contiguous().clone() for k, v in tensors.items()}, str(tmp / ADAPTER_WEIGHTS),
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(tmp / ADAPTER_WEIGHTS),
                   metadata={"format": "pt"})
         config = self.model.peft_config[name].to_dict()
         config.update(base_model_name_or_path=str(self.model_dir.resolve()), target_modules=sorted(config["target_modules"]))
@@ -232,7 +237,8 @@ class Learner:
                           f"rank {self.settings[model_id].rank} on {self.settings[model_id].targets()}; "
                           "load it into a new training client (create_training_client_from_state)")
         self._activate(model_id)
-        result = peft.set_peft_model_state_dict(self.model, load_file(str(state_dir / ADAPTER_WEIGHTS)),
+        result = peft.set_peft_model_state_dict(self.model, load_file(str(state_dir / ADAPTER_WEIGHTS),
+                                                                      device=str(self.device)),
                                                 adapter_name=self.names[model_id])
         if getattr(result, "unexpected_keys", None):
             raise Refused(f"the saved state holds tensors this model has no place for: {result.unexpected_keys[:3]}")
@@ -240,6 +246,7 @@ class Learner:
             if not (state_dir / OPTIMIZER_FILE).is_file():
                 raise Refused(f"{state_dir.name!r} was saved for sampling and holds no optimizer state; load "
                               "it with optimizer=False, or pass a save_state path", 400)
-            self.optimizers[model_id].load_state_dict(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True))
+            self.optimizers[model_id].load_state_dict(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True,
+                                                                 map_location=self.device))
         else:  # weights only: Adam starts afresh, as the SDK's load_state says
             self.optimizers[model_id] = torch.optim.AdamW(self._params(model_id), lr=1e-4)

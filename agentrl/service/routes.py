@@ -23,6 +23,7 @@ its future (the SDK raises ``RequestFailedError``). What it is not: the work
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +66,12 @@ def build_app(service: Service) -> FastAPI:
     install_errors(app)
     _client_routes(app, service)
     _training_routes(app, service)
+    _checkpoint_routes(app, service)
     _sampling_routes(app, service)
 
     @app.post("/api/v1/retrieve_future")
     async def retrieve_future(request: Request):
-        body = await read_json(request, service.max_request_bytes, "--max-request-bytes")
+        body = await _body(service, request)
         result = await service.futures.wait(body.get("request_id"), service.poll_s)
         if result is None:
             return {"type": "try_again", "request_id": body.get("request_id"), "queue_state": "active"}
@@ -78,6 +80,10 @@ def build_app(service: Service) -> FastAPI:
         return result
 
     return app
+
+
+async def _body(service: Service, request: Request) -> dict[str, Any]:
+    return await read_json(request, service.max_request_bytes, "--max-request-bytes")
 
 
 def _client_routes(app: FastAPI, service: Service) -> None:
@@ -110,7 +116,7 @@ def _client_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/session_heartbeat")
     async def heartbeat(request: Request):
-        body = await read_json(request, service.max_request_bytes, "--max-request-bytes")
+        body = await _body(service, request)
         state.session(body.get("session_id"))
         return {"type": "session_heartbeat"}
 
@@ -135,12 +141,9 @@ def _check_base(state: ServiceState, base: Any) -> None:
 def _training_routes(app: FastAPI, service: Service) -> None:
     state, learner, futures = service.state, service.learner, service.futures
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        return await read_json(request, service.max_request_bytes, "--max-request-bytes")
-
     @app.post("/api/v1/create_model")
     async def create_model(request: Request):
-        body = await body_of(request)
+        body = await _body(service, request)
         session = state.session(body.get("session_id"))
         _check_base(state, body.get("base_model"))
         lora = body.get("lora_config") or {}
@@ -163,7 +166,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/get_info")
     async def get_info(request: Request):
-        body = await body_of(request)
+        body = await _body(service, request)
         model_id = body.get("model_id")
         state.model_session(model_id)
         s = learner.settings[model_id]
@@ -190,7 +193,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request):
-        body = await body_of(request)
+        body = await _body(service, request)
         model_id = body.get("model_id")
         state.model_session(model_id)
         given = body.get("adam_params")
@@ -203,9 +206,13 @@ def _training_routes(app: FastAPI, service: Service) -> None:
         return {"request_id": futures.submit(lambda: {"metrics": learner.optim_step(model_id, adam)}),
                 "model_id": model_id}
 
+
+def _checkpoint_routes(app: FastAPI, service: Service) -> None:
+    state, learner, futures = service.state, service.learner, service.futures
+
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request):
-        body = await body_of(request)
+        body = await _body(service, request)
         model_id = body.get("model_id")
         state.model_session(model_id)
         path, directory = state.checkpoint(model_id, "weights", body.get("path"))
@@ -214,8 +221,6 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
         def job() -> dict[str, Any]:
             if directory.exists():
-                import shutil
-
                 shutil.rmtree(directory)
             directory.parent.mkdir(parents=True, exist_ok=True)
             learner.save_state(model_id, directory)
@@ -225,7 +230,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request):
-        body = await body_of(request)
+        body = await _body(service, request)
         model_id = body.get("model_id")
         session = state.model_session(model_id)
         path, directory = state.checkpoint(model_id, "sampler_weights", body.get("path"))
@@ -245,7 +250,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request):
-        body = await body_of(request)
+        body = await _body(service, request)
         directory = state.resolve(body.get("path"))
         optimizer = bool(body.get("optimizer"))
         if body.get("model_id") is not None:
@@ -286,7 +291,7 @@ def _sampling_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/create_sampling_session")
     async def create_sampling_session(request: Request):
-        body = await read_json(request, service.max_request_bytes, "--max-request-bytes")
+        body = await _body(service, request)
         session = state.session(body.get("session_id"))
         model_path = body.get("model_path")
         if model_path is None:
@@ -306,7 +311,7 @@ def _sampling_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/asample")
     async def asample(request: Request):
-        body = await read_json(request, service.max_request_bytes, "--max-request-bytes")
+        body = await _body(service, request)
         if body.get("sampling_session_id") is not None:
             s = _sampling_session(state, body["sampling_session_id"])
             state.session(s.session_id)
