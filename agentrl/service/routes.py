@@ -122,7 +122,8 @@ def _client_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def finish(session_id: str):
-        free(service, [state.end(session_id)])
+        if session_id in state.sessions:  # one that expired already is ended: nothing to do
+            free(service, [state.end(session_id)])
         return {}
 
 
