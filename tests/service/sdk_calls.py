@@ -61,12 +61,14 @@ def train(sc: tinker.ServiceClient) -> dict:
     rng = np.random.default_rng(0)
     sampling = np.array(after, dtype=np.float32) + rng.normal(0, 0.3, n).astype(np.float32)
     adv = rng.normal(0, 1, n).astype(np.float32)
-    for loss in ("importance_sampling", "ppo", "cispo"):
-        d = datum(SEQ_A, logprobs=sampling, advantages=adv)
+    mask = (np.arange(n) >= 3).astype(np.float32)  # gspo's ratio over the "sampled" tokens only
+    for loss in ("importance_sampling", "ppo", "cispo", "gspo"):
+        extra = {"sequence_ratio_mask": mask} if loss == "gspo" else {}
+        d = datum(SEQ_A, logprobs=sampling, advantages=adv, **extra)
         out = tc.forward_backward([d], loss, loss_fn_config={"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
                                   if loss != "importance_sampling" else None).result()
         rl[loss] = {"loss": out.metrics["loss:sum"], "target": out.loss_fn_outputs[0]["logprobs"].to_numpy().tolist()}
-    rl["sampling"], rl["advantages"] = sampling.tolist(), adv.tolist()
+    rl["sampling"], rl["advantages"], rl["mask"] = sampling.tolist(), adv.tolist(), mask.tolist()
     tc.optim_step(types.AdamParams(learning_rate=0.0)).result()  # clears the RL gradients
     path = tc.save_weights_for_sampler("trained").result().path
     sampler = sc.create_sampling_client(model_path=path)

@@ -70,9 +70,11 @@ def test_the_sdk_trains_samples_and_scores_through_every_route(sdk_results, tiny
     t = np.array(got["rl"]["ppo"]["target"], dtype=np.float64)
     q, a = np.array(got["rl"]["sampling"]), np.array(got["rl"]["advantages"])
     ratio = np.exp(t - q)
+    seq = np.exp((t - q)[np.array(got["rl"]["mask"]) != 0].mean())  # gspo: the sequence's ratio, every token
     expected = {"importance_sampling": -(ratio * a).sum(),
                 "ppo": -np.minimum(ratio * a, np.clip(ratio, 0.9, 1.1) * a).sum(),
-                "cispo": -(np.clip(ratio, 0.9, 1.1) * t * a).sum()}
+                "cispo": -(np.clip(ratio, 0.9, 1.1) * t * a).sum(),
+                "gspo": -np.minimum(seq * a, np.clip(seq, 0.9, 1.1) * a).sum()}
     for loss, value in expected.items():
         assert math.isclose(got["rl"][loss]["loss"], value, rel_tol=1e-4, abs_tol=1e-4), loss
     # samples from the saved adapter: n of them, with a logprob per token

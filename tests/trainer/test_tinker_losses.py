@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from agentrl.trainer.tinker_losses import cispo, cross_entropy, importance_sampling, ppo, tinker_loss
+from agentrl.trainer.tinker_losses import cispo, cross_entropy, gspo, importance_sampling, ppo, tinker_loss
 
 T = [-1.0, -2.0, -0.5]
 Q = [-1.2, -1.5, -0.5]
@@ -72,6 +72,23 @@ def test_cispo_weighs_every_tokens_gradient_by_the_clipped_ratio_held_constant()
     assert t.grad.tolist() == pytest.approx([-c * a for c, a in zip(clipped, A, strict=True)])
 
 
+def test_gspo_gives_every_token_the_sequences_ratio_and_its_own_gradient():
+    q, a = args()
+    mask = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)  # the third token is not in the ratio
+    s = math.exp((0.2 - 0.5) / 2)  # exp(mean log-ratio over the masked tokens) = 0.8607
+    t = leaf()
+    loss = gspo(t, q, a, mask)  # 0.8 <= s <= 1.2: nothing clipped, -Σ s·A
+    loss.backward()
+    assert loss.item() == pytest.approx(-s * (1 - 2 + 0.5))
+    assert t.grad.tolist() == pytest.approx([-s * 1, -s * -2, -s * 0.5])  # d s_t / d t_t = s
+    t = leaf()
+    loss = gspo(t, q, a, mask, clip_low_threshold=0.9, clip_high_threshold=1.1)
+    loss.backward()
+    # s < 0.9: for A < 0 (token 1) the clipped 0.9·A is the smaller term, so it counts, without gradient
+    assert loss.item() == pytest.approx(-(s * 1 + 0.9 * -2 + s * 0.5))
+    assert t.grad.tolist() == pytest.approx([-s, 0.0, -s * 0.5])
+
+
 def test_tinker_loss_reads_the_clip_thresholds_from_the_config_and_refuses_unknown_names():
     q, a = args()
     inputs = {"logprobs": q, "advantages": a}
@@ -80,4 +97,4 @@ def test_tinker_loss_reads_the_clip_thresholds_from_the_config_and_refuses_unkno
     assert tinker_loss("cispo", leaf(), inputs, wide).item() == pytest.approx(
         -sum(r * t * adv for r, t, adv in zip(R, T, A, strict=True)))
     with pytest.raises(ValueError, match="loss_fn must be one of"):
-        tinker_loss("gspo", leaf(), inputs, {})
+        tinker_loss("dro", leaf(), inputs, {})
