@@ -11,6 +11,11 @@ ratio uses each side's median step.
 
     ratio = in-process s/step ÷ service s/step                     goal: >= 0.8
 
+Then the cost of sharing: a second SDK client (its own adapter and optimizer) steps at the same
+time as the first; each one's s/step together against the first's alone:
+
+    sharing_ratio = alone s/step ÷ together s/step (each client's)  one worker: about 1/2
+
 The baseline is the service's own learner, not ``agentrl train``'s FSDP actor: the figure is
 what the HTTP edge, the protobuf bodies, the queue and the polling cost a step.
 
@@ -41,7 +46,7 @@ CLIENT = '''
 import json, os, sys, time
 import numpy as np, tinker
 from tinker import types
-batch, length, steps, rounds = map(int, sys.argv[1:5])
+batch, length, steps = map(int, sys.argv[1:4])
 rng = np.random.default_rng(0)
 seqs = [rng.integers(3, 250, length + 1).tolist() for _ in range(batch)]
 data = [types.Datum(model_input=types.ModelInput.from_ints(s[:-1]),
@@ -55,8 +60,8 @@ def step():
     tc.optim_step(types.AdamParams(learning_rate=1e-4)).result()
     fb.result()
 step()  # warm-up
-for _ in range(rounds):
-    sys.stdin.readline()  # the parent's turn signal
+print("ready", flush=True)
+for _ in sys.stdin:  # the parent's turn signal, until it closes
     t = time.perf_counter()
     for _ in range(steps):
         step()
@@ -110,25 +115,38 @@ def main() -> None:
     with ServiceProcess(cmd, ready=READY, env=env) as service:
         client_env = {k: v for k, v in env.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
         client_env.update(TINKER_BASE_URL=service.url, TINKER_API_KEY=KEY, TINKER_TELEMETRY="0")
-        client = subprocess.Popen([str(tinker_python), "-c", CLIENT, str(args.batch), str(args.length),
-                                   str(args.steps), str(args.rounds)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=client_env)
+        clients = [subprocess.Popen([str(tinker_python), "-c", CLIENT, str(args.batch), str(args.length),
+                                     str(args.steps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    env=client_env) for _ in range(2)]
+        together: list[float] = []
         try:
+            for c in clients:
+                assert c.stdout.readline().strip() == "ready", "an SDK client did not start"
             for _ in range(args.rounds):
                 t = time.perf_counter()
                 for _ in range(args.steps):
                     local_step()
                 local.append((time.perf_counter() - t) / args.steps)
-                client.stdin.write("go\n")
-                client.stdin.flush()
-                remote.append(json.loads(client.stdout.readline()))
-                print(f"in-process {local[-1]:.3f} s/step   service {remote[-1]:.3f} s/step", file=sys.stderr)
+                remote += turn(clients[:1])
+                together += turn(clients)
+                print(f"in-process {local[-1]:.3f} s/step   service {remote[-1]:.3f} s/step   two clients "
+                      f"{together[-2]:.3f} and {together[-1]:.3f} s/step", file=sys.stderr)
         finally:
-            client.kill()
-    a, b = statistics.median(local), statistics.median(remote)
+            for c in clients:
+                c.kill()
+    a, b, c = statistics.median(local), statistics.median(remote), statistics.median(together)
     print(json.dumps({"benchmark": "tinker_service", "batch": args.batch, "length": args.length,
                       "steps": args.steps, "rounds": args.rounds, "in_process_s_per_step": round(a, 4),
-                      "service_s_per_step": round(b, 4), "ratio": round(a / b, 3)}))
+                      "service_s_per_step": round(b, 4), "ratio": round(a / b, 3),
+                      "two_clients_s_per_step": round(c, 4), "sharing_ratio": round(b / c, 3)}))
+
+
+def turn(clients: list[subprocess.Popen]) -> list[float]:
+    """Let ``clients`` run their steps at once; each one's s/step."""
+    for c in clients:
+        c.stdin.write("go\n")
+        c.stdin.flush()
+    return [json.loads(c.stdout.readline()) for c in clients]
 
 
 if __name__ == "__main__":
