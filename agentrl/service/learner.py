@@ -15,15 +15,16 @@ no gradient of a refused call is left behind, and the other clients' adapters ar
 
 What it is not: FSDP. The service trains in one process on one device (``device``: cpu, cuda,
 or auto; the base model is shared by every client, so its memory is paid once); ``agentrl
-train`` is the sharded trainer. On a GPU it still trains in float32 (run there only in code,
-not yet on a GPU). LoRA
-goes on the attention and MLP projections; ``train_unembed`` is not served (agentrl serve's
-adapters cover q/k/v/o/gate/up/down only) and is reported in ``get_info``'s model data.
+train`` is the sharded trainer. On a GPU it still trains in float32 (written for it, not yet
+run there). LoRA goes on the attention and MLP projections; ``train_unembed`` (the SDK's default
+is true) is not served — agentrl serve's adapters cover q/k/v/o/gate/up/down only — and a client
+that asks for it gets the others, with a warning in the service's log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ from agentrl.errors import ModelError, Refused
 from agentrl.service.proto import ForwardBackward
 from agentrl.trainer.lora import peft_module
 from agentrl.trainer.tinker_losses import REQUIRED, TINKER_LOSSES, tinker_loss
+
+log = logging.getLogger(__name__)
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -99,6 +102,9 @@ class Learner:
         else:
             self.model.add_adapter(name, config)
         self.names[model_id], self.settings[model_id] = name, settings
+        if settings.train_unembed:
+            log.warning("training client %s asked for train_unembed: not served here (no LoRA on the unembedding); "
+                        "its adapter covers %s", model_id, settings.targets())
         self._activate(model_id)
         self.optimizers[model_id] = torch.optim.AdamW(self._params(model_id), lr=1e-4)
 
