@@ -97,6 +97,24 @@ def test_sessions_past_their_ttl_are_removed_with_their_clients(tmp_path):
         state.session(old)
 
 
+async def test_an_expired_sessions_adapters_are_freed_by_a_queued_job(learner, tmp_path):
+    from agentrl.service.futures import Futures
+    from agentrl.service.routes import Service, free
+
+    state = ServiceState(tmp_path, "base", ttl_s=60)
+    service = Service(state=state, learner=learner, sampler=None, futures=Futures(), key="tml-x")
+    sid = state.new_session()
+    learner.create("gone", LoraSettings(rank=2, seed=5))
+    state.models["gone"] = sid
+    state.sessions[sid].models.add("gone")
+    state.sessions[sid].last_seen = time.monotonic() - 61
+    free(service, state.expired())
+    done = service.futures.submit(lambda: "after the drop")  # the queue runs in order
+    assert await service.futures.wait(done, 30) == "after the drop"
+    assert "gone" not in learner.names and "gone" not in learner.optimizers
+    await service.futures.close()
+
+
 def test_checkpoint_paths_stay_inside_the_service_directory(tmp_path):
     state = ServiceState(tmp_path, "base")
     path, directory = state.checkpoint("s1:train:0", "weights", "step-1")
