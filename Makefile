@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -159,12 +159,37 @@ $(MSWEA_VENV)/.installed:
 
 mswea: $(MSWEA_VENV)/.installed
 
+# The Tinker SDK and its cookbook (tests/service drive `agentrl service` with them, unmodified) in an
+# environment of their own: the cookbook pins its own torch/transformers ranges and the SDK its
+# pydantic and httpx stack. The CPU torch first. tinker-cookbook 0.6.1 asks for tml-renderers>=0.4.1,
+# which PyPI does not have (0.2.1 is its newest); the cookbook imports it only for Thinking Machines'
+# own (Inkling, Kimi K3) tokenizers, so the cookbook goes in without its dependencies and they are
+# installed from its list less that one.
+TINKER_VENV := .venv-tinker
+TINKER_SPEC ?= tinker==0.38.*
+TINKER_COOKBOOK_SPEC ?= tinker-cookbook==0.6.1
+TINKER_COOKBOOK_DEPS := aiohttp>=3.9.0 anyio>=4.0.0 blobfile>=3.0.0 chz>=0.4.0 cloudpickle>=3.0.0 datasets>=2.14.0 \
+	huggingface-hub>=0.20.0 numpy>=1.24.0 pillow>=10.0.0 pydantic>=2.0.0 pyrage>=1.4.0 rich>=13.0.0 safetensors>=0.4.0 \
+	termcolor>=2.0.0 tiktoken>=0.12.0 tqdm>=4.60.0 transformers>=4.57.6,!=5.3.0,!=5.4.*,!=5.5.*,!=5.6.* pytest \
+	math-verify>=0.5.0 pylatexenc>=2.0 sympy>=1.12.0
+
+$(TINKER_VENV)/.installed:
+	$(PYTHON) -m venv $(TINKER_VENV)
+	$(TINKER_VENV)/bin/pip install -q --upgrade pip
+	@if [ -n "$(TORCH_SPEC)" ]; then $(TINKER_VENV)/bin/pip install -q "$(TORCH_SPEC)"; fi
+	$(TINKER_VENV)/bin/pip install -q "$(TINKER_SPEC)"
+	$(TINKER_VENV)/bin/pip install -q --no-deps "$(TINKER_COOKBOOK_SPEC)"
+	$(TINKER_VENV)/bin/pip install -q $(foreach p,$(TINKER_COOKBOOK_DEPS),"$(p)") $(if $(TORCH_SPEC),"$(TORCH_SPEC)")
+	touch $@
+
+tinker: $(TINKER_VENV)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
-# the images itself (cached) when a Docker engine answers. The four Python environments install
+# the images itself (cached) when a Docker engine answers. The five Python environments install
 # at once (each its own venv or folder); the system packages after them, one at a time (apt
 # takes a lock).
 test:
-	$(MAKE) -j4 install vllm verifiers sglang-frontend mswea
+	$(MAKE) -j4 install vllm verifiers sglang-frontend mswea tinker
 	$(MAKE) sandbox-image sandbox-tools browser compose repo-images
 	$(BIN)/python -m pytest -q -ra --durations=25
 
@@ -203,4 +228,4 @@ demo-code: model sandbox-image
 	$(BIN)/agentrl train examples/code_docker.yaml
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) $(TINKER_VENV) build *.egg-info

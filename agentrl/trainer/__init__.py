@@ -8,6 +8,7 @@
     batch.py           prepare_batch: trajectories -> a TrainBatch (filters, advantages, counts)
     packing.py         packing sequences into micro-batches; segment attention on CPU
     optim.py           Muon + AdamW, and the warmup + cosine LR schedule
+    tinker_losses.py   the Tinker API's losses: cross_entropy, importance_sampling, ppo, cispo, gspo
     lora.py            peft LoRA adapters: wrap, export, merge
     checkpoint.py      resumable sharded checkpoints and the HF export
     publish.py         WeightPublisher: stage -> pause -> send -> continue (DESIGN.md §4), by disk or
