@@ -18,6 +18,7 @@
     rollout/          how episodes become trajectories
     run/              a training run: config, launchers, the loop of each rank
     view/             ``agentrl view``: the run viewer
+    service/          ``agentrl service``: the trainer behind the Tinker API
     cli/              the ``agentrl`` command line
 
 The whole layout, with the extension packages around this one, is docs/DESIGN.md §2.
