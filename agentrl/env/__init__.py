@@ -5,6 +5,7 @@
     rewards.py   Rubric: the reward as named, weighted terms (``Reward``, ``fact``, ...)
     judge.py     LLMJudge: a reward term graded by an OpenAI-compatible model and a rubric prompt
     tools.py     ToolBox and ``@tool``: typed functions as OpenAI tools the model can call
+    mcp_tools.py MCPTools: an MCP server's tools (stdio or streamable HTTP) as a ToolBox's tool source
     datasets.py  the data files shipped with agentrl (``data_path``, ``load_rows``)
     checks.py    what ``agentrl envs check`` runs: Gymnasium's check_env plus our own checks
 
