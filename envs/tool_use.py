@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.api import ExecRequest, ExecStatus, Message, Sandbox
+from agentrl.env.mcp_tools import MCPServerConfig, mcp_sources
 from agentrl.env.rewards import Reward, Rubric, fact
 from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
-from agentrl.env.mcp_tools import MCPServerConfig, mcp_sources
 from agentrl.env.tools import ToolBox
 from agentrl.errors import EnvError, SandboxError
 from agentrl.model.arith_data import calculate, extract_answer, make_problem

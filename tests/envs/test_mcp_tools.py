@@ -9,7 +9,6 @@ that flood the context; a server's schema that the model reads with noise it was
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -143,9 +142,9 @@ async def test_a_dead_http_server_is_a_tool_error_and_a_missing_one_fails_the_re
         await env.aclose()
 
 
-async def test_mcp_server_git_on_a_repository_made_here(tmp_path):
-    if not MCP_GIT.is_file():
-        pytest.fail(f"{MCP_GIT} is missing; run `make mcp-servers`")
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A repository with one commit and an unstaged change."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
@@ -154,6 +153,12 @@ async def test_mcp_server_git_on_a_repository_made_here(tmp_path):
     subprocess.run([*git, "add", "notes.txt"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "first notes"], check=True)
     (repo / "notes.txt").write_text("hello\nworld\n")
+    return repo
+
+
+async def test_mcp_server_git_on_a_repository_made_here(repo, tmp_path):
+    if not MCP_GIT.is_file():
+        pytest.fail(f"{MCP_GIT} is missing; run `make mcp-servers`")
     env = env_with({"name": "git", "command": str(MCP_GIT), "args": ["--repository", str(repo)],
                     "tools": ["git_log", "git_diff_unstaged"]})
     try:
@@ -237,3 +242,14 @@ def test_the_tool_turn_of_each_kind_of_content_and_the_offered_schema():
         MCPServerConfig.of({"name": "x", "comand": "node"})
     with pytest.raises(ConfigError, match="scope"):
         MCPServerConfig(name="x", url="http://127.0.0.1:1/mcp", scope="process")
+
+
+async def test_a_call_an_agent_runs_outside_its_replies_counts_as_the_envs_own():
+    """What the gateway's MCP endpoint calls (``TextEnv.call_tool``): ToolUse counts it, and an
+    answer that copies its result is credited as a tool's (``used_tool_result``)."""
+    env = ToolUseEnv(kinds=["calc"])
+    await env.areset(options={"task": {"question": "What is 37*48?", "answer": "1776"}})
+    assert await env.call_tool("calculator", {"expression": "37*48"}) == ("1776", True)
+    assert (await env.call_tool("calculator", {"expr": "1"}))[1] is False
+    _, reward, terminated, _, info = await env.astep("\\boxed{1776}")
+    assert terminated and reward == 1.0 and info["used_tool_result"] and (info["tool_calls"], info["tool_errors"]) == (2, 1)
