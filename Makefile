@@ -191,6 +191,15 @@ demo-tools: model
 	$(BIN)/agentrl sft examples/tool_agent_sft.yaml
 	$(BIN)/agentrl train examples/tool_agent.yaml
 
+# The tool-use example through MCP (examples/tool_agent_mcp.yaml): the same SFT stage into
+# runs/tool_agent_mcp_sft/, then the same RL recipe with the calculator served by an MCP server
+# (examples/mcp_calculator.py, FastMCP over stdio) into runs/tool_agent_mcp/. The last line printed
+# is the run's summary as JSON, as demo-tools'.
+demo-mcp: model
+	rm -rf runs/tool_agent_mcp_sft runs/tool_agent_mcp
+	$(BIN)/agentrl sft examples/tool_agent_sft.yaml run_dir=runs/tool_agent_mcp_sft
+	$(BIN)/agentrl train examples/tool_agent_mcp.yaml
+
 # Feedback used by RL (examples/feedback.yaml): `agentrl sft` on second answers after "Too low. The
 # answer ends in 6." (runs/feedback_sft/), then GRPO on agentrl/ArithRetry-v0 with that hint from
 # that model (runs/feedback/). The last line printed is the run's summary as JSON (eval_before,

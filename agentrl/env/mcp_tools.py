@@ -33,6 +33,7 @@ import contextlib
 import json
 import logging
 import re
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ class MCPServerConfig:
     """One MCP server whose tools an env offers (an entry of an env's ``mcp_servers``)."""
 
     name: str = option(help="what the server is called in errors and logs")
-    command: str | None = option(None, help="stdio: the program that starts the server (e.g. node, uvx, python)")
+    command: str | None = option(None, help="stdio: the program that starts the server (node, uvx, ...; "
+                                            "python: this process's own interpreter)")
     args: list[str] = option([], help="stdio: the program's arguments")
     env: dict[str, str] = option({}, help="stdio: environment variables added to the SDK's safe defaults "
                                           "(HOME, PATH, ...); nothing else of ours is passed on")
@@ -149,7 +151,8 @@ class MCPConnection:
             from mcp.client.stdio import get_default_environment, stdio_client
 
             self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-            params = mcp.StdioServerParameters(command=cfg.command, args=list(cfg.args), cwd=cfg.cwd,
+            command = sys.executable if cfg.command == "python" else cfg.command
+            params = mcp.StdioServerParameters(command=command, args=list(cfg.args), cwd=cfg.cwd,
                                                env={**get_default_environment(), **cfg.env})
             return stdio_client(params, errlog=self._stderr)
         import httpx

@@ -308,6 +308,8 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
             info["rewards"] = terms
             if truncated:
                 info["truncated_by"] = truncated_by
+            if self.toolbox is not None:
+                await self.toolbox.end_episode()  # a per-episode MCP server ends with its episode
         return copy.deepcopy(turn.messages), float(reward), bool(turn.done), truncated, info
 
     async def aclose(self) -> None:

@@ -8,6 +8,7 @@
     gateway.py       Gateway, Session: one recorded episode per session, ended into trajectories
     gateway_config.py GatewayConfig: every setting of the gateway (its flags, a run's ``gateway``)
     gateway_routes.py build_app: the gateway's HTTP routes, auth and limits (``agentrl gateway``)
+    gateway_mcp.py   MCPEndpoint: a session's env tools served as an MCP server (/sessions/{id}/mcp)
     env_pool.py      EnvPool: environments built once, leased per episode
     episode.py       what every workflow shares: failures as data, sampling settings, metrics
     executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped

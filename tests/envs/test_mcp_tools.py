@@ -105,9 +105,10 @@ async def test_server_everything_over_stdio_a_fresh_server_each_episode_and_a_cr
         assert second.pid != first.pid
         obs, *_ = await env.astep(call("echo", {"message": "back"}))
         assert obs[0]["content"] == "Echo: back"
+        await env.astep("\\boxed{2}")
+        assert server_processes(str(everything)) == []  # closed when its episode ended
     finally:
         await env.aclose()
-    assert server_processes(str(everything)) == []  # closed with the episode
 
 
 async def test_server_everything_over_streamable_http_shared_by_the_workers_envs(everything_http):
@@ -253,3 +254,23 @@ async def test_a_call_an_agent_runs_outside_its_replies_counts_as_the_envs_own()
     assert (await env.call_tool("calculator", {"expr": "1"}))[1] is False
     _, reward, terminated, _, info = await env.astep("\\boxed{1776}")
     assert terminated and reward == 1.0 and info["used_tool_result"] and (info["tool_calls"], info["tool_errors"]) == (2, 1)
+
+
+async def test_the_mcp_calculator_offers_the_prompt_the_tiny_model_was_trained_on():
+    """examples/mcp_calculator.py (FastMCP) as examples/tool_agent_mcp.yaml configures it: the
+    offered tool is the Python calculator's to the byte, and its answers are the same."""
+    import yaml
+
+    from agentrl.model.arith_data import CALCULATOR_TOOL
+
+    config = yaml.safe_load((ROOT / "examples" / "tool_agent_mcp.yaml").read_text())
+    kwargs = config["rollout"]["workflow_args"]["env_kwargs"]
+    [server] = kwargs["mcp_servers"]
+    env = ToolUseEnv(**{**kwargs, "mcp_servers": [{**server, "args": [str(ROOT / a) for a in server["args"]]}]})
+    try:
+        _, info = await env.areset(options={"task": {"question": "What is 37*48?", "answer": "1776"}})
+        assert json.dumps(info["tools"]) == json.dumps([CALCULATOR_TOOL])
+        obs, *_ = await env.astep(call("calculator", {"expression": "37*48"}) + call("calculator", {"expression": "x"}))
+        assert obs[0]["content"] == "1776" and obs[1]["content"].startswith("error: calculator failed: ")
+    finally:
+        await env.aclose()
