@@ -230,6 +230,7 @@ class MCPConnection:
 
 _SHARED: dict[tuple[int, str], MCPConnection] = {}
 """Shared (``scope: worker``) connections by (event loop, config key)."""
+_STARTING: dict[tuple[int, str], asyncio.Lock] = {}
 
 
 class MCPTools:
@@ -237,7 +238,8 @@ class MCPTools:
 
     def __init__(self, config: MCPServerConfig) -> None:
         self.config = config
-        self._conn: MCPConnection | None = None
+        self._conn: MCPConnection | None = None  # this episode's
+        self._held: MCPConnection | None = None  # the shared one this env counts in its users
 
     async def open(self) -> list[Tool]:
         """Connect (a fresh server per episode, or the shared one) and list the offered tools."""
@@ -254,18 +256,20 @@ class MCPTools:
 
     async def _shared(self) -> MCPConnection:
         key = (id(asyncio.get_running_loop()), self.config.key())
-        conn = _SHARED.get(key)
-        if conn is None or not conn.alive:  # none yet, or the last one died: start one
-            if conn is not None:
-                await conn.close()
-            conn = _SHARED[key] = MCPConnection(self.config)
-            try:
-                await conn.open()
-            except BaseException:
-                _SHARED.pop(key, None)
-                raise
-        if self._conn is not conn:
+        async with _STARTING.setdefault(key, asyncio.Lock()):  # the envs of a batch start one server, not many
+            conn = _SHARED.get(key)
+            if conn is None or not conn.alive:  # none yet, or the last one died: start one
+                if conn is not None:
+                    await conn.close()
+                conn = _SHARED[key] = MCPConnection(self.config)
+                try:
+                    await conn.open()
+                except BaseException:
+                    _SHARED.pop(key, None)
+                    raise
+        if self._held is not conn:  # each env holds the shared connection once
             conn.users += 1
+            self._held = conn
         return conn
 
     def _tools(self, listed: list[Any]) -> list[Tool]:
@@ -300,12 +304,13 @@ class MCPTools:
 
     async def aclose(self) -> None:
         """The env closed: also let go of a shared server (closed when no env holds it)."""
-        conn = self._conn
         await self.end()
-        if conn is not None and self.config.scope == "worker":
+        conn, self._held = self._held, None
+        if conn is not None:
             conn.users -= 1
             if conn.users <= 0:
-                _SHARED.pop(next((k for k, c in _SHARED.items() if c is conn), None), None)
+                for key in [k for k, c in _SHARED.items() if c is conn]:
+                    del _SHARED[key]
                 await conn.close()
 
 

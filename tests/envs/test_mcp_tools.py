@@ -9,6 +9,7 @@ that flood the context; a server's schema that the model reads with noise it was
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -114,16 +115,16 @@ async def test_server_everything_over_stdio_a_fresh_server_each_episode_and_a_cr
 async def test_server_everything_over_streamable_http_shared_by_the_workers_envs(everything_http):
     url, proc = everything_http
     server = {"name": "everything", "url": url, "tools": TOOLS, "call_timeout_s": 1.0, "scope": "worker"}
-    a, b = env_with(server), env_with(server)
+    a, *others = [env_with(server) for _ in range(6)]
     try:
         check_everything_answers(await play_everything(a))
-        await b.areset(seed=0)
-        assert b.toolbox.sources[0]._conn is a.toolbox.sources[0]._conn  # one session for the worker
-        obs, *_ = await b.astep(call("echo", {"message": "shared"}))
+        await asyncio.gather(*(env.areset(seed=0) for env in others))  # a batch of episodes starting at once
+        assert {id(env.toolbox.sources[0]._conn) for env in others} == {id(a.toolbox.sources[0]._conn)}
+        obs, *_ = await others[0].astep(call("echo", {"message": "shared"}))
         assert obs[0]["content"] == "Echo: shared"
     finally:
-        await a.aclose()
-        await b.aclose()
+        for env in (a, *others):
+            await env.aclose()
 
 
 async def test_a_dead_http_server_is_a_tool_error_and_a_missing_one_fails_the_reset(everything):
