@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -75,7 +76,8 @@ async def main(args: argparse.Namespace) -> dict:
     return {"benchmark": "mcp_overhead", "calls_per_side": args.calls * args.rounds,
             "python_p50_us": round(p50["python"], 1), "stdio_p50_us": round(p50["stdio"], 1),
             "http_p50_us": round(p50["http"], 1), "stdio_ratio": round(p50["stdio"] / p50["python"], 2),
-            "http_ratio": round(p50["http"] / p50["python"], 2)}
+            "http_ratio": round(p50["http"] / p50["python"], 2),
+            "load_avg_1m": round(os.getloadavg()[0], 1)}  # a busy machine delays every cross-process round trip
 
 
 if __name__ == "__main__":
