@@ -120,8 +120,9 @@ async def test_server_everything_over_streamable_http_shared_by_the_workers_envs
         check_everything_answers(await play_everything(a))
         await asyncio.gather(*(env.areset(seed=0) for env in others))  # a batch of episodes starting at once
         assert {id(env.toolbox.sources[0]._conn) for env in others} == {id(a.toolbox.sources[0]._conn)}
-        obs, *_ = await others[0].astep(call("echo", {"message": "shared"}))
+        obs, *_ = await others[0].astep(call("echo", {"message": "shared"}) + call("echo", {"message": "x" * 5000}))
         assert obs[0]["content"] == "Echo: shared"
+        assert obs[1]["content"] == "Echo: " + "x" * 3994 + "... [1006 more characters cut]"  # the env's bound
     finally:
         for env in (a, *others):
             await env.aclose()
