@@ -17,7 +17,7 @@ from mcp.server.fastmcp import FastMCP
 
 from agentrl.model.arith_data import calculate
 
-server = FastMCP("calculator")
+server = FastMCP("calculator", log_level="WARNING")  # not a rich log line per request on stderr
 
 
 @server.tool()
