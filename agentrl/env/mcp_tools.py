@@ -16,7 +16,9 @@ shown]``): the tool turn is text. A result with ``isError``, a protocol error, a
 its timeout and a server that crashed or closed its connection each answer the model with a
 tool-error message (``error: ...``), never a failed step; a shared server that died is
 started again at the next episode. A server that cannot start or list its tools at an
-episode's start raises ``ToolError`` there (the episode is failed data).
+episode's start raises ``ToolError`` there (the episode is failed data). A stdio server's
+stderr goes to an unnamed temporary file for as long as it runs; its tail is quoted when the
+server fails (a server that logs every request fills it: turn its logging down).
 
 Scope. ``episode`` (the default, for stateful servers): a fresh process or HTTP session per
 episode, closed when it ends. ``worker``: one connection per event loop and config, shared
