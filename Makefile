@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -184,12 +184,40 @@ $(TINKER_VENV)/.installed:
 
 tinker: $(TINKER_VENV)/.installed
 
+# MCP reference servers for the MCP tests (tests/env/test_mcp_*.py) and docs/guides/mcp.md, in
+# project-local folders (cached; reinstalled when this file changes): the protocol's own test
+# server @modelcontextprotocol/server-everything (npm, into .mcp-servers/; node and npm from
+# apt as root when missing) and mcp-server-git (PyPI) in an environment of its own — it pins
+# mcp>=2.3, openenv (in ours) wants mcp<2.
+MCP_SERVERS := .mcp-servers
+MCP_EVERYTHING_SPEC ?= @modelcontextprotocol/server-everything@2026.8.31
+MCP_GIT_VENV := .venv-mcp-git
+MCP_GIT_SPEC ?= mcp-server-git==2026.10.19
+
+$(MCP_SERVERS)/.installed: Makefile
+	@if ! command -v npm >/dev/null; then \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "mcp-servers: installing nodejs and npm (apt)" >&2; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			nodejs npm; } >/dev/null; \
+	else echo "mcp-servers: npm is missing (apt-get install nodejs npm)" >&2; exit 1; fi; fi
+	npm install --silent --no-audit --no-fund --prefix $(MCP_SERVERS) $(MCP_EVERYTHING_SPEC)
+	touch $@
+
+$(MCP_GIT_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(MCP_GIT_VENV)
+	$(MCP_GIT_VENV)/bin/pip install -q --upgrade pip
+	$(MCP_GIT_VENV)/bin/pip install -q "$(MCP_GIT_SPEC)"
+	touch $@
+
+mcp-servers: $(MCP_SERVERS)/.installed $(MCP_GIT_VENV)/.installed
+
 # ruff and the import contracts run inside the suite (tests/test_quality.py). tests/deploy builds
 # the images itself (cached) when a Docker engine answers. The five Python environments install
 # at once (each its own venv or folder); the system packages after them, one at a time (apt
 # takes a lock).
 test:
-	$(MAKE) -j4 install vllm verifiers sglang-frontend mswea tinker
+	$(MAKE) -j4 install vllm verifiers sglang-frontend mswea tinker mcp-servers
 	$(MAKE) sandbox-image sandbox-tools browser compose repo-images
 	$(BIN)/python -m pytest -q -ra --durations=25
 
@@ -208,6 +236,15 @@ demo-tools: model
 	rm -rf runs/tool_agent_sft runs/tool_agent
 	$(BIN)/agentrl sft examples/tool_agent_sft.yaml
 	$(BIN)/agentrl train examples/tool_agent.yaml
+
+# The tool-use example through MCP (examples/tool_agent_mcp.yaml): the same SFT stage into
+# runs/tool_agent_mcp_sft/, then the same RL recipe with the calculator served by an MCP server
+# (examples/mcp_calculator.py, FastMCP over stdio) into runs/tool_agent_mcp/. The last line printed
+# is the run's summary as JSON, as demo-tools'.
+demo-mcp: model
+	rm -rf runs/tool_agent_mcp_sft runs/tool_agent_mcp
+	$(BIN)/agentrl sft examples/tool_agent_sft.yaml run_dir=runs/tool_agent_mcp_sft
+	$(BIN)/agentrl train examples/tool_agent_mcp.yaml
 
 # Feedback used by RL (examples/feedback.yaml): `agentrl sft` on second answers after "Too low. The
 # answer ends in 6." (runs/feedback_sft/), then GRPO on agentrl/ArithRetry-v0 with that hint from
@@ -228,4 +265,4 @@ demo-code: model sandbox-image
 	$(BIN)/agentrl train examples/code_docker.yaml
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) $(TINKER_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) $(TINKER_VENV) $(MCP_GIT_VENV) $(MCP_SERVERS) build *.egg-info

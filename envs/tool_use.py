@@ -13,10 +13,11 @@ Python running in this process, and programs go to the sandbox backend.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.api import ExecRequest, ExecStatus, Message, Sandbox
+from agentrl.env.mcp_tools import MCPServerConfig, mcp_sources
 from agentrl.env.rewards import Reward, Rubric, fact
 from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.env.tools import ToolBox
@@ -107,21 +108,24 @@ class ToolUseEnv(TextEnv):
 
     ## Arguments
     ``kinds`` (default all of ``KINDS``), ``tools`` (names from ``TOOLS``; default None: the
-    calculator, and the lookup when a kind needs it; ``[]``: none), ``sandbox`` (default None:
+    calculator, and the lookup when a kind needs it; ``[]``: none), ``mcp_servers`` (entries of
+    ``agentrl.env.mcp_tools.MCPServerConfig``: their tools offered beside these; default none),
+    ``sandbox`` (default None:
     code blocks are not run; "local", "docker", a URL, an import path or a Sandbox object),
     ``system_prompt`` (default None, as the tiny model was trained), ``max_turns``,
     ``tool_timeout_s`` (per call, and a program's time limit), ``tool_error_weight``,
     ``max_tokens``, ``max_wall_s``, ``render_mode``: "ansi" or None.
 
     ## Version History
-    * v0: initial version; ``tools`` and ``sandbox`` added later (their defaults keep the
-      observations and rewards).
+    * v0: initial version; ``tools``, ``sandbox`` and ``mcp_servers`` added later (their
+      defaults keep the observations and rewards).
     """
 
     def __init__(
         self,
         kinds: Sequence[str] = KINDS,
         tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[Mapping[str, Any] | MCPServerConfig] = (),
         sandbox: str | Sandbox | None = None,
         system_prompt: str | None = None,
         max_turns: int = 4,
@@ -149,7 +153,8 @@ class ToolUseEnv(TextEnv):
             raise EnvError(f"tools must name tools of {TOOLS}, got {list(tools)}")
         self.system_prompt = system_prompt
         offered = {"calculator": calculator, "lookup": self.lookup}
-        self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools], timeout_s=tool_timeout_s)
+        self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools], timeout_s=tool_timeout_s,
+                               sources=mcp_sources(mcp_servers))
         self.sandbox_spec = sandbox
         self.tool_timeout_s = tool_timeout_s
         self._store: dict[str, Any] = {}
@@ -161,6 +166,16 @@ class ToolUseEnv(TextEnv):
         if key not in self._store:
             raise KeyError(f"no item {key!r}; the items are {sorted(self._store)}")
         return str(self._store[key])
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
+        """A call the agent made outside its replies (ToolAgentWorkflow, the gateway's MCP
+        endpoint), counted as the env's own: its result is one the answer may use."""
+        content, ok = await super().call_tool(name, arguments)
+        self._calls += 1
+        self._errors += not ok
+        if ok:
+            self._results.append(content.strip())
+        return content, ok
 
     def sample_task(self) -> dict[str, Any]:
         rng = self.rng()

@@ -8,13 +8,18 @@ episode's inference client), starts ``command`` with::
     OPENAI_BASE_URL       the session's OpenAI base URL (…/v1): any OpenAI client finds it
     OPENAI_API_KEY        the session's key
     AGENTRL_SESSION_URL   …/v1/sessions/<id>: POST /reward, /end, and /step when an env is bound
+    AGENTRL_MCP_URL       …/sessions/<id>/mcp: the env's tools as an MCP server (streamable
+                          HTTP, the session's key as bearer), when the env offers tools
 
 and writes the task on its stdin as one JSON object: ``{"task": row}``, plus, when
 ``env_id`` is set, ``"messages"`` (the env's opening messages) and ``"tools"``. With an env,
 the agent submits each reply with ``POST {AGENTRL_SESSION_URL}/step`` (optionally
 ``{"completion_id": ...}``; default the latest call): the env steps on the exact sampled
 text and answers ``{"messages", "reward", "terminated", "truncated", "info"}``, and the
-reward is recorded on that call. Without an env the agent posts its reward itself. When the
+reward is recorded on that call; the last step's facts and reward terms become the
+trajectories' metrics (``reward/<term>``). An agent that runs the env's tools over MCP
+(``examples/mcp_agent.py``: the OpenAI Agents SDK) has them counted by the env as its own
+calls (``TextEnv.call_tool``). Without an env the agent posts its reward itself. When the
 process exits the session ends (if the agent did not end it) and its trajectories — exact
 tokens of every call the agent made — are the episode's.
 
@@ -47,10 +52,23 @@ from typing import Any, ClassVar
 from agentrl.api import InferenceClient, Trajectory, TrajectoryStatus
 from agentrl.process.services import background_server
 from agentrl.rollout.env_pool import EnvPool
-from agentrl.rollout.episode import guarded
+from agentrl.rollout.episode import guarded, step_metrics
 from agentrl.rollout.gateway import Gateway, Session
 from agentrl.rollout.gateway_routes import build_app
 from agentrl.rollout.renderer import ChatRenderer
+
+
+class EnvTools:
+    """An episode's env tools as a gateway session serves them over MCP (``SessionTools``)."""
+
+    def __init__(self, env: Any, schemas: list[dict[str, Any]]) -> None:
+        self.env, self._schemas = env, schemas
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return self._schemas
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        return await self.env.call_tool(name, arguments)
 
 
 class ExternalAgentWorkflow:
@@ -116,19 +134,30 @@ class ExternalAgentWorkflow:
         async with self.envs.lease() as env:
             obs, info = await self.envs.reset(env, row)
 
+            last: dict[str, Any] = {}
+
             async def step(reply: str) -> dict[str, Any]:
                 obs, reward, terminated, truncated, step_info = await self.envs.step(env, reply)
+                last.update(info=step_info, terminated=bool(terminated), truncated=bool(truncated))
                 return {"messages": obs, "reward": float(reward), "terminated": bool(terminated),
                         "truncated": bool(truncated), "info": json.loads(json.dumps(step_info, default=str))}
 
             task = {"task": dict(row), "messages": obs, "tools": info.get("tools")}
-            return await self._run(client, url, row, task, step)
+            tools = EnvTools(env, info.get("tools")) if info.get("tools") else None
+            trajectories = await self._run(client, url, row, task, step, tools)
+            if last:
+                metrics = step_metrics(last["info"], terminated=last["terminated"], truncated=last["truncated"])
+                for t in trajectories:
+                    t.metrics.update(metrics)
+            return trajectories
 
     async def _run(self, client: InferenceClient, url: str, row: Mapping[str, Any], task: dict[str, Any],
-                   step: Any) -> list[Trajectory]:
-        session = self.gateway.open_session({"row": dict(row)}, engine=client, stepper=step)
+                   step: Any, tools: EnvTools | None = None) -> list[Trajectory]:
+        session = self.gateway.open_session({"row": dict(row)}, engine=client, stepper=step, tools=tools)
         env = {**os.environ, **self.extra_env, "OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": session.key,
                "AGENTRL_SESSION_URL": f"{url}/v1/sessions/{session.id}"}
+        if tools is not None:
+            env["AGENTRL_MCP_URL"] = f"{url}/sessions/{session.id}/mcp"
         status, error = None, ""
         proc = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,

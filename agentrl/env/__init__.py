@@ -8,6 +8,7 @@
     datasets.py  the data files shipped with agentrl (``data_path``, ``load_rows``), a run's
                  dataset specs (``dataset_rows``: a file or ``module:function``)
     sandbox_config.py  SandboxConfig: the sandbox code envs get (a run's ``sandbox`` section)
+    mcp_tools.py MCPTools: an MCP server's tools (stdio or streamable HTTP) as a ToolBox's tool source
     checks.py    what ``agentrl envs check`` runs: Gymnasium's check_env plus our own checks
 
 The environments themselves live in the ``envs`` package (registered as ``agentrl/Name-vN``).

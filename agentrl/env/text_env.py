@@ -34,6 +34,11 @@ Main hook — subclass and implement::
     async def _start(self, task) -> list[Message]      # the opening messages
     async def _turn(self, action) -> Turn              # react to one reply
     async def _end(self) -> None                       # optional: release episode resources
+
+Tools: an env sets ``self.toolbox`` (``agentrl.env.tools.ToolBox``); its tool sources (MCP
+servers) are opened at every reset and released at the episode's end and at close. An agent
+that runs the env's tools itself (``ToolAgentWorkflow``, the gateway's MCP endpoint) calls
+``call_tool``, which subclasses override to count such calls in their facts.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from agentrl.config import option
 from agentrl.env.rewards import RewardInput, Rubric
 from agentrl.env.tools import ToolBox
 from agentrl.errors import EnvError
+from agentrl.toolcalls import ToolCall
 
 T = TypeVar("T")
 
@@ -240,7 +246,7 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
         gymnasium.Env.reset(self, seed=seed)
-        await self._end()
+        await self._release()
         options = dict(options or {})
         unknown = sorted(set(options) - {"task"})
         if unknown:
@@ -254,6 +260,8 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
         self.transcript, self._turns, self._over, self._facts, self.start_facts = [], 0, False, {}, {}
         self._t0 = time.monotonic()
         try:
+            if self.toolbox is not None:
+                await self.toolbox.begin_episode()  # MCP servers: started (or reached) and listed
             messages = await self._start(self.task)
             self._check_messages(messages, "_start")
         except BaseException:
@@ -300,10 +308,30 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
             info["rewards"] = terms
             if truncated:
                 info["truncated_by"] = truncated_by
+            if self.toolbox is not None:
+                await self.toolbox.end_episode()  # a per-episode MCP server ends with its episode
         return copy.deepcopy(turn.messages), float(reward), bool(turn.done), truncated, info
 
     async def aclose(self) -> None:
-        await self._end()
+        try:
+            await self._release()
+        finally:
+            if self.toolbox is not None:
+                await self.toolbox.aclose()
+
+    async def _release(self) -> None:
+        """End the episode's hold on resources: the subclass's, then the tool sources'."""
+        try:
+            await self._end()
+        finally:
+            if self.toolbox is not None:
+                await self.toolbox.end_episode()
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
+        """Run one of the env's tools for an agent outside the reply loop: (content, ok)."""
+        if self.toolbox is None:
+            return f"error: {type(self).__name__} offers no tools", False
+        return await self.toolbox.run(ToolCall(name, dict(arguments)))
 
     def _limit_reached(self) -> str | None:
         lim = self.limits
@@ -340,7 +368,7 @@ class TextEnv(gymnasium.Env[list, str], abc.ABC):
     def close(self) -> None:
         if self._runner is not None:
             try:
-                self._runner.run(self._end())
+                self._runner.run(self.aclose())
             finally:
                 self._runner.stop()
                 self._runner = None

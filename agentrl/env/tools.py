@@ -13,7 +13,8 @@ sandbox — tools run in this process; run untrusted code through ``agentrl.api.
 
 Never an exception for the model's mistakes: a malformed block, an unknown tool, wrong or
 missing arguments, a tool that raises or times out — each becomes a tool message saying
-what was expected, so the model can correct itself. A tool that raises an ``AgentRLError``
+what was expected, so the model can correct itself (a tool raises ``ToolFailed`` to word
+that message itself). A tool that raises an ``AgentRLError``
 (``ToolError``, ``SandboxError``: the infrastructure failed, not the model) propagates it.
 A bad *declaration* (no docstring, an unannotated or unsupported parameter) raises
 ``ToolError`` at once.
@@ -41,7 +42,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from agentrl.api import Message
 from agentrl.errors import AgentRLError, ToolError
@@ -58,6 +59,7 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     fn: Callable[..., Any]
+    timeout_s: float | None = None  # seconds a call may take; None: the ToolBox's timeout_s
 
     @property
     def is_async(self) -> bool:
@@ -246,8 +248,29 @@ class ToolTurn:
         return bool(self.messages)
 
 
+class ToolFailed(Exception):
+    """Raised by a tool to answer the model ``error: <name> failed: <message>``, the message as is
+    (an MCP server's error result, a server that went down)."""
+
+
+class ToolSource(Protocol):
+    """Tools that come from elsewhere (``agentrl.env.mcp_tools.MCPTools``), listed afresh per episode."""
+
+    async def open(self) -> list[Tool]:
+        """The episode starts: connect if need be, and return the tools to offer."""
+
+    async def end(self) -> None:
+        """The episode ended: release what was held for it."""
+
+    async def aclose(self) -> None:
+        """The env closed: release everything."""
+
+
 class ToolBox:
-    """An env's tools: schemas for the prompt, and ``handle(reply)`` to run the calls in it."""
+    """An env's tools: schemas for the prompt, and ``handle(reply)`` to run the calls in it.
+
+    ``sources`` (MCP servers) add their tools at each episode's start (``begin_episode``,
+    which ``TextEnv.areset`` calls) and release them at its end (``end_episode``)."""
 
     def __init__(
         self,
@@ -258,6 +281,7 @@ class ToolBox:
         max_result_chars: int = 4000,
         tool_call_parser: str = DEFAULT_TOOL_PARSER,
         reasoning_parser: str | None = None,
+        sources: Sequence[ToolSource] = (),
     ) -> None:
         declared = [tool(t) for t in tools]
         names = [t.name for t in declared]
@@ -267,6 +291,8 @@ class ToolBox:
             raise ToolError(f"need timeout_s > 0, max_calls >= 1, max_result_chars >= 1; got "
                             f"{timeout_s}, {max_calls}, {max_result_chars}")
         self.tools = {t.name: t for t in declared}
+        self.own = dict(self.tools)  # the declared tools; sources add theirs per episode
+        self.sources = list(sources)
         self.read_as(tool_call_parser, reasoning_parser)
         self.timeout_s = timeout_s
         self.max_calls = max_calls
@@ -276,6 +302,27 @@ class ToolBox:
         """Read replies in these formats (``agentrl.toolcalls`` names); ValueError lists the known ones."""
         check_parser_names(tool_call_parser, reasoning_parser)
         self.tool_call_parser, self.reasoning_parser = tool_call_parser, reasoning_parser
+
+    async def begin_episode(self) -> None:
+        """Open the sources and offer their tools beside the declared ones (ToolError on a clash)."""
+        await self.end_episode()
+        tools = dict(self.own)
+        for source in self.sources:
+            for t in await source.open():
+                if t.name in tools:
+                    raise ToolError(f"two tools are named {t.name!r}; give an MCP server a prefix or a tools filter")
+                tools[t.name] = t
+        self.tools = tools
+
+    async def end_episode(self) -> None:
+        """Release what the sources hold for the episode (every source, even when one fails)."""
+        self.tools = dict(self.own)
+        await _each([s.end for s in self.sources])
+
+    async def aclose(self) -> None:
+        """Release the sources for good (the env closed)."""
+        self.tools = dict(self.own)
+        await _each([s.aclose for s in self.sources])
 
     def schemas(self) -> list[dict[str, Any]]:
         """The OpenAI ``tools`` list (pass it to the chat template or the API)."""
@@ -310,22 +357,37 @@ class ToolBox:
         problem = check_arguments(tool_, call.arguments)
         if problem:
             return f"error: {problem}", False
+        timeout_s = tool_.timeout_s or self.timeout_s
         try:
             if tool_.is_async:
-                result = await asyncio.wait_for(tool_.fn(**call.arguments), self.timeout_s)
+                result = await asyncio.wait_for(tool_.fn(**call.arguments), timeout_s)
             else:
-                result = await asyncio.wait_for(asyncio.to_thread(tool_.fn, **call.arguments), self.timeout_s)
+                result = await asyncio.wait_for(asyncio.to_thread(tool_.fn, **call.arguments), timeout_s)
         except TimeoutError:
-            return f"error: {call.name} did not finish within {self.timeout_s:g} s", False
+            return f"error: {call.name} did not finish within {timeout_s:g} s", False
+        except ToolFailed as e:
+            return self._format(f"error: {call.name} failed: {e}"), False
         except AgentRLError:
             raise  # the infrastructure failed (a sandbox, a ToolError): the episode fails, not the call
         except Exception as e:  # the tool's own failure is the model's information, not a crash
             return f"error: {call.name} failed: {type(e).__name__}: {e}", False
         return self._format(result), True
 
-    def _format(self, result: Any) -> str:
+    def _format(self, result: Any) -> str:  # bounded to max_result_chars
         text = result if isinstance(result, str) else json.dumps(result, default=str)
         if len(text) > self.max_result_chars:
             cut = len(text) - self.max_result_chars
             text = text[: self.max_result_chars] + f"... [{cut} more characters cut]"
         return text
+
+
+async def _each(closers: Sequence[Callable[[], Any]]) -> None:
+    """Run every closer; the first error is raised after all of them ran."""
+    first: BaseException | None = None
+    for close in closers:
+        try:
+            await close()
+        except Exception as e:  # noqa: BLE001 (the others still run)
+            first = first or e
+    if first is not None:
+        raise first

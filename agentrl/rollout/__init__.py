@@ -10,6 +10,7 @@
     gateway_bodies.py the gateway's own request bodies, declared once (parsed and described from them)
     gateway_routes.py build_app: the gateway's HTTP routes, auth and limits (``agentrl gateway``)
     external.py      episodes agents play through the gateway on their own, as groups for the trainer
+    gateway_mcp.py   MCPEndpoint: a session's env tools served as an MCP server (/sessions/{id}/mcp)
     env_pool.py      EnvPool: environments built once, leased per episode
     episode.py       what every workflow shares: failures as data, sampling settings, metrics
     executor.py      RolloutExecutor: episodes in flight under the staleness bound, grouped

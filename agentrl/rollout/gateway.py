@@ -57,6 +57,7 @@ from agentrl.errors import RolloutError, ServerError, ServerUnavailable
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.conversation import ExportStyle
 from agentrl.rollout.gateway_config import GatewayConfig
+from agentrl.rollout.gateway_mcp import SessionTools
 from agentrl.rollout.renderer import ChatRenderer
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Session:
     inflight: int = 0
     failure: tuple[TrajectoryStatus, str] | None = None  # the last call failed for good
     stepper: Stepper | None = None  # an env the agent steps through the gateway (ExternalAgentWorkflow)
+    tools: SessionTools | None = None  # the env's tools, served at /sessions/{id}/mcp (agentrl.rollout.gateway_mcp)
     ended: bool = False
     status: str = "open"
     trajectories: list[Trajectory] = field(default_factory=list)
@@ -147,7 +149,7 @@ class Gateway:
         return len(self._by_id)
 
     def open_session(self, metadata: Mapping[str, Any] | None = None, *, engine: InferenceClient | None = None,
-                     stepper: Stepper | None = None) -> Session:
+                     stepper: Stepper | None = None, tools: SessionTools | None = None) -> Session:
         """A new session (its ``key`` is the agent's API key). Raises ``RolloutError`` when full."""
         if len(self._by_id) >= self.config.max_sessions:
             self.stats["sessions_refused"] += 1
@@ -160,7 +162,7 @@ class Gateway:
                           tool_call_parser=self.config.tool_call_parser,
                           reasoning_parser=self.config.reasoning_parser)
         session = Session(f"sess_{uuid.uuid4().hex}", f"sk-agentrl-{secrets.token_urlsafe(24)}",
-                          dict(metadata or {}), chat, stepper=stepper)
+                          dict(metadata or {}), chat, stepper=stepper, tools=tools)
         session._idle.set()
         self._by_id[session.id] = session
         self._by_key[session.key] = session

@@ -11,6 +11,8 @@ An agent gets a session, points any OpenAI client at it, plays its episode, post
     POST /v1/sessions/{id}/reward  {"reward": r} (the last call) or {"completion_id": ..., "reward": r}
     POST /v1/sessions/{id}/end     {"discount": γ, "style": "concat"|"individual"} -> trajectories
     POST /v1/sessions/{id}/step    {"completion_id"?}: the reply, stepped in the session's env
+    POST /sessions/{id}/mcp        the session's env tools as an MCP server (streamable HTTP;
+                                   ``agentrl.rollout.gateway_mcp``), the session's key as bearer
     GET  /v1/sessions/{id}, GET /v1/gateway/stats, GET /health
 
 The session is found from its key (``Authorization: Bearer <api_key>``) or from the path
@@ -63,6 +65,7 @@ from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.episode import status_for
 from agentrl.rollout.gateway import Gateway, Session
 from agentrl.rollout.gateway_bodies import EndSession, OpenSession, SetReward, Step
+from agentrl.rollout.gateway_mcp import MCPEndpoint
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -81,8 +84,12 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         try:
             yield
         finally:
-            await gateway.aclose()
+            try:
+                await gateway.aclose()
+            finally:
+                await mcp.aclose()
 
+    mcp = MCPEndpoint()
     app = FastAPI(title="agentrl gateway", lifespan=lifespan)
     app.state.gateway = gateway
 
@@ -249,6 +256,16 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
             raise Refused(f"the environment failed: {e}", 500) from None
         session.chat.set_reward(call.id, float(result.get("reward", 0.0)))
         return result
+
+    async def mcp_route(request: Request, session_id: str):
+        session = session_for_path(request, session_id)
+        key = bearer(request)
+        if not (is_admin(key) or http_edge.same_key(key, session.key)):  # a key even on a gateway without one
+            raise Refused("the MCP endpoint needs this session's api_key as the bearer token", 401)
+        return Deferred(lambda send: mcp.handle(session, request.scope, request.receive, send))
+
+    app.add_api_route("/sessions/{session_id}/mcp", mcp_route, methods=["GET", "POST", "DELETE"],
+                      summary="the session's env tools as an MCP server (streamable HTTP)")
 
     @app.get("/v1/gateway/stats")
     async def stats(request: Request):
