@@ -66,5 +66,32 @@ def test_bad_input_is_one_line_saying_what_to_do(trained_run, tmp_path):
         run_replay(run_dir, "os:getcwd")
     with pytest.raises(ConfigError, match="returned <function .* a reward is a finite number"):
         run_replay(run_dir, "agentrl.env.rewards:fact", tmp_path / "x")
-    with pytest.raises(ConfigError, match="is the run's own record"):
+    with pytest.raises(ConfigError, match="is the input"):
         run_replay(run_dir, "agentrl.env.rewards:boxed_format", run_dir / "record")
+
+
+def test_out_never_overwrites_an_earlier_replay_or_the_run(tmp_path):
+    """Issue 49: a second replay into the same ``--out`` rewrote the first one's step files
+    silently. A non-empty ``--out`` is refused unless ``--force`` (then replaced whole: no step
+    of the earlier replay is left beside the new ones); the run and its record never are."""
+    run = tmp_path / "run"
+    (run / "record").mkdir(parents=True)
+    row = {"episode_id": "e0", "status": "failed", "reward": 0.0}
+    (run / "record" / "step_000001.jsonl").write_text(json.dumps(row) + "\n")
+    (run / "metrics.jsonl").write_text("{}\n")
+    first = tmp_path / "first"
+    assert run_replay(run, "agentrl.env.rewards:boxed_format", first)["unscored"] == 1
+    (first / "step_000009.jsonl").write_text("an earlier replay's step\n")
+    with pytest.raises(ConfigError, match="exists and is not empty; .* --force"):
+        run_replay(run, "agentrl.env.rewards:boxed_format", first)
+    assert (first / "step_000009.jsonl").is_file()
+    assert run_replay(run, "agentrl.env.rewards:boxed_format", first, force=True)["out"] == str(first)
+    assert sorted(p.name for p in first.iterdir()) == ["replay_summary.json", "step_000001.jsonl"]
+    for out in (run, tmp_path, run / "record" / "x"):
+        with pytest.raises(ConfigError, match="the input"):
+            run_replay(run, "agentrl.env.rewards:boxed_format", out, force=True)
+    assert sorted(p.name for p in run.rglob("*")) == ["metrics.jsonl", "record", "step_000001.jsonl"]
+    # the default (RUN_DIR/replay/MODULE.FN) is refused the second time too
+    run_replay(run, "agentrl.env.rewards:boxed_format")
+    with pytest.raises(ConfigError, match="rewards.boxed_format' exists and is not empty"):
+        run_replay(run, "agentrl.env.rewards:boxed_format")
