@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.config import option
+from agentrl.http_edge import SERVER_KEY_ENV
 from agentrl.toolcalls import DEFAULT_TOOL_PARSER, REASONING_PARSERS, TOOL_PARSERS
 
 
@@ -32,7 +33,7 @@ DEFAULT_CONTEXT_LENGTH = 4096
 """The context of a server not given ``--context-length``: the model's, up to this many tokens."""
 DEFAULT_PREFIX_CACHE_TOKENS = 32768
 """The prefix cache of a server not given ``--prefix-cache-tokens``: every slot's context, up to this."""
-API_KEY_ENV = "AGENTRL_SERVE_API_KEY"
+API_KEY_ENV = SERVER_KEY_ENV
 """Where ``agentrl serve`` finds the API key when ``--api-key`` is not given (out of process listings)."""
 
 

@@ -360,6 +360,9 @@ def refusal(e: Exception, retry_after_s: int) -> Refused:
     """The HTTP refusal an exception a route raised stands for."""
     if isinstance(e, Refused):
         return e
+    if isinstance(e, RequestRejected) and e.status_code in (401, 403):  # the gateway's key, not the agent's
+        return Refused(f"the inference server refused the gateway's key (HTTP {e.status_code}): start the gateway "
+                       f"with the server's key in ${http_edge.SERVER_KEY_ENV}", 502)
     if isinstance(e, RequestRejected):
         return Refused(str(e), e.status_code if 400 <= e.status_code < 500 else 400)
     if isinstance(e, RolloutError):
