@@ -12,6 +12,8 @@
     native_routes.py  SGLang's native routes (/generate, pause/continue, weight updates, info)
     weight_sync.py    SGLang's weight updates over torch.distributed (init/update/destroy a group)
     openai_routes.py  the OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models)
+    request_template.py  a chat template a request brings: refused unless trusted, else rendered
+                      in a child process bounded in time and memory
     hf_weights.py     reading an HF checkpoint directory into the decoder's weight layout
     server.py         build_app: the three route sets in one FastAPI app
 

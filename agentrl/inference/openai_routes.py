@@ -45,6 +45,7 @@ from agentrl.inference.chat_format import (
     usage,
 )
 from agentrl.inference.lora_adapter import LoraWeights
+from agentrl.inference.request_template import render_bounded, requested_template
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
 from agentrl.inference.validation import LOGPROB_FIELDS, SAMPLING, parse_sampling
@@ -132,10 +133,14 @@ async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[i
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise Refused(f"chat_template_kwargs must be an object, got {type(kwargs).__name__}")
+    template = requested_template(body, kwargs, state.config.trust_request_chat_template)
+    kwargs = {**kwargs, "chat_template": template} if template is not None else kwargs
 
     def render() -> str:
         return state.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
                                                    **kwargs)
+    if template is not None:  # the client's template: in a child process, bounded in time and memory
+        return await state.tokenize(await render_bounded(render)), reading
     try:  # a long conversation is rendered on a worker thread (the event loop keeps serving)
         long = sum(len(str(m.get("content"))) for m in messages) > LONG_TEXT
         text = await asyncio.to_thread(render) if long else render()

@@ -71,6 +71,9 @@ class ServeConfig:
         4096, help="most requests waiting or running at once; more are refused with 503 (SGLang's "
         "--max-queued-requests)", ge=1)
     max_request_bytes: int = option(64 << 20, help="largest request body in bytes (413 above)", ge=1024)
+    trust_request_chat_template: bool = option(
+        False, help="accept a chat template sent in a request (chat_template_kwargs.chat_template), rendered in a "
+        "child process bounded in time and memory (vLLM's flag); off: such requests get a 400")
     tool_call_parser: str = tool_call_parser_option("read into message.tool_calls")
     reasoning_parser: str | None = reasoning_parser_option("read into message.reasoning_content, and a tool call "
                                                            "written in it is never returned")

@@ -201,3 +201,53 @@ def test_requests_that_come_with_a_pause_wait_and_the_memory_can_be_released(unt
         assert all(r.finish_reason == {"type": "length", "length": 4} for r in reqs)
     finally:
         eng.shutdown()
+
+
+def test_a_chat_template_in_the_request_is_refused_unless_the_server_trusts_them(server):
+    """Issue 49: ``chat_template_kwargs.chat_template`` was rendered on the event loop: a loop in
+    it froze /health, and ``'x' * 100000000`` was accepted. Refused now, as vLLM refuses it
+    without ``--trust-request-chat-template``; the template variables still reach the template."""
+    messages = [{"role": "user", "content": "hi"}]
+    for body in ({"chat_template_kwargs": {"chat_template": "{{ 'x' * 100000000 }}"}},
+                 {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}):
+        r = httpx.post(server + "/v1/chat/completions", timeout=30, json={"messages": messages, **body})
+        assert r.status_code == 400 and "--trust-request-chat-template" in r.text, r.text
+    r = httpx.post(server + "/v1/chat/completions", timeout=30, json={
+        "messages": messages, "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": False}})
+    assert r.status_code == 200, r.text
+
+
+async def test_a_trusted_request_template_renders_within_bounds(tokenizer):
+    """With the flag, a request's template renders in a child process: one that loops for hours
+    is stopped at the time bound, one that builds a huge string is refused, and the event loop
+    keeps its pace meanwhile; a plain one renders as the tokenizer would."""
+    from agentrl.errors import Refused
+    from agentrl.inference.request_template import render_bounded
+
+    messages = [{"role": "user", "content": "hi"}]
+
+    def render(template: str):
+        return lambda: tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+
+    ticks = 0
+
+    async def tick():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    t0 = time.perf_counter()
+    with pytest.raises(Refused, match="did not render within 1 s"):
+        await render_bounded(render("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"),
+                             timeout_s=1.0)
+    took = time.perf_counter() - t0
+    ticker.cancel()
+    assert took < 3.0 and ticks > took / 0.01 / 3, (took, ticks)  # the loop kept ticking
+    with pytest.raises(Refused, match="more than 8,388,608|more than 256 MiB"):
+        await render_bounded(render("{% set s = 'x' * 100000000 %}{{ s }}"), memory_bytes=256 << 20)
+    with pytest.raises(Refused, match="could not render these messages: .*UndefinedError"):
+        await render_bounded(render("{{ nope.attr }}"))
+    plain = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    assert await render_bounded(render(plain)) == render(plain)() == "<user>hi"
