@@ -141,7 +141,7 @@ def native_routes(state: ServerState) -> APIRouter:
         if name in state.loras:
             return JSONResponse(_lora_update(state, taken), status_code=400)
         try:
-            lora = await asyncio.to_thread(state.decoder.load_adapter, path, name)
+            lora = await state.read_adapter_files(state.decoder.load_adapter, path, name)
         except (ModelError, OSError) as e:
             return JSONResponse(_lora_update(state, f"Failed to load LoRA adapter {name[:200]}: {e}"), status_code=400)
         if name in state.loras:  # loaded under this name meanwhile

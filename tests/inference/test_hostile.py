@@ -251,3 +251,37 @@ async def test_a_trusted_request_template_renders_within_bounds(tokenizer):
         await render_bounded(render("{{ nope.attr }}"))
     plain = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
     assert await render_bounded(render(plain)) == render(plain)() == "<user>hi"
+
+
+def test_an_adapter_config_that_is_a_fifo_is_refused_at_once(server, tmp_path):
+    """Issue 49: a ``lora_path`` whose ``adapter_config.json`` was a FIFO held a thread of the
+    shared worker pool until something wrote to it; now what is not a plain file is refused."""
+    import os
+
+    os.mkfifo(tmp_path / "adapter_config.json")
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"")
+    t0 = time.perf_counter()
+    r = httpx.post(server + "/load_lora_adapter", timeout=30, json={"lora_name": "fifo", "lora_path": str(tmp_path)})
+    assert r.status_code == 400 and "is not a regular file" in r.text, r.text
+    assert time.perf_counter() - t0 < 5
+
+
+async def test_a_hung_adapter_read_holds_neither_the_worker_pool_nor_the_route(untrained_model_dir):
+    """A read that never ends (a hung network file system) runs on a thread of its own: the call
+    is refused at its timeout, the shared pool keeps working, and the next read waits its turn."""
+    import threading
+
+    from agentrl.errors import Refused
+    from agentrl.inference.serve_config import ServeConfig
+    from agentrl.inference.state import ServerState
+
+    state = ServerState(ServeConfig(model=str(untrained_model_dir)))
+    release = threading.Event()
+    hung = [asyncio.create_task(state.read_adapter_files(release.wait, timeout_s=0.5)) for _ in range(40)]
+    # 40 hung reads would have taken every thread of the default pool; it still answers at once
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: 7), 2) == 7
+    for task in hung:
+        with pytest.raises(Refused, match="more than 0.5 s"):
+            await task
+    release.set()
+    assert await state.read_adapter_files(lambda: "read") == "read"
