@@ -89,6 +89,7 @@ class ChatClient:
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
         self.timeout_s = timeout_s
+        self.unanswered = 0  # calls recorded, then taken back because their answer could not be built
         self.chat = _Chat(self)
         self.responses = _Responses(self)
 
@@ -107,8 +108,18 @@ class ChatClient:
             answer = await self._complete(chat_body(dict(body)))
         except Refused as e:
             raise RequestRejected(str(e), e.status) from None
-        self.conversation.alias(answer["id"], response_id(answer["id"]))  # rewards may name either id
-        return response_from_chat(answer, body)
+        try:
+            self.conversation.alias(answer["id"], response_id(answer["id"]))  # rewards may name either id
+            return response_from_chat(answer, body)
+        except BaseException:
+            self._take_back(answer["id"])
+            raise
+
+    def _take_back(self, call_id: str) -> None:
+        """A recorded call whose answer could not be built: out of the conversation (never trained
+        on), and counted in ``unanswered`` (the gateway adds it to ``calls_abandoned``)."""
+        if self.conversation.abandon(call_id):
+            self.unanswered += 1
 
     async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
         messages, tools, use_tools = chat_request(body, server="agentrl's chat client")
@@ -121,6 +132,15 @@ class ChatClient:
         async with asyncio.timeout(self.timeout_s):
             completion = await self.engine.generate(prompt.ids, sampling)
         call = self.conversation.record(prompt, completion)
+        try:
+            return self._answer(body, call.id, prompt.ids, completion, use_tools, tools, skip_special, no_stop_trim)
+        except BaseException:  # no answer goes out: the call is not data
+            self._take_back(call.id)
+            raise
+
+    def _answer(self, body: dict[str, Any], call_id: str, prompt_ids: list[int], completion: Any, use_tools: bool,
+                tools: Any, skip_special: bool, no_stop_trim: bool) -> dict[str, Any]:
+        """The ``chat.completion`` JSON of a recorded call."""
         content = output_text(lambda ids: self.renderer.decode(ids, skip_special_tokens=skip_special),
                               completion.tokens, completion.finish_reason, completion.matched_stop, no_stop_trim)
         message, finish, matched = assistant_message(
@@ -132,10 +152,10 @@ class ChatClient:
             decode_one = self.renderer.decode
             choice["logprobs"] = token_logprobs(lambda t: decode_one([t]), completion.tokens, completion.logprobs)
         if body.get("return_token_ids"):
-            choice["prompt_token_ids"], choice["response_token_ids"] = list(prompt.ids), list(completion.tokens)
-        return {"id": call.id, "object": "chat.completion", "created": int(time.time()),
+            choice["prompt_token_ids"], choice["response_token_ids"] = list(prompt_ids), list(completion.tokens)
+        return {"id": call_id, "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model") or self.model, "choices": [choice],
-                "usage": usage(len(prompt.ids), len(completion.tokens)),
+                "usage": usage(len(prompt_ids), len(completion.tokens)),
                 "metadata": {"weight_version": str(completion.versions[-1]) if completion.versions else None}}
 
     def _sampling(self, body: dict[str, Any], prompt_len: int, budget: int | None):

@@ -30,7 +30,8 @@ the session's summary, ``metrics["calls_abandoned"]`` on its trajectories). So a
 client received is never exported — not as an ``ok`` reward-0 sample beside the episode's real
 one (GRPO averages the trajectories of an episode), and not as a failed trajectory either — and
 the client's next call extends the conversation it actually saw, in place, with the same
-tokens. A session whose every call was abandoned ends with no trajectory (an executor counts
+tokens. A call whose answer could not even be built (the chat client takes it back before it
+raises) is counted the same way. A session whose every call was abandoned ends with no trajectory (an executor counts
 such an episode as failed). What it is not: authentication or HTTP (``gateway_routes``).
 """
 
@@ -189,12 +190,15 @@ class Gateway:
         session.inflight += 1
         session._idle.clear()
         session.last_used = time.monotonic()
+        unanswered = session.chat.unanswered
         try:
             try:
                 answer = await route(session.chat)
             except (ServerUnavailable, ServerError, TimeoutError) as e:  # not the request's fault: the episode's
                 session.failure = (TrajectoryStatus.INFERENCE_ERROR, f"{type(e).__name__}: {e}"[:2000])
                 raise
+            finally:  # a call recorded and then taken back (its answer could not be built) went to no one
+                self.stats["calls_abandoned"] += session.chat.unanswered - unanswered
             session.failure = None
             delivered = False
             try:

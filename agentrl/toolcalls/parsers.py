@@ -93,7 +93,11 @@ def parse(
     if reasoning_parser is not None:
         reasoning, rest = REASONING_PARSERS[reasoning_parser](text)
     read_calls, markers = TOOL_PARSERS[tool_parser]
-    found = read_calls(rest, tools)
+    try:
+        found = read_calls(rest, tools if tools is None or isinstance(tools, list | tuple) else [])
+    except RecursionError:  # JSON (or Python) nested deeper than the interpreter's recursion limit
+        found = CallsFound(rest.strip(), [], ["a tool call nested too deeply to read; write its arguments with "
+                                              "fewer levels of nesting"])
     errors = list(found.errors)
     if reasoning and any(marker in reasoning for marker in markers):
         errors.append(

@@ -233,3 +233,28 @@ def test_completions_cut_at_the_token_budget_are_counted(renderer):
     for t in trajectories:  # a workflow that does not count calls reports no rate
         del t.metrics["calls"]
     assert "rollout/truncation_rate" not in batch_metrics(trajectories, 1)
+
+
+async def test_a_call_whose_answer_cannot_be_built_is_taken_back_and_counted(renderer, monkeypatch):
+    """Issue 49: the gateway recorded a reply, then failed to build its answer (the tool parser
+    raised on a 1,500-deep argument): the client got a 500 and the undelivered reply was trained
+    on beside the agent's retry, with ``calls_abandoned`` at 0. A call goes out or is not data."""
+    from agentrl.rollout import chat_client
+    from agentrl.rollout.gateway import Gateway
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the answer could not be built")
+
+    gateway = Gateway(ScriptedEngine(renderer, ["\\boxed{3}", "\\boxed{4}"]), renderer)
+    session = gateway.open_session()
+    body = {"messages": [{"role": "user", "content": "1+2?"}]}
+    with monkeypatch.context() as m:
+        m.setattr(chat_client, "assistant_message", broken)
+        with pytest.raises(RuntimeError, match="could not be built"):
+            await gateway.call(session, lambda chat: chat.complete(body))
+    assert session.chat.conversation.calls == [] and gateway.stats["calls_abandoned"] == 1
+    answer = await gateway.call(session, lambda chat: chat.complete(body))  # the agent's retry
+    [t] = await gateway.end_session(session.id)
+    assert answer["choices"][0]["message"]["content"] == "\\boxed{4}" and t.num_turns == 1
+    assert renderer.decode([i for i, m in zip(t.input_ids, t.loss_mask, strict=True) if m],
+                           skip_special_tokens=True) == "\\boxed{4}"
