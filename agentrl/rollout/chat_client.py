@@ -32,6 +32,7 @@ with a message that says so. Safe for concurrent calls in one event loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -59,6 +60,8 @@ from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.responses import chat_body, response_from_chat, response_id
 from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names
 
+log = logging.getLogger(__name__)
+
 _NO_CONTEXT_LIMIT = 1 << 31
 _TEXT_PARTS = ("text", "input_text", "output_text")
 
@@ -72,14 +75,19 @@ class ChatClient:
     ``default_max_tokens``: the completion budget when a call gives none; ``max_tokens``: the
     episode's token budget over all segments (None: unbounded); ``timeout_s``: per call;
     ``tool_call_parser``/``reasoning_parser``: the formats the answers are read in, by SGLang's
-    names (``agentrl.toolcalls``; a call written in reasoning never becomes a ``tool_call``).
+    names (``agentrl.toolcalls``; a call written in reasoning never becomes a ``tool_call``);
+    ``policy_sampling``: drop a call's temperature, top-p/top-k/min-p, penalties and logit bias
+    (``SHAPING``), so each token comes from the policy's own distribution (the gateway's default,
+    ``GatewayConfig.agent_sampling``).
     """
 
     def __init__(self, engine: InferenceClient, tokenizer: str | Path | Any, *, model: str = "agentrl",
                  context_length: int | None = None, default_max_tokens: int = 1024, max_tokens: int | None = None,
                  timeout_s: float | None = 600.0, chat_template_kwargs: Mapping[str, Any] | None = None,
-                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None) -> None:
+                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None,
+                 policy_sampling: bool = False) -> None:
         check_parser_names(tool_call_parser, reasoning_parser)
+        self.policy_sampling = policy_sampling
         self.tool_call_parser, self.reasoning_parser = tool_call_parser, reasoning_parser
         self.engine = engine
         self.renderer = tokenizer if isinstance(tokenizer, ChatRenderer) else ChatRenderer(
@@ -160,6 +168,13 @@ class ChatClient:
 
     def _sampling(self, body: dict[str, Any], prompt_len: int, budget: int | None):
         fields = sampling_fields(body, self.default_max_tokens)
+        if self.policy_sampling:
+            asked = {k: fields.pop(k) for k in SHAPING if k in fields}
+            if any(asked[k] != v for k, v in SHAPING.items() if k in asked) and not _said["policy_sampling"]:
+                _said["policy_sampling"] = True
+                log.warning("an agent asked for %s; the gateway samples the policy's own distribution "
+                            "(temperature 1, no filters), as the trainer recomputes it (gateway.agent_sampling: "
+                            "policy); said once", asked)
         room = None if self.context_length is None else self.context_length - prompt_len
         if room is not None and room > 0 and isinstance(fields["max_new_tokens"], int) \
                 and not isinstance(fields["max_new_tokens"], bool) and fields["max_new_tokens"] > room:
@@ -237,6 +252,14 @@ class _ChunkStream:
 
     async def close(self) -> None:
         return None
+
+
+SHAPING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0,
+           "presence_penalty": 0.0, "repetition_penalty": 1.0, "logit_bias": {}}
+"""The sampling settings that reshape the distribution a token is drawn from, and their neutral
+values: with ``policy_sampling`` an agent's are dropped, so every token is drawn from the
+policy's own distribution (the one the trainer recomputes at temperature 1)."""
+_said = {"policy_sampling": False}
 
 
 def _request_body(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -159,7 +159,8 @@ class Gateway:
         chat = ChatClient(engine, self.renderer, model=self.model, context_length=self.config.context_length,
                           default_max_tokens=self.config.default_max_tokens, max_tokens=self.config.max_session_tokens,
                           tool_call_parser=self.config.tool_call_parser,
-                          reasoning_parser=self.config.reasoning_parser)
+                          reasoning_parser=self.config.reasoning_parser,
+                          policy_sampling=self.config.agent_sampling == "policy")
         session = Session(f"sess_{uuid.uuid4().hex}", f"sk-agentrl-{secrets.token_urlsafe(24)}",
                           dict(metadata or {}), chat, stepper=stepper)
         session._idle.set()

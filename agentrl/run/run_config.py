@@ -362,6 +362,9 @@ def check_run_config(cfg: RunConfig) -> None:
         if not loopback and not os.environ.get(cfg.gateway.api_key_env):
             raise ConfigError(f"config key 'gateway.host': {host!r} is not a loopback address and "
                               f"${cfg.gateway.api_key_env} holds no API key; set one, or serve on 127.0.0.1")
+        if cfg.gateway.agent_sampling != "policy":
+            raise ConfigError("config key 'gateway.agent_sampling': a run trains on what its gateway samples, and the "
+                              "trainer recomputes log-probabilities at temperature 1; keep it policy (the default)")
     elif cfg.rollout.recorded is not None:
         check_recorded(cfg)
     elif not cfg.rollout.dataset:

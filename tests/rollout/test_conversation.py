@@ -258,3 +258,44 @@ async def test_a_call_whose_answer_cannot_be_built_is_taken_back_and_counted(ren
     assert answer["choices"][0]["message"]["content"] == "\\boxed{4}" and t.num_turns == 1
     assert renderer.decode([i for i, m in zip(t.input_ids, t.loss_mask, strict=True) if m],
                            skip_special_tokens=True) == "\\boxed{4}"
+
+
+class RecordingEngine(ScriptedEngine):
+    def __init__(self, renderer: ChatRenderer, replies: list[str]) -> None:
+        super().__init__(renderer, replies)
+        self.sampling: list[SamplingParams] = []
+
+    async def generate(self, input_ids, sampling: SamplingParams) -> Completion:
+        self.sampling.append(sampling)
+        return await super().generate(input_ids, sampling)
+
+
+async def test_the_gateway_samples_the_policy_s_own_distribution_whatever_the_agent_asks(renderer, tiny_model_dir):
+    """Issue 49: the gateway passed an agent's temperature (0.7) through, so the recorded
+    behaviour log-probabilities were of the tempered distribution while the trainer recomputes at
+    temperature 1 (behaviour weights up to 30.9). By default (``agent_sampling: policy``) every
+    call samples the policy's own distribution; ``agent`` passes the agent's settings through
+    (data for SFT or evaluation), and a run refuses it."""
+    from agentrl.config import load_config
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.gateway import Gateway
+    from agentrl.rollout.gateway_config import GatewayConfig
+    from agentrl.run.run_config import RunConfig, check_run_config
+
+    body = {"messages": [{"role": "user", "content": "1+2?"}], "temperature": 0.7, "top_p": 0.9, "top_k": 5,
+            "presence_penalty": 1.0, "logit_bias": {"5": 3}, "max_tokens": 9, "stop": ["x"], "seed": 4}
+    sent = {}
+    for mode in ("policy", "agent"):
+        engine = RecordingEngine(renderer, ["\\boxed{3}"])
+        gateway = Gateway(engine, renderer, GatewayConfig(agent_sampling=mode))
+        session = gateway.open_session()
+        await gateway.call(session, lambda chat: chat.complete(body))
+        sent[mode] = engine.sampling[0]
+    policy, agent = sent["policy"], sent["agent"]
+    assert (policy.temperature, policy.top_p, policy.top_k, policy.presence_penalty, policy.logit_bias) == (
+        1.0, 1.0, -1, 0.0, {})
+    assert (policy.max_new_tokens, policy.stop, policy.seed) == (9, ["x"], 4)  # what does not reshape stays
+    assert (agent.temperature, agent.top_p, agent.top_k, agent.logit_bias) == (0.7, 0.9, 5, {5: 3.0})
+    cfg = load_config(RunConfig, None, [f"model={tiny_model_dir}", "rollout.source=gateway", "gateway.agent_sampling=agent"])
+    with pytest.raises(ConfigError, match="gateway.agent_sampling"):
+        check_run_config(cfg)
