@@ -39,6 +39,7 @@ from agentrl.inference.chat_format import (
     chat_request,
     chunk,
     keep_special_tokens,
+    plain_messages,
     sampling_fields,
     sse,
     token_logprobs,
@@ -123,6 +124,7 @@ def _chat_logprobs(state: ServerState, req: GenRequest) -> dict[str, Any]:
 async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
     """The prompt's ids, and how to read the answer (``assistant_message``'s keyword arguments)."""
     messages, tools, use_tools = chat_request(body)
+    messages = plain_messages(messages)  # content parts as text, never their Python repr
     reading = {"use_tools": use_tools, "tool_parser": state.config.tool_call_parser,
                "reasoning_parser": state.config.reasoning_parser, "tools": tools}
     keep_special_tokens(body, state.config.tool_call_parser, state.config.reasoning_parser)

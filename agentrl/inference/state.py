@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from agentrl.errors import ModelError, Refused
+from agentrl.errors import ConfigError, ModelError, Refused
 from agentrl.inference.lora_adapter import LoraWeights
 from agentrl.inference.prefix_cache import PrefixCache
 from agentrl.inference.scheduler import GenRequest, Scheduler
@@ -58,6 +58,10 @@ class ServerState:
         self.config = config
         self.model_path = config.model
         hf_config = read_config(config.model)
+        if config.context_length and config.context_length > hf_config.max_position_embeddings:
+            raise ConfigError(f"--context-length {config.context_length} is longer than this model's "
+                              f"max_position_embeddings ({hf_config.max_position_embeddings}): positions past it "
+                              f"were never trained; give at most {hf_config.max_position_embeddings}")
         context = config.context_length or min(hf_config.max_position_embeddings, DEFAULT_CONTEXT_LENGTH)
         pool = 0 if config.disable_radix_cache else (
             config.prefix_cache_tokens or min(config.max_running_requests * context, DEFAULT_PREFIX_CACHE_TOKENS))

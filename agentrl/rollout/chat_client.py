@@ -42,13 +42,14 @@ from openai import NotGiven, Omit
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from agentrl.api import InferenceClient, Message, Trajectory
+from agentrl.api import InferenceClient, Trajectory
 from agentrl.errors import Refused, RequestRejected
 from agentrl.inference.chat_format import (
     answer_chunks,
     assistant_message,
     chat_request,
     keep_special_tokens,
+    plain_messages,
     sampling_fields,
     token_logprobs,
     usage,
@@ -63,7 +64,6 @@ from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names
 log = logging.getLogger(__name__)
 
 _NO_CONTEXT_LIMIT = 1 << 31
-_TEXT_PARTS = ("text", "input_text", "output_text")
 
 
 class ChatClient:
@@ -133,7 +133,7 @@ class ChatClient:
         messages, tools, use_tools = chat_request(body, server="agentrl's chat client")
         keep_special_tokens(body, self.tool_call_parser, self.reasoning_parser)
         _check_unsupported(body)
-        text = await self.renderer.arender(_plain(messages), tools)
+        text = await self.renderer.arender(plain_messages(messages), tools)
         prompt = await self.conversation.aprompt(text)
         sampling, skip_special, no_stop_trim = self._sampling(body, len(prompt.ids),
                                                               self.conversation.budget(prompt))
@@ -296,22 +296,3 @@ def _check_unsupported(body: dict[str, Any]) -> None:
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise Refused("response_format other than {\"type\": \"text\"} (structured output) is not supported "
                          "by agentrl's chat client")
-
-
-def _plain(messages: list[Message]) -> list[Message]:
-    """Messages as the chat template takes them: content parts joined into one string."""
-    out = []
-    for i, m in enumerate(messages):
-        content = m.get("content")
-        if isinstance(content, list):
-            texts = []
-            for part in content:
-                if not (isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)):
-                    raise Refused(f"messages[{i}].content: only text parts are supported, got {str(part)[:80]}")
-                texts.append(part["text"])
-            m = {**m, "content": "".join(texts)}
-        elif content is not None and not isinstance(content, str):
-            raise Refused(f"messages[{i}].content must be a string or a list of text parts, "
-                             f"got {type(content).__name__}")
-        out.append(m)
-    return out

@@ -113,6 +113,11 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base_dir: str
         merged = peft.PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (ValueError, RuntimeError, KeyError) as e:  # shapes or names of another architecture
         raise ModelError(f"cannot apply the adapter {str(adapter)!r} to {str(base)!r}: {e}") from e
+    broken = [name for name, t in merged.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
+    if broken:  # agentrl serve refuses such an adapter too
+        raise ModelError(f"merging {str(adapter)!r} into {str(base)!r} gives non-finite weights ({broken[0]}"
+                         f"{f' and {len(broken) - 1} more' if len(broken) > 1 else ''}): the adapter or the base "
+                         "holds NaN or inf; merge a checkpoint from before the run diverged")
     tmp = staging_dir(out)
     try:
         merged.save_pretrained(str(tmp))

@@ -285,3 +285,30 @@ async def test_a_hung_adapter_read_holds_neither_the_worker_pool_nor_the_route(u
             await task
     release.set()
     assert await state.read_adapter_files(lambda: "read") == "read"
+
+
+def test_content_parts_are_rendered_as_their_text(server, tokenizer):
+    """Issue 49: OpenAI content parts (``[{"type": "text", ...}]``) were rendered as their
+    Python repr; they are their text now, as the gateway reads them, and an image part is a 400."""
+    parts = [{"role": "user", "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "1+2?"}]}]
+    plain = [{"role": "user", "content": "What is 1+2?"}]
+    ids = []
+    for messages in (parts, plain):
+        r = httpx.post(server + "/v1/chat/completions", timeout=30, json={
+            "messages": messages, "max_tokens": 1, "return_token_ids": True})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["choices"][0]["prompt_token_ids"])
+    assert ids[0] == ids[1] and "{'type'" not in tokenizer.decode(ids[0])
+    r = httpx.post(server + "/v1/chat/completions", timeout=30, json={"messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})
+    assert r.status_code == 400 and "only text parts are supported" in r.text, r.text
+
+
+def test_a_context_longer_than_the_model_s_positions_is_refused(untrained_model_dir):
+    """Issue 49: ``--context-length 4096`` was accepted on a model of 1,024 positions."""
+    from agentrl.errors import ConfigError
+    from agentrl.inference.serve_config import ServeConfig
+    from agentrl.inference.state import ServerState
+
+    with pytest.raises(ConfigError, match="longer than this model's max_position_embeddings \\(1024\\)"):
+        ServerState(ServeConfig(model=str(untrained_model_dir), context_length=4096))

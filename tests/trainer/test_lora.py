@@ -347,3 +347,21 @@ def test_model_merge_never_removes_what_it_did_not_make(small_model, tmp_path):
     assert merge(tmp_path / "fresh") == 0 and (tmp_path / "fresh" / "config.json").is_file()
     assert not list(tmp_path.glob(".*partial")) and sorted(str(p) for p in run.rglob("*")) == [
         p for p in before if p.startswith(f"{run}/")]
+
+
+def test_model_merge_refuses_a_nan_adapter(small_model, tmp_path):
+    """Issue 49: a NaN adapter merged into a NaN checkpoint (serve refuses the same adapter)."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.trainer.lora import apply_lora, merge_adapter
+
+    adapter = tmp_path / "adapter"
+    apply_lora(AutoModelForCausalLM.from_pretrained(str(small_model), dtype=torch.float32), LORA).save_pretrained(
+        str(adapter))
+    weights = load_file(adapter / "adapter_model.safetensors")
+    name = next(k for k in weights if "lora_B" in k)
+    save_file({**weights, name: torch.full_like(weights[name], float("nan"))}, adapter / "adapter_model.safetensors")
+    with pytest.raises(ModelError, match="non-finite weights .*NaN or inf"):
+        merge_adapter(adapter, tmp_path / "merged", base_dir=small_model)
+    assert not (tmp_path / "merged").exists() and not list(tmp_path.glob(".merged*"))
