@@ -33,7 +33,7 @@ from typing import Any
 from agentrl.errors import ConfigError
 from agentrl.output_dir import claim_output_dir, replace_dir, staging_dir
 from agentrl.rollout.record import reward_input
-from agentrl.rollout.recorded import read_rows, recorded_steps
+from agentrl.rollout.recorded import checked_rows, model_vocab_size, recorded_steps
 
 
 def load_reward(spec: str) -> Callable[[Any], Any]:
@@ -89,7 +89,7 @@ async def replay_rewards(run_dir: str | Path, spec: str, out: str | Path | None 
                               inputs=(steps[0].parent,), force=force)
     tmp = staging_dir(target)
     try:
-        summary = await _rescore(steps, fn, spec, tmp)
+        summary = await _rescore(steps, fn, spec, tmp, run_vocab_size(run_dir))
         summary["out"] = str(target)
         (tmp / "replay_summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     except BaseException:
@@ -99,12 +99,23 @@ async def replay_rewards(run_dir: str | Path, spec: str, out: str | Path | None 
     return summary
 
 
-async def _rescore(steps: list[Path], fn: Callable[[Any], Any], spec: str, out: Path) -> dict[str, Any]:
+def run_vocab_size(run_dir: str | Path) -> int | None:
+    """The vocabulary size of the model ``RUN_DIR/config.yaml`` names (None: no such run or model)."""
+    import yaml
+
+    try:
+        return model_vocab_size(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()).get("model"))
+    except (OSError, AttributeError, yaml.YAMLError):
+        return None
+
+
+async def _rescore(steps: list[Path], fn: Callable[[Any], Any], spec: str, out: Path,
+                   vocab_size: int | None) -> dict[str, Any]:
     counts = {"episodes": 0, "rescored": 0, "changed": 0, "unscored": 0}
     before: list[float] = []
     after: list[float] = []
     for path in steps:
-        rows = read_rows(path)
+        rows = [row for row, _ in checked_rows(path, vocab_size)]
         for members in episodes(rows):
             counts["episodes"] += 1
             record = next((r.get("record") for r in members if r.get("record")), None)

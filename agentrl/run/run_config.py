@@ -453,10 +453,10 @@ def check_run_config(cfg: RunConfig) -> None:
 
 def check_recorded(cfg: RunConfig) -> None:
     """``rollout.source`` a path: recorded steps that this run's batches can be, one for one."""
-    from agentrl.rollout.recorded import RecordedEpisodes
+    from agentrl.rollout.recorded import RecordedEpisodes, model_vocab_size
 
     try:
-        recorded = RecordedEpisodes(cfg.rollout.recorded)
+        recorded = RecordedEpisodes(cfg.rollout.recorded, model_vocab_size(cfg.model))
     except ConfigError as e:
         raise ConfigError(f"config key 'rollout.source': {cfg.rollout.source!r} is not workflow or gateway, and "
                           f"as a path: {e}") from None

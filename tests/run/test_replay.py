@@ -76,7 +76,9 @@ def test_out_never_overwrites_an_earlier_replay_or_the_run(tmp_path):
     of the earlier replay is left beside the new ones); the run and its record never are."""
     run = tmp_path / "run"
     (run / "record").mkdir(parents=True)
-    row = {"episode_id": "e0", "status": "failed", "reward": 0.0}
+    from agentrl.api import Trajectory, TrajectoryStatus
+
+    row = Trajectory.failed(TrajectoryStatus.ENV_ERROR, group_id="g", episode_id="e0").to_dict()
     (run / "record" / "step_000001.jsonl").write_text(json.dumps(row) + "\n")
     (run / "metrics.jsonl").write_text("{}\n")
     first = tmp_path / "first"
@@ -95,3 +97,32 @@ def test_out_never_overwrites_an_earlier_replay_or_the_run(tmp_path):
     run_replay(run, "agentrl.env.rewards:boxed_format")
     with pytest.raises(ConfigError, match="rewards.boxed_format' exists and is not empty"):
         run_replay(run, "agentrl.env.rewards:boxed_format")
+
+
+@pytest.mark.parametrize("damage", ["oov", "nan", "short-mask", "duplicate", "not-utf8", "deep"])
+def test_rows_are_checked_before_anything_is_written(damage, tmp_path, tiny_model_dir):
+    """Issue 49: replay copied rows it never checked — token ids outside the model's vocabulary,
+    NaN log-probabilities, masks shorter than the ids — and a row recorded twice trained as a
+    larger group. Each is refused by file:line, and nothing is written."""
+    from agentrl.api import Trajectory
+
+    run = tmp_path / "run"
+    (run / "record").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"model: {tiny_model_dir}\n")
+    row = Trajectory([5, 6, 7], [0, 1, 1], [0.0, -0.5, -0.25], [-1, 0, 0], 1.0, "g", "e0").to_dict()
+    other = {**row, "episode_id": "e1"}
+    bad = {"oov": {**other, "input_ids": [5, 6, 10**6]}, "nan": {**other, "logprobs": [0.0, float("nan"), -0.1]},
+           "short-mask": {**other, "loss_mask": [0, 1]}, "duplicate": row}.get(damage)
+    step = run / "record" / "step_000001.jsonl"
+    if damage == "not-utf8":
+        step.write_bytes(json.dumps(row).encode() + b"\n\xff\xfe\n")
+    elif damage == "deep":
+        step.write_text(json.dumps(row) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    else:
+        step.write_text(json.dumps(row) + "\n" + json.dumps(bad) + "\n")
+    expected = {"oov": "step_000001.jsonl:2: token id 1000000 is outside the model's vocabulary",
+                "nan": "step_000001.jsonl:2: not a recorded trajectory", "short-mask": ":2: not a recorded trajectory",
+                "duplicate": ":2: repeats line 1", "not-utf8": "not UTF-8 text", "deep": ":2: not a JSON line"}[damage]
+    with pytest.raises(ConfigError, match=expected):
+        run_replay(run, "agentrl.env.rewards:boxed_format", tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
