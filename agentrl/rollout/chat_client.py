@@ -133,7 +133,13 @@ class ChatClient:
         messages, tools, use_tools = chat_request(body, server="agentrl's chat client")
         keep_special_tokens(body, self.tool_call_parser, self.reasoning_parser)
         _check_unsupported(body)
-        text = await self.renderer.arender(plain_messages(messages), tools)
+        try:
+            text = await self.renderer.arender(plain_messages(messages), tools)
+        except Refused:
+            raise
+        except Exception as e:  # the template's complaint (Jinja raises anything) is the request's fault: a 400
+            raise Refused(f"the chat template could not render these messages: {type(e).__name__}: "
+                          f"{str(e)[:200]}") from e
         prompt = await self.conversation.aprompt(text)
         sampling, skip_special, no_stop_trim = self._sampling(body, len(prompt.ids),
                                                               self.conversation.budget(prompt))

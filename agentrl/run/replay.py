@@ -69,9 +69,12 @@ def episodes(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
 
 
 async def _score(fn: Callable[[Any], Any], inp: Any, spec: str, where: str) -> float:
-    value = fn(inp)
-    if inspect.isawaitable(value):
-        value = await value
+    try:
+        value = fn(inp)
+        if inspect.isawaitable(value):
+            value = await value
+    except Exception as e:  # the user's function failed: one line naming it and the episode, not a traceback
+        raise ConfigError(f"--reward {spec!r} raised {type(e).__name__}: {str(e)[:200]} for {where}") from e
     if isinstance(value, bool):
         value = float(value)
     if not isinstance(value, int | float) or not math.isfinite(value):
@@ -119,7 +122,11 @@ async def _rescore(steps: list[Path], fn: Callable[[Any], Any], spec: str, out: 
         for members in episodes(rows):
             counts["episodes"] += 1
             record = next((r.get("record") for r in members if r.get("record")), None)
-            inp = reward_input(record) if record is not None else None
+            try:
+                inp = reward_input(record) if record is not None else None
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
+                raise ConfigError(f"{path}: episode {members[0].get('episode_id')}: its record is not one agentrl "
+                                  f"wrote ({type(e).__name__}: {str(e)[:200]})") from None
             if inp is None or any(r.get("status") != "ok" for r in members):
                 counts["unscored"] += 1
                 continue

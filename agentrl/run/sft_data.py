@@ -307,11 +307,14 @@ def _lines(spec: str, seed: int, max_bytes: int | None = None) -> Iterator[tuple
 
 
 def load_examples(specs: Iterable[str], renderer: ChatRenderer, *, seed: int = 0,
-                  min_reward: float | None = None, max_tokens: int | None = None) -> SftData:
+                  min_reward: float | None = None, max_tokens: int | None = None,
+                  vocab_size: int | None = None) -> SftData:
     """Every record of ``specs``; see the module docstring. Examples longer than ``max_tokens``
     (a line too long to fit it whatever its tokens is not even parsed) and examples without a
-    loss token are dropped and counted."""
+    loss token are dropped and counted. A token id outside ``vocab_size`` (default: the
+    tokenizer's size) is refused by location."""
     data = SftData([])
+    vocab = vocab_size or len(renderer.tokenizer)
     max_bytes = None if max_tokens is None else max_tokens * renderer.bytes_per_token * JSON_ESCAPE
     for spec in specs:
         for where, obj in _lines(spec, seed, max_bytes):
@@ -325,6 +328,9 @@ def load_examples(specs: Iterable[str], renderer: ChatRenderer, *, seed: int = 0
             kept = []
             for e in examples:
                 e.source = where
+                if e.input_ids and max(e.input_ids) >= vocab:
+                    raise ConfigError(f"{where}: token id {max(e.input_ids)} is outside the model's vocabulary "
+                                      f"({vocab} ids); these tokens come from another model")
                 if e.loss_mask:
                     e.loss_mask[0] = 0  # nothing predicts the first token
                 if max_tokens is not None and len(e.input_ids) > max_tokens:

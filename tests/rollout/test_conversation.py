@@ -299,3 +299,20 @@ async def test_the_gateway_samples_the_policy_s_own_distribution_whatever_the_ag
     cfg = load_config(RunConfig, None, [f"model={tiny_model_dir}", "rollout.source=gateway", "gateway.agent_sampling=agent"])
     with pytest.raises(ConfigError, match="gateway.agent_sampling"):
         check_run_config(cfg)
+
+
+async def test_a_request_the_template_cannot_render_is_a_400_as_on_serve(renderer):
+    """Issue 49: the gateway answered 500 where ``agentrl serve`` answers 400 for the same
+    request faults — a template's UndefinedError, a conversation nested past the recursion limit."""
+    from agentrl.rollout.gateway_routes import refusal
+
+    client = ChatClient(ScriptedEngine(renderer, ["x"]), renderer)
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    for messages in ([{"role": "user", "content": "hi", "extra": deep}],
+                     [{"role": "assistant", "content": "x", "tool_calls": [{"function": None}]}]):
+        with pytest.raises(RequestRejected) as info:
+            await client.complete({"messages": messages})  # what the gateway's route calls
+        assert info.value.status_code == 400 and "could not render" in str(info.value), info.value
+        assert refusal(info.value, 1).status == 400

@@ -126,3 +126,21 @@ def test_rows_are_checked_before_anything_is_written(damage, tmp_path, tiny_mode
     with pytest.raises(ConfigError, match=expected):
         run_replay(run, "agentrl.env.rewards:boxed_format", tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_a_reward_that_raises_and_a_garbage_record_are_one_line(tmp_path, monkeypatch):
+    """Issue 49: both were tracebacks."""
+    from agentrl.api import Trajectory
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    run = tmp_path / "run"
+    (run / "record").mkdir(parents=True)
+    record = {"events": [{"kind": "reset", "task": {"answer": "3"}}, {"kind": "step", "action": "\\boxed{3}"}]}
+    row = Trajectory([5, 6], [0, 1], [0.0, -0.5], [-1, 0], 1.0, "g", "e0", record=record).to_dict()
+    step = run / "record" / "step_000001.jsonl"
+    step.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ConfigError, match=r"--reward 'replay_rewards:raises' raised ZeroDivisionError: .* episode e0"):
+        run_replay(run, "replay_rewards:raises", tmp_path / "a")
+    step.write_text(json.dumps({**row, "record": {"events": [{"kind": 3}, "garbage"]}}) + "\n")
+    with pytest.raises(ConfigError, match="episode e0: its record is not one agentrl wrote"):
+        run_replay(run, "agentrl.env.rewards:boxed_format", tmp_path / "b")

@@ -90,6 +90,8 @@ def test_path_errors_of_train_and_eval_are_one_line(tmp_path):
         assert out.returncode == 2 and "Traceback" not in out.stderr, (cmd, args, out.stderr[-2000:])
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert "is a file, not a directory" in out.stderr or "cannot make the directory" in out.stderr
+        if "file" in args[-1]:  # issue 49: refused before the placement lines, which promised a run
+            assert "placement" not in out.stdout, out.stdout
 
 
 def test_a_run_dir_holding_another_run_is_refused_naming_resume(trained_run, tmp_path):

@@ -175,6 +175,7 @@ BAD_LINES = [
         {"type": "function", "function": {"name": "calculator", "arguments": "{expression: 1+1"}}]}],
       "tools": [CALCULATOR_TOOL]}, "arguments is not JSON"),
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ({"input_ids": [1, 2, 10**6], "loss_mask": [0, 1, 1]}, "token id 1000000 is outside the model's vocabulary"),
 ]
 
 
