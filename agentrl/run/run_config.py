@@ -342,6 +342,18 @@ def dataset_rows(spec: str, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
+def check_weights(model: Path) -> None:
+    """Refuse a model directory whose safetensors are missing or unreadable (one line, not the
+    loader's traceback); the headers are read, not the weights."""
+    from agentrl.client.checkpoint_check import read_headers
+    from agentrl.errors import RequestRejected
+
+    try:
+        read_headers(model)
+    except RequestRejected as e:
+        raise ConfigError(f"config key 'model': {e}") from None
+
+
 def check_run_config(cfg: RunConfig) -> None:
     """Refuse, before anything starts, what cannot work; each error names its config key."""
     from agentrl.plugins import load_object
@@ -350,6 +362,7 @@ def check_run_config(cfg: RunConfig) -> None:
     if not (model / "config.json").is_file():
         raise ConfigError(f"config key 'model': {cfg.model!r} is not a model directory (no config.json); "
                           "build the demo one with `agentrl model tiny --out DIR`")
+    check_weights(model)
     check_context(cfg, model)
     if cfg.rollout.worker == "process" and (here := rollout_stays_in_rank_0(cfg)):
         raise ConfigError(f"config key 'rollout.worker': process cannot run with {here}; use thread (or auto)")

@@ -207,3 +207,21 @@ def test_agentrl_eval_resumes_only_results_of_the_same_settings(tiny_server, tmp
     assert other.returncode == 2 and "holds results measured with other settings (sampling:" in other.stderr, \
         other.stderr[-2000:]
     assert "evaluate into another --out" in other.stderr
+
+
+def test_a_model_with_missing_or_truncated_weights_is_one_line(tiny_model_dir, tmp_path):
+    """Issue 49: a 64-byte safetensors, or none, was the loader's traceback."""
+    from agentrl.config import load_config
+    from agentrl.errors import ModelError
+    from agentrl.model.tinymodel import load_model
+    from agentrl.run.run_config import RunConfig, check_run_config
+
+    model = shutil.copytree(tiny_model_dir, tmp_path / "m", ignore=shutil.ignore_patterns("*.safetensors"))
+    cfg = load_config(RunConfig, None, [f"model={model}"])
+    with pytest.raises(ConfigError, match="config key 'model': .* has no \\*.safetensors files"):
+        check_run_config(cfg)
+    (model / "model.safetensors").write_bytes((tiny_model_dir / "model.safetensors").read_bytes()[:64])
+    with pytest.raises(ConfigError, match="config key 'model': .* is not a safetensors file"):
+        check_run_config(cfg)
+    with pytest.raises(ModelError, match="cannot load the model"):
+        load_model(model)
