@@ -56,14 +56,25 @@ T = TypeVar("T")
 
 
 def native_routes(state: ServerState) -> APIRouter:
-    """SGLang's native HTTP API over ``state``'s engine."""
+    """SGLang's native HTTP API over ``state``'s engine, in three groups: generation (``/generate``,
+    pause, continue, abort), weights and memory (disk updates, the version label, the cache, memory
+    release), LoRA adapters, and information (model and server info, health, load)."""
     router = APIRouter()
+    generation_routes(router, state)
+    weight_routes(router, state)
+    adapter_routes(router, state)
+    info_routes(router, state)
+    return router
 
-    async def control_body(cls: type[T], http: Request, *, allow_empty: bool = False) -> T:
-        """A control route's body, checked against its declaration (``control_bodies``)."""
-        raw = await read_json(http, state.config.max_request_bytes, allow_empty=allow_empty)
-        return parse_body(cls, raw, status=400, sglang=True)
 
+async def control_body(state: ServerState, cls: type[T], http: Request, *, allow_empty: bool = False) -> T:
+    """A control route's body, checked against its declaration (``control_bodies``)."""
+    raw = await read_json(http, state.config.max_request_bytes, allow_empty=allow_empty)
+    return parse_body(cls, raw, status=400, sglang=True)
+
+
+def generation_routes(router: APIRouter, state: ServerState) -> None:
+    """``/generate`` (POST and PUT), ``/pause_generation``, ``/continue_generation``, ``/abort_request``."""
     generate_body = json_body(openapi.generate(state.bounds))
 
     @router.post("/generate", openapi_extra=generate_body)
@@ -74,7 +85,7 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.post("/pause_generation", openapi_extra=json_body(body_schema(PauseGeneration), required=False))
     async def pause_generation(http: Request):
-        body = await control_body(PauseGeneration, http, allow_empty=True)
+        body = await control_body(state, PauseGeneration, http, allow_empty=True)
         await asyncio.wrap_future(state.scheduler.pause(body.mode))
         await asyncio.sleep(0)  # let the aborted requests' handlers answer first
         return {"message": "Generation paused successfully.", "status": "ok"}
@@ -87,10 +98,14 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.post("/abort_request", openapi_extra=json_body(body_schema(AbortRequest), required=False))
     async def abort_request(http: Request):
-        body = await control_body(AbortRequest, http, allow_empty=True)
+        body = await control_body(state, AbortRequest, http, allow_empty=True)
         state.scheduler.abort(body.rid, body.abort_all)
         return Response(status_code=200)
 
+
+def weight_routes(router: APIRouter, state: ServerState) -> None:
+    """``/update_weights_from_disk``, ``/update_weight_version``, ``/flush_cache``,
+    ``/release_memory_occupation``, ``/resume_memory_occupation``."""
     @router.post("/update_weights_from_disk", openapi_extra=json_body(body_schema(UpdateWeightsFromDisk)))
     async def update_weights_from_disk(http: Request):
         raw = await read_json(http, state.config.max_request_bytes)
@@ -122,7 +137,7 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.post("/update_weight_version", openapi_extra=json_body(body_schema(UpdateWeightVersion)))
     async def update_weight_version(http: Request):
-        body = await control_body(UpdateWeightVersion, http)
+        body = await control_body(state, UpdateWeightVersion, http)
         new = body.new_version
         if not new:
             raise Refused("new_version is required (a non-empty string)")
@@ -131,9 +146,42 @@ def native_routes(state: ServerState) -> APIRouter:
         await asyncio.wrap_future(state.scheduler.install_weights(state.decoder.weights, new))
         return {"success": True, "message": f"Weight version updated to {new}", "new_version": new}
 
+    @router.get("/flush_cache")
+    @router.post("/flush_cache", operation_id="flush_cache_post")
+    async def flush_cache():
+        if not await asyncio.wrap_future(state.scheduler.flush_cache()):
+            return PlainTextResponse(
+                "Cache not flushed. Please check the server log for details. (There are running or "
+                "waiting requests.)", status_code=400)
+        return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. "
+                                 "(When there are running or waiting requests, the operation will not be performed.)\n")
+
+    memory_body = json_body(body_schema(MemoryOccupation), required=False)
+
+    async def memory_tags(http: Request) -> set[str]:
+        if http.method == "GET":
+            return MemoryOccupation().chosen()
+        return (await control_body(state, MemoryOccupation, http, allow_empty=True)).chosen()
+
+    @router.get("/release_memory_occupation")
+    @router.post("/release_memory_occupation", openapi_extra=memory_body, operation_id="release_memory_post")
+    async def release_memory_occupation(http: Request):
+        await asyncio.wrap_future(state.scheduler.release_memory(await memory_tags(http)))
+        return None  # SGLang's handler answers nothing: 200, null
+
+    @router.get("/resume_memory_occupation")
+    @router.post("/resume_memory_occupation", openapi_extra=memory_body, operation_id="resume_memory_post")
+    async def resume_memory_occupation(http: Request):
+        await asyncio.wrap_future(state.scheduler.resume_memory(await memory_tags(http)))
+        return None
+
+
+def adapter_routes(router: APIRouter, state: ServerState) -> None:
+    """``/load_lora_adapter`` and ``/unload_lora_adapter`` (read from disk off the worker pool:
+    ``ServerState.read_adapter_files``)."""
     @router.post("/load_lora_adapter", openapi_extra=json_body(body_schema(LoadLoraAdapter)))
     async def load_lora_adapter(http: Request):
-        body = await control_body(LoadLoraAdapter, http)
+        body = await control_body(state, LoadLoraAdapter, http)
         name, path = body.lora_name, body.lora_path
         if not name or not path:
             raise Refused("lora_name and lora_path are required: a name for the adapter and its directory")
@@ -151,41 +199,16 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.post("/unload_lora_adapter", openapi_extra=json_body(body_schema(UnloadLoraAdapter)))
     async def unload_lora_adapter(http: Request):
-        body = await control_body(UnloadLoraAdapter, http)
+        body = await control_body(state, UnloadLoraAdapter, http)
         if state.loras.pop(body.lora_name, None) is None:
             return JSONResponse(_lora_update(state, f"LoRA with name {body.lora_name[:200]} does not exist. Loaded "
                                                     f"LoRAs: {sorted(state.loras)}"), status_code=400)
         return _lora_update(state)
 
-    @router.get("/flush_cache")
-    @router.post("/flush_cache", operation_id="flush_cache_post")
-    async def flush_cache():
-        if not await asyncio.wrap_future(state.scheduler.flush_cache()):
-            return PlainTextResponse(
-                "Cache not flushed. Please check the server log for details. (There are running or "
-                "waiting requests.)", status_code=400)
-        return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. "
-                                 "(When there are running or waiting requests, the operation will not be performed.)\n")
 
-    memory_body = json_body(body_schema(MemoryOccupation), required=False)
-
-    async def memory_tags(http: Request) -> set[str]:
-        if http.method == "GET":
-            return MemoryOccupation().chosen()
-        return (await control_body(MemoryOccupation, http, allow_empty=True)).chosen()
-
-    @router.get("/release_memory_occupation")
-    @router.post("/release_memory_occupation", openapi_extra=memory_body, operation_id="release_memory_post")
-    async def release_memory_occupation(http: Request):
-        await asyncio.wrap_future(state.scheduler.release_memory(await memory_tags(http)))
-        return None  # SGLang's handler answers nothing: 200, null
-
-    @router.get("/resume_memory_occupation")
-    @router.post("/resume_memory_occupation", openapi_extra=memory_body, operation_id="resume_memory_post")
-    async def resume_memory_occupation(http: Request):
-        await asyncio.wrap_future(state.scheduler.resume_memory(await memory_tags(http)))
-        return None
-
+def info_routes(router: APIRouter, state: ServerState) -> None:
+    """``/model_info``, ``/server_info`` (and their ``get_`` names), ``/health``, ``/health_generate``,
+    ``/ready``, ``/get_load``, ``/v1/loads``."""
     @router.get("/model_info")
     @router.get("/get_model_info")
     async def model_info():
@@ -261,8 +284,6 @@ def native_routes(state: ServerState) -> APIRouter:
                            "max_total_num_tokens": state.scheduler.context_length * state.config.max_running_requests,
                            "token_usage": 0.0, "gen_throughput": 0.0,
                            "cache_hit_rate": state.scheduler.cache_stats()["cache_hit_rate"]}]}
-
-    return router
 
 
 UNSUPPORTED = ("input_embeds", "image_data", "video_data", "audio_data", "session_id",
