@@ -227,8 +227,10 @@ class Gateway:
 
     async def end_session(self, session_id: str, *, discount: float | None = None, style: ExportStyle = "concat",
                           status: TrajectoryStatus | None = None, error: str = "") -> list[Trajectory]:
-        """End a session: its trajectories (written and handed to ``on_episode``). ``status``
-        marks them failed (the tokens are kept); a session whose last call failed is failed."""
+        """End a session: its trajectories (written and handed to ``on_episode``). Each call's
+        reward becomes its return with ``discount`` (default ``config.discount``, 1: every segment
+        of an agent that rewrote its history carries the episode's reward, not only the last).
+        ``status`` marks them failed (the tokens are kept); a session whose last call failed is failed."""
         session = self._by_id.get(session_id)
         if session is None or session.ended:
             raise RolloutError(f"no open session {session_id!r}")
@@ -241,8 +243,7 @@ class Gateway:
         self._by_id.pop(session.id, None)
         self._by_key.pop(session.key, None)
         chat = session.chat
-        if discount is not None:
-            chat.apply_reward_discount(discount)
+        chat.apply_reward_discount(self.config.discount if discount is None else discount)
         trajectories = chat.export_trajectories(style)
         if status is None and session.failure is not None:
             status, error = session.failure

@@ -316,3 +316,20 @@ async def test_a_request_the_template_cannot_render_is_a_400_as_on_serve(rendere
             await client.complete({"messages": messages})  # what the gateway's route calls
         assert info.value.status_code == 400 and "could not render" in str(info.value), info.value
         assert refusal(info.value, 1).status == 400
+
+
+async def test_the_episode_s_reward_reaches_every_segment_by_default(renderer):
+    """Issue 49: an agent that rewrites its history (mini-swe-agent drops a reply after a format
+    error) gives several trajectories, and the reward set on its last call reached only the
+    last unless /end carried ``discount: 1.0``: GRPO averaged the episode's reward with zeros."""
+    from agentrl.rollout.gateway import Gateway
+
+    gateway = Gateway(ScriptedEngine(renderer, ["bad format", "\\boxed{3}"]), renderer)
+    session = gateway.open_session()
+    first = [{"role": "user", "content": "1+2?"}]
+    await gateway.call(session, lambda chat: chat.complete({"messages": first}))
+    # the agent drops the bad reply and asks again with another instruction: history rewritten
+    await gateway.call(session, lambda chat: chat.complete({"messages": [{"role": "user", "content": "1+2? Box it."}]}))
+    session.chat.set_last_reward(1.0)
+    trajectories = await gateway.end_session(session.id)
+    assert len(trajectories) == 2 and [t.reward for t in trajectories] == [1.0, 1.0]
