@@ -65,3 +65,13 @@ def test_no_parser_raises_on_deep_nesting_or_on_tools_of_the_wrong_shape():
                 assert isinstance(out.content, str) and not (tools and out.tool_calls), (tool_parser, text[:40])
     found = parse('<tool_call>{"name": "f", "arguments": {}}</tool_call>', tools=[{"function": None}])
     assert not found.tool_calls and "there is no tool 'f'" in found.errors[0]
+
+
+def test_a_reply_in_another_family_s_format_is_named():
+    """Issue 49: the gateway gave no hint when its tool parser did not match the model's template."""
+    from agentrl.toolcalls import format_hint
+
+    hermes = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert format_hint(hermes, "llama3") == ["glm45", "hermes", "qwen", "qwen25", "qwen3_coder"]
+    assert format_hint(hermes, "qwen25") == [] and format_hint("no call here", "llama3") == []
+    assert format_hint('[TOOL_CALLS][{"name": "f", "arguments": {}}]', "qwen25") == ["mistral"]

@@ -59,7 +59,7 @@ from agentrl.inference.wire import check_type, output_text
 from agentrl.rollout.conversation import ExportStyle, TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.responses import chat_body, response_from_chat, response_id
-from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names, format_hint
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,18 @@ class ChatClient:
             self._take_back(answer["id"])
             raise
 
+    def _hint_format(self, content: str) -> None:
+        """Say once (per parser and format) when a reply holds another family's call markers:
+        the tool parser does not match the model's chat template, and its calls are lost."""
+        others = format_hint(content, self.tool_call_parser)
+        key = (self.tool_call_parser, tuple(others))
+        if others and key not in _said_formats:
+            _said_formats.add(key)
+            log.warning("a reply holds the tool-call markers of %s, but tool calls are read as %s: no call was "
+                        "found in it; set the tool parser that matches the model's chat template "
+                        "(agentrl gateway --tool-call-parser, a run's gateway.tool_call_parser); said once",
+                        " or ".join(others), self.tool_call_parser)
+
     def _take_back(self, call_id: str) -> None:
         """A recorded call whose answer could not be built: out of the conversation (never trained
         on), and counted in ``unanswered`` (the gateway adds it to ``calls_abandoned``)."""
@@ -160,6 +172,8 @@ class ChatClient:
         message, finish, matched = assistant_message(
             content, use_tools, completion.finish_reason, completion.matched_stop,
             tool_parser=self.tool_call_parser, reasoning_parser=self.reasoning_parser, tools=tools)
+        if use_tools and not message.get("tool_calls"):
+            self._hint_format(content)
         choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
                                   "matched_stop": matched}
         if body.get("logprobs"):
@@ -266,6 +280,7 @@ SHAPING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequen
 values: with ``policy_sampling`` an agent's are dropped, so every token is drawn from the
 policy's own distribution (the one the trainer recomputes at temperature 1)."""
 _said = {"policy_sampling": False}
+_said_formats: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def _request_body(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -333,3 +333,18 @@ async def test_the_episode_s_reward_reaches_every_segment_by_default(renderer):
     session.chat.set_last_reward(1.0)
     trajectories = await gateway.end_session(session.id)
     assert len(trajectories) == 2 and [t.reward for t in trajectories] == [1.0, 1.0]
+
+
+async def test_a_parser_that_does_not_match_the_model_is_said_once(renderer, caplog):
+    """Issue 49: a reply in another family's call format was silently plain content."""
+    from agentrl.model.arith_data import CALCULATOR_TOOL
+
+    reply = '<tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}</tool_call>'
+    client = ChatClient(ScriptedEngine(renderer, [reply, reply]), renderer, tool_call_parser="llama3")
+    body = {"messages": [{"role": "user", "content": "1+2?"}], "tools": [CALCULATOR_TOOL]}
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            answer = await client.complete(body)
+    assert not answer["choices"][0]["message"].get("tool_calls")
+    said = [r.message for r in caplog.records if "tool-call markers" in r.message]
+    assert len(said) == 1 and "hermes" in said[0] and "read as llama3" in said[0]
