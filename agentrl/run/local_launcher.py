@@ -139,11 +139,16 @@ def ensure_server_key() -> str:
     return key
 
 
-SGLANG_WITH_KEY = ("import os, runpy, sys; sys.argv[0] = 'sglang.launch_server'; "
-                   f"sys.argv += ['--api-key', os.environ[{SERVER_KEY_ENV!r}]]; "
-                   "runpy.run_module('sglang.launch_server', run_name='__main__')")
-"""``python -c`` of SGLang's launcher with the run's key added to its arguments inside the process:
-SGLang takes its key only as ``--api-key``, and ``/proc/PID/cmdline`` shows the original ones."""
+def keyed_module(module: str) -> str:
+    """``python -c`` code that runs ``module`` as ``python -m`` would, with ``--api-key`` and the
+    run's key added to its arguments inside the process: SGLang and its router take their key only
+    as ``--api-key``, and ``/proc/PID/cmdline`` shows the original arguments, not these."""
+    return (f"import os, runpy, sys; sys.argv[0] = {module!r}; "
+            f"sys.argv += ['--api-key', os.environ[{SERVER_KEY_ENV!r}]]; "
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+
+
+SGLANG_WITH_KEY = keyed_module("sglang.launch_server")
 
 
 def server_gpu(cfg: Any, index: int) -> int:

@@ -27,7 +27,14 @@ from agentrl.process.services import background_server
 from agentrl.rollout.gateway import Gateway
 from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.rollout.gateway_routes import build_app
-from agentrl.run.local_launcher import SGLANG_WITH_KEY, ManagedServer, Run, ensure_server_key, vllm_command
+from agentrl.run.local_launcher import (
+    SGLANG_WITH_KEY,
+    ManagedServer,
+    Run,
+    ensure_server_key,
+    keyed_module,
+    vllm_command,
+)
 from agentrl.run.run_config import RunConfig
 
 sys.path.insert(0, str(WORKER_DIR))
@@ -57,6 +64,13 @@ def test_vllm_and_sglang_get_the_key_off_the_command_line(monkeypatch, tmp_path)
                          timeout=60)
     argv, cmdline = out.stdout.split("] ", 1)
     assert argv == "['--port', '1', '--api-key', 'k-456'" and "k-456" not in cmdline, out
+    # SGLang's router the same way (it then sends the key to the servers and requires it of its clients)
+    from agentrl.run.router import SGLangRouter
+    from agentrl.run.run_config import InferenceConfig
+
+    monkeypatch.setenv(SERVER_KEY_ENV, "k-789")
+    router = SGLangRouter(["http://127.0.0.1:1"], InferenceConfig(), tmp_path / "router.log").command()
+    assert router[1:3] == ["-c", keyed_module("sglang_router.launch_router")] and "k-789" not in " ".join(router)
 
 
 def test_vllm_s_dev_routes_need_the_key():
