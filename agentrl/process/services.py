@@ -17,7 +17,9 @@ even when the parent is SIGKILLed (Linux's parent-death signal). Every service r
 stacks running side by side, rounds interleaved: the gateway costs 4% of the completions per
 second ``agentrl serve`` answers directly, against 16% with asyncio's loop and h11 (the server
 alone answers as many either way, within noise). ``exit_on_signals`` makes SIGTERM and SIGHUP
-run a program's ``finally`` blocks, so the children it started are stopped.
+run a program's ``finally`` blocks, so the children it started are stopped. ``keyed_module``
+starts a program that takes its key only as ``--api-key`` (SGLang, its router) with the key from
+the environment, out of the process listing.
 
 What it is not: the apps themselves, nor a launcher for SGLang (``python -m
 sglang.launch_server`` on GPU machines; pass their URLs to ``RemoteEngine``).
@@ -344,3 +346,12 @@ class ServerProcess(ServiceProcess):
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
                **(extra_env or {})}
         super().__init__(cmd, ready=SERVE_READY, startup_timeout=startup_timeout, env=env, log_path=log_path)
+
+
+def keyed_module(module: str, key_env: str) -> str:
+    """``python -c`` code that runs ``module`` as ``python -m`` would, with ``--api-key`` and the
+    key in ``$key_env`` added to its arguments inside the process: SGLang and its router take their key only
+    as ``--api-key``, and ``/proc/PID/cmdline`` shows the original arguments, not these."""
+    return (f"import os, runpy, sys; sys.argv[0] = {module!r}; "
+            f"sys.argv += ['--api-key', os.environ[{key_env!r}]]; "
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")

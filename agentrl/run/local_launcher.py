@@ -56,6 +56,7 @@ from agentrl.process.services import (
     ServiceProcess,
     die_with_parent,
     free_port,
+    keyed_module,
     pump_output,
     stop_process,
 )
@@ -139,16 +140,7 @@ def ensure_server_key() -> str:
     return key
 
 
-def keyed_module(module: str) -> str:
-    """``python -c`` code that runs ``module`` as ``python -m`` would, with ``--api-key`` and the
-    run's key added to its arguments inside the process: SGLang and its router take their key only
-    as ``--api-key``, and ``/proc/PID/cmdline`` shows the original arguments, not these."""
-    return (f"import os, runpy, sys; sys.argv[0] = {module!r}; "
-            f"sys.argv += ['--api-key', os.environ[{SERVER_KEY_ENV!r}]]; "
-            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
-
-
-SGLANG_WITH_KEY = keyed_module("sglang.launch_server")
+SGLANG_WITH_KEY = keyed_module("sglang.launch_server", SERVER_KEY_ENV)
 
 
 def server_gpu(cfg: Any, index: int) -> int:

@@ -43,11 +43,11 @@ class SGLangRouter:
 
     def command(self) -> list[str]:
         # a second free port for its Prometheus exporter (its default, 29000, is one per machine)
-        from agentrl.http_edge import server_key
-        from agentrl.run.local_launcher import keyed_module
+        from agentrl.http_edge import SERVER_KEY_ENV, server_key
+        from agentrl.process.services import keyed_module
 
         # the servers' key (a run's), for the router's calls to them: added inside its process, not in argv
-        launch = ["-c", keyed_module("sglang_router.launch_router")] if server_key() else [
+        launch = ["-c", keyed_module("sglang_router.launch_router", SERVER_KEY_ENV)] if server_key() else [
             "-m", "sglang_router.launch_router"]
         return [sys.executable, *launch, "--host", self.host, "--port", str(self.port),
                 "--worker-urls", *self.workers, "--prometheus-port", str(free_port(self.host)),

@@ -23,7 +23,7 @@ from agentrl.client.remote_engine import RemoteEngine
 from agentrl.client.vllm_wire import KEY_MIDDLEWARE, WORKER_DIR
 from agentrl.config import load_config
 from agentrl.http_edge import SERVER_KEY_ENV
-from agentrl.process.services import background_server
+from agentrl.process.services import background_server, keyed_module
 from agentrl.rollout.gateway import Gateway
 from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.rollout.gateway_routes import build_app
@@ -32,7 +32,6 @@ from agentrl.run.local_launcher import (
     ManagedServer,
     Run,
     ensure_server_key,
-    keyed_module,
     vllm_command,
 )
 from agentrl.run.run_config import RunConfig
@@ -70,7 +69,7 @@ def test_vllm_and_sglang_get_the_key_off_the_command_line(monkeypatch, tmp_path)
 
     monkeypatch.setenv(SERVER_KEY_ENV, "k-789")
     router = SGLangRouter(["http://127.0.0.1:1"], InferenceConfig(), tmp_path / "router.log").command()
-    assert router[1:3] == ["-c", keyed_module("sglang_router.launch_router")] and "k-789" not in " ".join(router)
+    assert router[1:3] == ["-c", keyed_module("sglang_router.launch_router", SERVER_KEY_ENV)] and "k-789" not in " ".join(router)
 
 
 def test_vllm_s_dev_routes_need_the_key():
