@@ -18,6 +18,11 @@ What it is: what happens to a request before a route's own work, written once.
     operator's ceilings), ``body_schema(cls, maxima)`` is its JSON Schema for the OpenAPI
     document. The sandbox service's ``ExecRequest`` is declared so.
 
+  * the key of the inference servers (``SERVER_KEY_ENV``, ``$AGENTRL_SERVE_API_KEY``):
+    ``agentrl serve`` reads it, ``RemoteEngine`` and the gateway send it (``server_key``,
+    ``server_auth``), and ``agentrl train`` generates one for the servers it starts when it is
+    unset (``agentrl.run.local_launcher.ensure_server_key``).
+
 What it is not: a route's own checks of field values (each service's), TLS, rate limits.
 Main hooks: ``app.add_middleware(ApiKey, key=...)``, ``await read_json(...)``, ``install_errors(app)``.
 """
@@ -29,6 +34,7 @@ import dataclasses
 import hmac
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -47,6 +53,9 @@ T = TypeVar("T")
 
 PROBES = ("/health", "/ready")
 """Path prefixes that need no key: liveness and readiness probes carry no secret (SGLang's rule)."""
+
+SERVER_KEY_ENV = "AGENTRL_SERVE_API_KEY"
+"""The environment variable holding the inference servers' key (out of process listings)."""
 
 LARGE_BODY = 1 << 20
 """Bodies above this many bytes are parsed on a worker thread (the event loop keeps serving)."""
@@ -73,6 +82,17 @@ def bearer(headers: dict[bytes, bytes] | Any) -> str:
     else:
         auth, other = headers.get("authorization", ""), headers.get("x-api-key", "")
     return auth[7:].strip() if auth[:7].lower() == "bearer " else other
+
+
+def server_key() -> str | None:
+    """The inference servers' key from ``$AGENTRL_SERVE_API_KEY`` (None when unset or empty)."""
+    return os.environ.get(SERVER_KEY_ENV) or None
+
+
+def server_auth() -> dict[str, str]:
+    """The header that carries ``server_key()`` (none without a key), for a plain httpx call."""
+    key = server_key()
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def same_key(given: str, key: str) -> bool:

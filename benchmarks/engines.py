@@ -39,7 +39,7 @@ from agentrl.api import SamplingParams  # noqa: E402
 from agentrl.client import RemoteEngine  # noqa: E402
 from agentrl.config import load_config  # noqa: E402
 from agentrl.process.services import ServerProcess, free_port, stop_process  # noqa: E402
-from agentrl.run.local_launcher import vllm_command, vllm_python, wait_healthy  # noqa: E402
+from agentrl.run.local_launcher import ensure_server_key, vllm_command, vllm_python, wait_healthy  # noqa: E402
 from agentrl.run.run_config import RunConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def main() -> None:
 
     print(f"agentrl serve and vLLM ({args.threads} thread(s) each) ...", file=sys.stderr, flush=True)
     port = free_port()
-    cmd, env = vllm_command(cfg, "127.0.0.1", port, 0)
+    cmd, env = vllm_command(cfg, "127.0.0.1", port, 0, ensure_server_key())  # both servers and the clients take it
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:

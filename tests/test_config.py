@@ -177,3 +177,12 @@ def test_flag_values_are_validated_like_config_keys():
 def test_a_field_without_a_flag_type_must_say_so():
     with pytest.raises(TypeError, match=r"OptimConfig.betas: .* option\(..., cli=False\)"):
         parser_of(OptimConfig)
+
+
+def test_rollout_dataset_is_said_to_be_needed_only_by_workflow_sources():
+    """Issue 49: --help-config marked rollout.dataset required where source gateway needs none."""
+    from agentrl.config import describe
+    from agentrl.run.run_config import RunConfig
+
+    [help_] = [h for key, _, _, h in describe(RunConfig) if key == "rollout.dataset"]
+    assert "required with source workflow; source gateway and recorded steps need none" in help_

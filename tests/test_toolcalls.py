@@ -41,3 +41,37 @@ def test_malformed_calls_become_errors_and_stay_in_content():
 def test_plain_text_has_no_calls():
     parsed = parse_tool_calls("  \\boxed{3}  ")
     assert (parsed.content, parsed.calls, parsed.errors) == ("\\boxed{3}", [], [])
+
+
+def test_no_parser_raises_on_deep_nesting_or_on_tools_of_the_wrong_shape():
+    """Issue 49: ``parse`` raised ``RecursionError`` on a 1,500-deep JSON argument for most
+    parser pairs (the gateway then answered 500 and trained on the reply it never delivered),
+    and ``AttributeError`` on tools like ``{"function": null}``. Every family, with and without
+    each reasoning parser, now reads such text as content with an error for the model."""
+    from agentrl.toolcalls import REASONING_PARSERS, TOOL_PARSERS, parse
+
+    deep = "[" * 1500 + "]" * 1500
+    bodies = [f'{{"name": "f", "arguments": {{"x": {deep}}}}}', f'[{{"name": "f", "arguments": {{"x": {deep}}}}}]',
+              f"[f(x={deep})]", f'f{{"x": {deep}}}', f"<parameter=x>{deep}</parameter>", deep]
+    bad_tools = [[{"function": None}], [{"type": "function", "function": {"name": 3, "parameters": "x"}}], ["f"],
+                 [{"function": {"name": "f", "parameters": {"properties": []}}}]]
+    for tool_parser, (_, markers) in TOOL_PARSERS.items():
+        texts = [m + b for m in markers for b in bodies] + bodies
+        cases = [(None, None, texts)] + [(r, None, texts[:1]) for r in REASONING_PARSERS] + [
+            (None, tools, texts[:1]) for tools in bad_tools]
+        for reasoning, tools, some in cases:
+            for text in some:
+                out = parse(text, tool_parser, reasoning, tools)
+                assert isinstance(out.content, str) and not (tools and out.tool_calls), (tool_parser, text[:40])
+    found = parse('<tool_call>{"name": "f", "arguments": {}}</tool_call>', tools=[{"function": None}])
+    assert not found.tool_calls and "there is no tool 'f'" in found.errors[0]
+
+
+def test_a_reply_in_another_family_s_format_is_named():
+    """Issue 49: the gateway gave no hint when its tool parser did not match the model's template."""
+    from agentrl.toolcalls import format_hint
+
+    hermes = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert format_hint(hermes, "llama3") == ["glm45", "hermes", "qwen", "qwen25", "qwen3_coder"]
+    assert format_hint(hermes, "qwen25") == [] and format_hint("no call here", "llama3") == []
+    assert format_hint('[TOOL_CALLS][{"name": "f", "arguments": {}}]', "qwen25") == ["mistral"]

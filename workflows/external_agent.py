@@ -79,7 +79,10 @@ class ExternalAgentWorkflow:
     ``env_id``/``env_kwargs``: an env the agent steps through the session (None: the agent
     rewards itself); ``timeout_s``: wall time of one episode; ``discount``: γ for returns;
     ``style``: export style; ``max_session_tokens``/``context_length``: the session's limits;
-    ``extra_env``: more environment variables for the agent; ``cwd``: its working directory.
+    ``extra_env``: more environment variables for the agent; ``cwd``: its working directory;
+    ``agent_sampling``: ``policy`` (the default: every call samples the policy's own distribution,
+    what the trainer recomputes) or ``agent`` (the agent's temperature and filters reach the
+    engine: for evaluation, e.g. a greedy agent) — ``GatewayConfig.agent_sampling``.
     """
 
     run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer", "env_kwargs")
@@ -89,7 +92,7 @@ class ExternalAgentWorkflow:
                  env_kwargs: Mapping[str, Any] | None = None, *, timeout_s: float = 900.0, discount: float = 1.0,
                  style: str = "concat", max_session_tokens: int | None = 65536, context_length: int | None = None,
                  extra_env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                 max_idle_envs: int = 256) -> None:
+                 max_idle_envs: int = 256, agent_sampling: str = "policy") -> None:
         self.command = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.command:
             raise ValueError("command must name the agent program to run")
@@ -102,7 +105,8 @@ class ExternalAgentWorkflow:
         self.timeout_s, self.discount, self.style = timeout_s, discount, style
         self.extra_env, self.cwd = dict(extra_env or {}), cwd
         self.gateway = Gateway(None, self.renderer, max_session_tokens=max_session_tokens,
-                               context_length=context_length, session_timeout_s=timeout_s * 2)
+                               context_length=context_length, session_timeout_s=timeout_s * 2,
+                               agent_sampling=agent_sampling)
         self._url: str | None = None
         self._server: contextlib.AsyncExitStack | None = None
         self._starting = asyncio.Lock()

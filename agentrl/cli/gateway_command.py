@@ -9,7 +9,9 @@ its calls become exact trajectories in ``DIR/trajectories.jsonl``. ``--model`` g
 tokenizer and chat template; generation goes to the ``--upstream`` servers (``agentrl serve``
 or SGLang) through ``RemoteEngine``. Prints ``agentrl gateway: ready on http://HOST:PORT`` once
 it serves. The admin key can also come from ``$AGENTRL_GATEWAY_API_KEY`` (or the variable
-``--api-key-env`` names). The settings' flags are generated from ``GatewayConfig``
+``--api-key-env`` names). The upstream servers' key (``agentrl serve --api-key``, SGLang's) comes
+from ``$AGENTRL_SERVE_API_KEY`` and goes with every upstream call; an upstream that refuses it is
+answered 502 (never 401: the agent's own key is fine). The settings' flags are generated from ``GatewayConfig``
 (``agentrl.rollout.gateway_config``), the same type as a training run's ``gateway`` section;
 ``--model``, ``--upstream``, ``--out`` and ``--api-key`` are this command's wiring. Routes and
 the trust boundary: ``agentrl.rollout.gateway_routes``.
@@ -71,8 +73,10 @@ async def upstream_context_length(upstreams: list[str]) -> int | None:
     """The smallest ``max_model_len`` the upstreams' ``/v1/models`` report (None: none reports one)."""
     import httpx
 
+    from agentrl.http_edge import server_auth
+
     found = []
-    async with httpx.AsyncClient(timeout=10.0) as http:
+    async with httpx.AsyncClient(timeout=10.0, headers=server_auth()) as http:
         for url in upstreams:
             base = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
             try:

@@ -43,7 +43,9 @@ def register(subparsers) -> None:
     merge = sub.add_parser("merge", help="merge a LoRA run's adapter into its base model: an HF checkpoint")
     merge.add_argument("adapter", metavar="PATH", help="an adapter directory, a LoRA checkpoint "
                                                       "(RUN_DIR/checkpoints/step_N) or a LoRA run directory")
-    merge.add_argument("--out", required=True, help="output directory (replaced if it exists)")
+    merge.add_argument("--out", required=True, help="output directory (new or empty; never the adapter, the "
+                                                    "base or a parent of either)")
+    merge.add_argument("--force", action="store_true", help="replace a non-empty --out directory")
     merge.add_argument("--base", default=None, help="the base model directory (default: the adapter's "
                                                     "base_model_name_or_path, the run's model)")
     merge.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
@@ -94,6 +96,7 @@ def run_merge(args) -> int:
     from agentrl.trainer.lora import find_adapter, merge_adapter
 
     adapter = find_adapter(args.adapter)
-    out = merge_adapter(adapter, args.out, base_dir=args.base, dtype=getattr(torch, args.dtype))
+    out = merge_adapter(adapter, args.out, base_dir=args.base, dtype=getattr(torch, args.dtype),
+                         force=args.force)
     print(f"wrote {out}: the adapter {adapter} merged into its base model")
     return 0

@@ -25,7 +25,8 @@ def register(subparsers) -> None:
     p.add_argument("--reward", required=True, metavar="MODULE:FN",
                    help="the reward function (RewardInput -> number) or Rubric to score with")
     p.add_argument("--out", default=None, metavar="DIR", help="where the re-scored rows go "
-                                                              "(default RUN_DIR/replay/MODULE.FN)")
+                                                              "(default RUN_DIR/replay/MODULE.FN; new or empty)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out (an earlier replay's rows)")
     p.set_defaults(func=run)
 
 
@@ -34,7 +35,7 @@ def run(args) -> int:
 
     from agentrl.run.replay import run_replay
 
-    summary = run_replay(args.run_dir, args.reward, args.out)
+    summary = run_replay(args.run_dir, args.reward, args.out, force=args.force)
     print(f"agentrl replay: {summary['changed']} of {summary['rescored']} rescored episodes changed reward "
           f"({summary['unscored']} not rescored); rows in {summary['out']}")
     print(json.dumps(summary), flush=True)

@@ -54,13 +54,15 @@ def load_run(cls: type, args: Any, command: str) -> tuple[Any, Path, list[str]]:
 
 
 def refuse_other_outputs(run_dir: str | Path, command: str) -> None:
-    """Refuse a run_dir that holds another command's outputs, not a run: a gateway's recordings
+    """Refuse a run_dir that is a file, or holds another command's outputs, not a run: a gateway's recordings
     (``agentrl gateway --out DIR`` writes ``DIR/trajectories.jsonl``) or an evaluation's results
     (``agentrl eval --out DIR``: ``DIR/eval.jsonl`` and the rest). A run's files would mix with them."""
     from agentrl.errors import ConfigError
     from agentrl.rollout.evaluate import RESULTS, SETTINGS, SUMMARY
     from agentrl.rollout.gateway import RECORDINGS
 
+    if Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise ConfigError(f"config key 'run_dir': {str(run_dir)!r} is a file, not a directory; pick another path")
     recordings = Path(run_dir) / RECORDINGS
     if recordings.is_file():
         raise ConfigError(f"config key 'run_dir': {str(run_dir)!r} holds a gateway's recordings ({recordings}, "

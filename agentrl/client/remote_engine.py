@@ -40,6 +40,7 @@ from agentrl.client.engines import AUTO, ENGINES, FALLBACK, detect
 from agentrl.client.transport import KeepAliveTransport, Origin
 from agentrl.config import option
 from agentrl.errors import RequestRejected, ResumeLimit, ServerError, ServerUnavailable
+from agentrl.http_edge import server_key
 from agentrl.ids import unique_hex
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,9 @@ class RemoteEngine:
     def __init__(self, addresses: Sequence[str] | str, config: RemoteEngineConfig | None = None, *,
                  version: int = 0, router: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
                  api_key: str | None = None, **settings: Any) -> None:
-        """``settings`` override single fields of ``config`` (``RemoteEngine(url, timeout=30)``)."""
+        """``settings`` override single fields of ``config`` (``RemoteEngine(url, timeout=30)``);
+        ``api_key`` defaults to ``$AGENTRL_SERVE_API_KEY`` (``http_edge.server_key``)."""
+        api_key = api_key if api_key is not None else server_key()
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:

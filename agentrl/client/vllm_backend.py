@@ -119,6 +119,9 @@ WORKER_DIR = Path(__file__).resolve().parent / "vllm_worker"
 it, in vLLM's own environment (``vllm_worker/agentrl_vllm_worker.py``)."""
 WORKER_EXTENSION = "agentrl_vllm_worker.WorkerExtension"
 """vLLM's ``--worker-extension-cls`` for a server agentrl starts."""
+KEY_MIDDLEWARE = "agentrl_vllm_auth.RequireKey"
+"""The key on every route of a vLLM server agentrl starts, its dev-mode routes included
+(vLLM's own ``--api-key`` guards only ``/v1``, ``/v2`` and ``/inference``)."""
 RELOAD = "agentrl_reload_weights"
 """The worker method ``/collective_rpc`` loads a checkpoint with on a server agentrl started:
 vLLM's ``reload_weights`` and a fix of its CPU build (``agentrl/client/vllm_worker``)."""

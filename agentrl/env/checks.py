@@ -13,6 +13,11 @@ Environments are found only through ``agentrl.plugins.find_env`` (the core never
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentrl.env.text_env import TextEnv
+
 DOC_SECTIONS = ("Description", "Action Space", "Observation Space", "Starting State", "Rewards",
                 "Episode End", "Information", "Arguments", "Version History")
 
@@ -141,7 +146,9 @@ def check_text_env(env_id: str, kwargs: dict | None = None, seeds: tuple[int, ..
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             try:
-                check_env(raw, skip_close_check=True)
+                check_env(raw, skip_close_check=True, skip_render_check=True)
+                raw._sync(raw._end())  # the episode's session (a server's) freed before another env opens one
+                _check_render_modes(raw)
             except Exception as e:
                 problems.append(f"gymnasium check_env: {type(e).__name__}: {e}")
         first = [env.reset(seed=s)[0] for s in seeds]
@@ -178,6 +185,23 @@ def check_text_env(env_id: str, kwargs: dict | None = None, seeds: tuple[int, ..
         except Exception as e:
             problems.append(f"a second close() raised {type(e).__name__}: {e}")
     return problems
+
+
+def _check_render_modes(env: TextEnv) -> None:
+    """Gymnasium's render check: each declared render mode made and rendered, one env at a time
+    (``check_env`` makes them while ``env`` still holds its episode: a server of one session
+    refused them)."""
+    from gymnasium.utils.passive_env_checker import env_render_passive_checker
+
+    if env.render_mode is not None:
+        env_render_passive_checker(env)
+    for mode in env.metadata.get("render_modes", []) if env.spec is not None else []:
+        other = env.spec.make(render_mode=mode)
+        try:
+            other.reset()
+            env_render_passive_checker(other)
+        finally:
+            other.close()
 
 
 def _task_of(env, seed: int) -> str:

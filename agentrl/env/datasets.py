@@ -76,8 +76,8 @@ def load_rows(path: str | Path, *, limit: int | None = None, split: str = "train
 def _load_jsonl(path: Path, limit: int | None) -> list[dict[str, Any]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     rows: list[dict[str, Any]] = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with opener(path, "rt", encoding="utf-8", errors="strict") as f:
+        for lineno, line in enumerate(_utf8_lines(f, path), 1):
             if limit is not None and len(rows) >= limit:
                 break
             if not line.strip():
@@ -86,10 +86,21 @@ def _load_jsonl(path: Path, limit: int | None) -> list[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ConfigError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one object") from e
+            except RecursionError:
+                raise ConfigError(f"{path}:{lineno}: JSON nested too deeply to read; each line must be one "
+                                  "object") from None
             if not isinstance(row, dict):
                 raise ConfigError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
             rows.append(row)
     return rows
+
+
+def _utf8_lines(f: Any, path: Path) -> Any:
+    """The lines of a text file, a decoding error as one line naming the file."""
+    try:
+        yield from f
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} of a block); a dataset is UTF-8 JSON") from None
 
 
 def _load_json(path: Path) -> list[dict[str, Any]]:
@@ -108,7 +119,13 @@ def _load_parquet(path: Path) -> list[dict[str, Any]]:
     except ImportError as e:
         raise ConfigError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), "
                           "or convert the file to .jsonl") from e
-    return pq.read_table(path).to_pylist()
+    import pyarrow
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pyarrow.ArrowException, OSError) as e:  # not Parquet, or cut short
+        raise ConfigError(f"{path}: not a readable Parquet file ({str(e)[:120]}); pass a Parquet file or "
+                          "convert it to .jsonl") from None
 
 
 def _load_hf_dir(path: Path, split: str) -> list[dict[str, Any]]:

@@ -3,9 +3,11 @@
 What it is: ``LLMJudge``, an async reward function for a ``Rubric`` term. It fills a rubric
 prompt with the task and the reply, sends it to ``POST {base_url}/chat/completions`` (any URL
 and key: a hosted model, the run's own ``agentrl serve``, or a second one), reads the grade from
-the answer (the last number, or the one after ``score_pattern``) and returns it divided by
-``max_score``, clipped to [0, 1]. One HTTP client per event loop serves every grade (its
-connections kept alive; ``aclose()`` ends it). Each request has a timeout; failed requests (connection errors,
+the answer (the number it ends with — ``7``, ``Score: 7``, ``7/10``, ``\\boxed{7}`` — or the one
+after ``score_pattern``; an answer that ends in words, "retry in 30 seconds", holds no grade)
+and returns it divided by ``max_score``, clipped to [0, 1]. One HTTP client per event loop serves
+every grade (its connections kept alive; ``aclose()`` ends it). Each request has a timeout on its
+whole exchange (a judge that sends a byte a second is cut off); failed requests (connection errors,
 timeouts, 5xx, 429) are retried with backoff; grades are cached by prompt (an LRU of
 ``cache_size``), so a group of equal replies is graded once. A judge that cannot be reached, or
 whose answer holds no grade, raises ``VerifierError``: the episode is recorded as failed (data),
@@ -39,6 +41,8 @@ from agentrl.env.rewards import RewardInput
 from agentrl.errors import VerifierError
 
 _NUMBER = r"-?\d+(?:\.\d+)?"
+_FINAL_GRADE = re.compile("(" + _NUMBER + r")(?:\s*/\s*\d+(?:\.\d+)?)?[\s.*}\])]*$")
+"""The number an answer ends with (a "/10" and closing marks after it allowed): the default grade."""
 
 
 @dataclass
@@ -51,9 +55,10 @@ class JudgeConfig:
                          help="rubric prompt; {question}, {answer}, {response} and the task's keys are filled in")
     api_key: str = option("none", help="the judge's API key")
     max_score: float = option(10.0, gt=0, help="the grade that means a reward of 1")
-    score_pattern: str = option("", help="regex before the grade (e.g. 'Score:'); empty: the answer's last number")
+    score_pattern: str = option("", help="text before the grade (e.g. 'Score:'); empty: the number the answer "
+                                         "ends with (an answer ending in words holds no grade)")
     max_tokens: int = option(32, ge=1, help="tokens of the judge's answer")
-    timeout_s: float = option(60.0, gt=0, help="seconds for one request")
+    timeout_s: float = option(60.0, gt=0, help="seconds for one request, the whole exchange")
     retries: int = option(2, ge=0, help="retries of a request that failed (connection, timeout, 5xx, 429)")
     backoff_s: float = option(0.5, ge=0, help="first wait between retries (doubled each time)")
     cache_size: int = option(4096, ge=0, help="grades kept by prompt (0: no cache)")
@@ -103,11 +108,15 @@ class LLMJudge:
 
     def parse(self, answer: str) -> float:
         """The grade in ``answer`` as a reward in [0, 1]; a ``VerifierError`` when there is none."""
-        pattern = (re.escape(self.config.score_pattern) + r"\s*(" + _NUMBER + ")") if self.config.score_pattern \
-            else "(" + _NUMBER + ")"
-        found = re.findall(pattern, answer)
+        if self.config.score_pattern:
+            pattern = re.escape(self.config.score_pattern) + r"\s*(" + _NUMBER + ")"
+            found = re.findall(pattern, answer)
+        else:
+            pattern, end = "the number the answer ends with", _FINAL_GRADE.search(answer)
+            found = [end.group(1)] if end else []
         if not found:
-            raise VerifierError(f"the judge's answer holds no grade ({pattern!r}): {answer[:200]!r}")
+            raise VerifierError(f"the judge's answer holds no grade ({pattern}): {answer[:200]!r}; ask for the grade "
+                                "last in the prompt, or set score_pattern")
         return min(1.0, max(0.0, float(found[-1]) / self.config.max_score))
 
     async def aclose(self) -> None:
@@ -137,9 +146,10 @@ class LLMJudge:
                 await asyncio.sleep(cfg.backoff_s * 2 ** (attempt - 1))
             self.requests += 1
             try:
-                r = await client.post(url, json=body)
-            except httpx.HTTPError as e:  # connection refused, timeout: safe to retry
-                last = f"{type(e).__name__}: {e}"
+                async with asyncio.timeout(cfg.timeout_s):  # httpx's timeout is per read: a drip never trips it
+                    r = await client.post(url, json=body)
+            except (httpx.HTTPError, TimeoutError) as e:  # connection refused, timeout: safe to retry
+                last = f"{type(e).__name__}: {e}" if str(e) else f"no answer within {cfg.timeout_s:g} s"
                 continue
             if r.status_code == 429 or r.status_code >= 500:
                 last = f"HTTP {r.status_code}: {r.text[:200]}"

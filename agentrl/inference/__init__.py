@@ -17,6 +17,8 @@
     weight_sync.py    SGLang's weight updates over torch.distributed (init/update/destroy a group)
     openai_routes.py  the OpenAI routes (/v1/chat/completions, /v1/completions, /v1/models)
     openapi.py        the routes' request bodies as JSON Schema, for ``GET /openapi.json``
+    request_template.py  a chat template a request brings: refused unless trusted, else rendered
+                      in a child process bounded in time and memory
     server.py         build_app: the three route sets in one FastAPI app
 
 To embed the server: ``agentrl.inference.server.build_app(ServeConfig(model=...))``

@@ -20,6 +20,8 @@ from agentrl.errors import Refused
 from agentrl.toolcalls import DEFAULT_TOOL_PARSER, parse
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
+TEXT_PARTS = ("text", "input_text", "output_text")
+"""The content part kinds that hold text (Chat Completions' and the Responses API's)."""
 
 OPENAI_SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
                     ("stop_token_ids", "stop_token_ids"), ("ignore_eos", "ignore_eos"), ("seed", "sampling_seed"),
@@ -59,6 +61,26 @@ def chat_request(body: dict[str, Any], *, server: str = "agentrl serve") -> tupl
         raise Refused(f"tool_choice {choice!r} is not supported by {server}; use \"auto\" or \"none\"")
     use_tools = bool(tools) and choice == "auto"
     return messages, tools if use_tools else None, use_tools
+
+
+def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as the chat template takes them: OpenAI's text content parts (``[{"type": "text",
+    "text": ...}]``) joined into one string; a part of another kind is refused (400)."""
+    out = []
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not (isinstance(part, dict) and part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str)):
+                    raise Refused(f"messages[{i}].content: only text parts are supported, got {str(part)[:80]}")
+                texts.append(part["text"])
+            m = {**m, "content": "".join(texts)}
+        elif content is not None and not isinstance(content, str):
+            raise Refused(f"messages[{i}].content must be a string or a list of text parts, "
+                             f"got {type(content).__name__}")
+        out.append(m)
+    return out
 
 
 def keep_special_tokens(body: dict[str, Any], tool_parser: str, reasoning_parser: str | None) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,7 @@ def read_adapter(adapter_dir: str | Path, slots: dict[str, Slot]) -> Adapter:
     weights = path / ADAPTER_WEIGHTS
     if not weights.is_file():
         raise ModelError(f"{str(path)!r} has no {ADAPTER_WEIGHTS}; save the adapter with peft's save_pretrained")
+    _regular_file(weights)
     try:
         tensors = load_file(str(weights))
     except Exception as e:  # the library's message may quote the file; ours names it
@@ -186,8 +188,26 @@ def merge_adapter(adapter: Adapter, base: dict, slots: dict[str, Slot], *,
     return weights
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest ``adapter_config.json`` read (peft's are a few hundred bytes)."""
+
+
+def _regular_file(file: Path, limit: int | None = None) -> None:
+    """Refuse what is not a plain file (a FIFO or a device would hold the reading thread forever)
+    or, with ``limit``, one larger than it."""
+    try:
+        info = file.stat()
+    except OSError as e:
+        raise ModelError(f"{file}: cannot be read ({type(e).__name__})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ModelError(f"{file} is not a regular file; an adapter directory holds plain files")
+    if limit is not None and info.st_size > limit:
+        raise ModelError(f"{file} holds {info.st_size:,} bytes, more than an adapter config's {limit:,}")
+
+
 def _read_config(path: Path) -> dict[str, Any]:
     file = path / ADAPTER_CONFIG
+    _regular_file(file, MAX_CONFIG_BYTES)
     try:
         config = json.loads(file.read_bytes())
     except (OSError, ValueError, UnicodeDecodeError) as e:

@@ -56,14 +56,25 @@ T = TypeVar("T")
 
 
 def native_routes(state: ServerState) -> APIRouter:
-    """SGLang's native HTTP API over ``state``'s engine."""
+    """SGLang's native HTTP API over ``state``'s engine, in three groups: generation (``/generate``,
+    pause, continue, abort), weights and memory (disk updates, the version label, the cache, memory
+    release), LoRA adapters, and information (model and server info, health, load)."""
     router = APIRouter()
+    generation_routes(router, state)
+    weight_routes(router, state)
+    adapter_routes(router, state)
+    info_routes(router, state)
+    return router
 
-    async def control_body(cls: type[T], http: Request, *, allow_empty: bool = False) -> T:
-        """A control route's body, checked against its declaration (``control_bodies``)."""
-        raw = await read_json(http, state.config.max_request_bytes, allow_empty=allow_empty)
-        return parse_body(cls, raw, status=400, sglang=True)
 
+async def control_body(state: ServerState, cls: type[T], http: Request, *, allow_empty: bool = False) -> T:
+    """A control route's body, checked against its declaration (``control_bodies``)."""
+    raw = await read_json(http, state.config.max_request_bytes, allow_empty=allow_empty)
+    return parse_body(cls, raw, status=400, sglang=True)
+
+
+def generation_routes(router: APIRouter, state: ServerState) -> None:
+    """``/generate`` (POST and PUT), ``/pause_generation``, ``/continue_generation``, ``/abort_request``."""
     generate_body = json_body(openapi.generate(state.bounds))
 
     @router.post("/generate", openapi_extra=generate_body)
@@ -74,7 +85,7 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.post("/pause_generation", openapi_extra=json_body(body_schema(PauseGeneration), required=False))
     async def pause_generation(http: Request):
-        body = await control_body(PauseGeneration, http, allow_empty=True)
+        body = await control_body(state, PauseGeneration, http, allow_empty=True)
         await asyncio.wrap_future(state.scheduler.pause(body.mode))
         await asyncio.sleep(0)  # let the aborted requests' handlers answer first
         return {"message": "Generation paused successfully.", "status": "ok"}
@@ -87,10 +98,14 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.post("/abort_request", openapi_extra=json_body(body_schema(AbortRequest), required=False))
     async def abort_request(http: Request):
-        body = await control_body(AbortRequest, http, allow_empty=True)
+        body = await control_body(state, AbortRequest, http, allow_empty=True)
         state.scheduler.abort(body.rid, body.abort_all)
         return Response(status_code=200)
 
+
+def weight_routes(router: APIRouter, state: ServerState) -> None:
+    """``/update_weights_from_disk``, ``/update_weight_version``, ``/flush_cache``,
+    ``/release_memory_occupation``, ``/resume_memory_occupation``."""
     @router.post("/update_weights_from_disk", openapi_extra=json_body(body_schema(UpdateWeightsFromDisk)))
     async def update_weights_from_disk(http: Request):
         raw = await read_json(http, state.config.max_request_bytes)
@@ -122,7 +137,7 @@ def native_routes(state: ServerState) -> APIRouter:
 
     @router.post("/update_weight_version", openapi_extra=json_body(body_schema(UpdateWeightVersion)))
     async def update_weight_version(http: Request):
-        body = await control_body(UpdateWeightVersion, http)
+        body = await control_body(state, UpdateWeightVersion, http)
         new = body.new_version
         if not new:
             raise Refused("new_version is required (a non-empty string)")
@@ -130,32 +145,6 @@ def native_routes(state: ServerState) -> APIRouter:
             state.scheduler.abort(abort_all=True)
         await asyncio.wrap_future(state.scheduler.install_weights(state.decoder.weights, new))
         return {"success": True, "message": f"Weight version updated to {new}", "new_version": new}
-
-    @router.post("/load_lora_adapter", openapi_extra=json_body(body_schema(LoadLoraAdapter)))
-    async def load_lora_adapter(http: Request):
-        body = await control_body(LoadLoraAdapter, http)
-        name, path = body.lora_name, body.lora_path
-        if not name or not path:
-            raise Refused("lora_name and lora_path are required: a name for the adapter and its directory")
-        taken = f"Failed to load LoRA adapter {name[:200]} because it is already loaded (unload it first)"
-        if name in state.loras:
-            return JSONResponse(_lora_update(state, taken), status_code=400)
-        try:
-            lora = await asyncio.to_thread(state.decoder.load_adapter, path, name)
-        except (ModelError, OSError) as e:
-            return JSONResponse(_lora_update(state, f"Failed to load LoRA adapter {name[:200]}: {e}"), status_code=400)
-        if name in state.loras:  # loaded under this name meanwhile
-            return JSONResponse(_lora_update(state, taken), status_code=400)
-        state.loras[name] = lora
-        return _lora_update(state)
-
-    @router.post("/unload_lora_adapter", openapi_extra=json_body(body_schema(UnloadLoraAdapter)))
-    async def unload_lora_adapter(http: Request):
-        body = await control_body(UnloadLoraAdapter, http)
-        if state.loras.pop(body.lora_name, None) is None:
-            return JSONResponse(_lora_update(state, f"LoRA with name {body.lora_name[:200]} does not exist. Loaded "
-                                                    f"LoRAs: {sorted(state.loras)}"), status_code=400)
-        return _lora_update(state)
 
     @router.get("/flush_cache")
     @router.post("/flush_cache", operation_id="flush_cache_post")
@@ -172,7 +161,7 @@ def native_routes(state: ServerState) -> APIRouter:
     async def memory_tags(http: Request) -> set[str]:
         if http.method == "GET":
             return MemoryOccupation().chosen()
-        return (await control_body(MemoryOccupation, http, allow_empty=True)).chosen()
+        return (await control_body(state, MemoryOccupation, http, allow_empty=True)).chosen()
 
     @router.get("/release_memory_occupation")
     @router.post("/release_memory_occupation", openapi_extra=memory_body, operation_id="release_memory_post")
@@ -186,6 +175,40 @@ def native_routes(state: ServerState) -> APIRouter:
         await asyncio.wrap_future(state.scheduler.resume_memory(await memory_tags(http)))
         return None
 
+
+def adapter_routes(router: APIRouter, state: ServerState) -> None:
+    """``/load_lora_adapter`` and ``/unload_lora_adapter`` (read from disk off the worker pool:
+    ``ServerState.read_adapter_files``)."""
+    @router.post("/load_lora_adapter", openapi_extra=json_body(body_schema(LoadLoraAdapter)))
+    async def load_lora_adapter(http: Request):
+        body = await control_body(state, LoadLoraAdapter, http)
+        name, path = body.lora_name, body.lora_path
+        if not name or not path:
+            raise Refused("lora_name and lora_path are required: a name for the adapter and its directory")
+        taken = f"Failed to load LoRA adapter {name[:200]} because it is already loaded (unload it first)"
+        if name in state.loras:
+            return JSONResponse(_lora_update(state, taken), status_code=400)
+        try:
+            lora = await state.read_adapter_files(state.decoder.load_adapter, path, name)
+        except (ModelError, OSError) as e:
+            return JSONResponse(_lora_update(state, f"Failed to load LoRA adapter {name[:200]}: {e}"), status_code=400)
+        if name in state.loras:  # loaded under this name meanwhile
+            return JSONResponse(_lora_update(state, taken), status_code=400)
+        state.loras[name] = lora
+        return _lora_update(state)
+
+    @router.post("/unload_lora_adapter", openapi_extra=json_body(body_schema(UnloadLoraAdapter)))
+    async def unload_lora_adapter(http: Request):
+        body = await control_body(state, UnloadLoraAdapter, http)
+        if state.loras.pop(body.lora_name, None) is None:
+            return JSONResponse(_lora_update(state, f"LoRA with name {body.lora_name[:200]} does not exist. Loaded "
+                                                    f"LoRAs: {sorted(state.loras)}"), status_code=400)
+        return _lora_update(state)
+
+
+def info_routes(router: APIRouter, state: ServerState) -> None:
+    """``/model_info``, ``/server_info`` (and their ``get_`` names), ``/health``, ``/health_generate``,
+    ``/ready``, ``/get_load``, ``/v1/loads``."""
     @router.get("/model_info")
     @router.get("/get_model_info")
     async def model_info():
@@ -261,8 +284,6 @@ def native_routes(state: ServerState) -> APIRouter:
                            "max_total_num_tokens": state.scheduler.context_length * state.config.max_running_requests,
                            "token_usage": 0.0, "gen_throughput": 0.0,
                            "cache_hit_rate": state.scheduler.cache_stats()["cache_hit_rate"]}]}
-
-    return router
 
 
 UNSUPPORTED = ("input_embeds", "image_data", "video_data", "audio_data", "session_id",

@@ -39,12 +39,14 @@ from agentrl.inference.chat_format import (
     chat_request,
     chunk,
     keep_special_tokens,
+    plain_messages,
     sampling_fields,
     sse,
     token_logprobs,
     usage,
 )
 from agentrl.inference.lora_adapter import LoraWeights
+from agentrl.inference.request_template import render_bounded, requested_template
 from agentrl.inference.scheduler import GenRequest
 from agentrl.inference.state import LONG_TEXT, ServerState
 from agentrl.inference.validation import LOGPROB_FIELDS, SAMPLING, parse_sampling
@@ -122,6 +124,7 @@ def _chat_logprobs(state: ServerState, req: GenRequest) -> dict[str, Any]:
 async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
     """The prompt's ids, and how to read the answer (``assistant_message``'s keyword arguments)."""
     messages, tools, use_tools = chat_request(body)
+    messages = plain_messages(messages)  # content parts as text, never their Python repr
     reading = {"use_tools": use_tools, "tool_parser": state.config.tool_call_parser,
                "reasoning_parser": state.config.reasoning_parser, "tools": tools}
     keep_special_tokens(body, state.config.tool_call_parser, state.config.reasoning_parser)
@@ -132,10 +135,14 @@ async def _render_chat(state: ServerState, body: dict[str, Any]) -> tuple[list[i
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise Refused(f"chat_template_kwargs must be an object, got {type(kwargs).__name__}")
+    template = requested_template(body, kwargs, state.config.trust_request_chat_template)
+    kwargs = {**kwargs, "chat_template": template} if template is not None else kwargs
 
     def render() -> str:
         return state.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
                                                    **kwargs)
+    if template is not None:  # the client's template: in a child process, bounded in time and memory
+        return await state.tokenize(await render_bounded(render)), reading
     try:  # a long conversation is rendered on a worker thread (the event loop keeps serving)
         long = sum(len(str(m.get("content"))) for m in messages) > LONG_TEXT
         text = await asyncio.to_thread(render) if long else render()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.config import option
+from agentrl.http_edge import SERVER_KEY_ENV
 from agentrl.toolcalls import DEFAULT_TOOL_PARSER, REASONING_PARSERS, TOOL_PARSERS
 
 
@@ -32,7 +33,7 @@ DEFAULT_CONTEXT_LENGTH = 4096
 """The context of a server not given ``--context-length``: the model's, up to this many tokens."""
 DEFAULT_PREFIX_CACHE_TOKENS = 32768
 """The prefix cache of a server not given ``--prefix-cache-tokens``: every slot's context, up to this."""
-API_KEY_ENV = "AGENTRL_SERVE_API_KEY"
+API_KEY_ENV = SERVER_KEY_ENV
 """Where ``agentrl serve`` finds the API key when ``--api-key`` is not given (out of process listings)."""
 
 
@@ -70,6 +71,9 @@ class ServeConfig:
         4096, help="most requests waiting or running at once; more are refused with 503 (SGLang's "
         "--max-queued-requests)", ge=1)
     max_request_bytes: int = option(64 << 20, help="largest request body in bytes (413 above)", ge=1024)
+    trust_request_chat_template: bool = option(
+        False, help="accept a chat template sent in a request (chat_template_kwargs.chat_template), rendered in a "
+        "child process bounded in time and memory (vLLM's flag); off: such requests get a 400")
     tool_call_parser: str = tool_call_parser_option("read into message.tool_calls")
     reasoning_parser: str | None = reasoning_parser_option("read into message.reasoning_content, and a tool call "
                                                            "written in it is never returned")

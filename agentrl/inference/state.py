@@ -8,7 +8,10 @@ tokenized), ``admit`` (the queue limit), ``run`` (until a request finishes) and 
 (token by token). A client that disconnects aborts its requests. It also holds the copy that
 ``/update_weights_from_disk``'s ``agentrl_stage_only`` prepared before a pause (``stage``,
 ``take_staged``) until the update of the same path serves it, and the LoRA adapters loaded by
-``/load_lora_adapter`` by name (``loras``, ``lora``). What it is not: the
+``/load_lora_adapter`` by name (``loras``, ``lora``), read from disk by ``read_adapter_files``
+on a thread of their own (a FIFO or a hung file system holds that thread, never the worker
+pool that tokenizes and stages weight updates), one at a time, within ``ADAPTER_READ_TIMEOUT_S``.
+What it is not: the
 routes (``native_routes``, ``openai_routes``) or the app (``app``).
 """
 
@@ -18,17 +21,24 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from fastapi import Request
 
-from agentrl.errors import ModelError, Refused
+from agentrl.errors import ConfigError, ModelError, Refused
 from agentrl.inference.lora_adapter import LoraWeights
 from agentrl.inference.prefix_cache import PrefixCache
 from agentrl.inference.scheduler import GenRequest, Scheduler
 from agentrl.inference.serve_config import DEFAULT_CONTEXT_LENGTH, DEFAULT_PREFIX_CACHE_TOKENS, ServeConfig
 from agentrl.inference.validation import Bounds
+
+ADAPTER_READ_TIMEOUT_S = 120.0
+"""Seconds an adapter directory may take to read before ``/load_lora_adapter`` gives up on it."""
+
+T = TypeVar("T")
 
 LONG_TEXT = 8192
 """Texts longer than this many characters are tokenized on a worker thread."""
@@ -48,6 +58,10 @@ class ServerState:
         self.config = config
         self.model_path = config.model
         hf_config = read_config(config.model)
+        if config.context_length and config.context_length > hf_config.max_position_embeddings:
+            raise ConfigError(f"--context-length {config.context_length} is longer than this model's "
+                              f"max_position_embeddings ({hf_config.max_position_embeddings}): positions past it "
+                              f"were never trained; give at most {hf_config.max_position_embeddings}")
         context = config.context_length or min(hf_config.max_position_embeddings, DEFAULT_CONTEXT_LENGTH)
         pool = 0 if config.disable_radix_cache else (
             config.prefix_cache_tokens or min(config.max_running_requests * context, DEFAULT_PREFIX_CACHE_TOKENS))
@@ -81,6 +95,7 @@ class ServerState:
         self.weight_lock = asyncio.Lock()  # weight updates one at a time (each stages on the served weights)
         self._staged: StagedFromDisk | None = None  # /update_weights_from_disk's agentrl_stage_only copy
         self.loras: dict[str, LoraWeights] = {}  # /load_lora_adapter's adapters, by lora_name (event loop only)
+        self._adapter_reads = asyncio.Semaphore(1)
         self.started = time.time()
 
     def stage(self, path: str, weights: dict) -> None:
@@ -101,6 +116,34 @@ class ServerState:
             return staged.weights
         self.decoder.discard(staged.weights)
         return None
+
+    async def read_adapter_files(self, fn: Callable[..., T], *args: Any,
+                                 timeout_s: float = ADAPTER_READ_TIMEOUT_S) -> T:
+        """``fn(*args)`` on a daemon thread of its own, one call at a time; a ``Refused`` (504) when
+        it runs past ``timeout_s`` (the thread is left to its read; the next call waits for it)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+
+        def settle(value: Any, error: BaseException | None) -> None:
+            if not done.done():
+                done.set_exception(error) if error is not None else done.set_result(value)
+
+        def work() -> None:
+            try:
+                value, error = fn(*args), None
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting route
+                value, error = None, e
+            loop.call_soon_threadsafe(settle, value, error)
+            loop.call_soon_threadsafe(self._adapter_reads.release)
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._adapter_reads.acquire()
+                threading.Thread(target=work, name="adapter-read", daemon=True).start()
+                return await done
+        except TimeoutError:
+            raise Refused(f"reading the adapter took more than {timeout_s:g} s (a hung file system, or a file "
+                          "that never ends?); the next load waits for that read to end", 504) from None
 
     def lora(self, name: str | None) -> LoraWeights | None:
         """The adapter loaded as ``name`` (None: none); an unknown name is refused (400) in SGLang's words."""

@@ -323,10 +323,12 @@ def load_model(model_dir: str | Path):
     if not (path / "config.json").is_file():
         raise ModelError(f"{str(path)!r} is not a model directory (no config.json); "
                          "build one with `agentrl model tiny --out DIR`")
+    from safetensors import SafetensorError
+
     try:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, SafetensorError) as e:
         raise ModelError(f"cannot load the model in {str(path)!r}: {e}".replace("\n", " ")) from e
     model.eval()
     return model, tok

@@ -14,7 +14,9 @@ any child (SIGTERM, then SIGKILL); ``die_with_parent()`` makes a child die with 
 even when the parent is SIGKILLed (Linux's parent-death signal). Every service runs on uvloop's event loop
 (``run_async``, also used by the trainer's rank-0 loop) with uvicorn parsing HTTP in C
 (httptools); ``benchmarks/gateway.py`` measures what that is worth. ``exit_on_signals`` makes SIGTERM and SIGHUP
-run a program's ``finally`` blocks, so the children it started are stopped.
+run a program's ``finally`` blocks, so the children it started are stopped. ``keyed_module``
+starts a program that takes its key only as ``--api-key`` (SGLang, its router) with the key from
+the environment, out of the process listing.
 
 What it is not: the apps themselves, nor a launcher for SGLang (``python -m
 sglang.launch_server`` on GPU machines; pass their URLs to ``RemoteEngine``).
@@ -341,3 +343,12 @@ class ServerProcess(ServiceProcess):
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
                **(extra_env or {})}
         super().__init__(cmd, ready=SERVE_READY, startup_timeout=startup_timeout, env=env, log_path=log_path)
+
+
+def keyed_module(module: str, key_env: str) -> str:
+    """``python -c`` code that runs ``module`` as ``python -m`` would, with ``--api-key`` and the
+    key in ``$key_env`` added to its arguments inside the process: SGLang and its router take their key only
+    as ``--api-key``, and ``/proc/PID/cmdline`` shows the original arguments, not these."""
+    return (f"import os, runpy, sys; sys.argv[0] = {module!r}; "
+            f"sys.argv += ['--api-key', os.environ[{key_env!r}]]; "
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")

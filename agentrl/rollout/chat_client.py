@@ -32,6 +32,7 @@ with a message that says so. Safe for concurrent calls in one event loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -41,13 +42,14 @@ from openai import NotGiven, Omit
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from agentrl.api import InferenceClient, Message, Trajectory
+from agentrl.api import InferenceClient, Trajectory
 from agentrl.errors import Refused, RequestRejected
 from agentrl.inference.chat_format import (
     answer_chunks,
     assistant_message,
     chat_request,
     keep_special_tokens,
+    plain_messages,
     sampling_fields,
     token_logprobs,
     usage,
@@ -57,10 +59,11 @@ from agentrl.inference.wire import check_type, output_text
 from agentrl.rollout.conversation import ExportStyle, TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.rollout.responses import chat_body, response_from_chat, response_id
-from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER, check_parser_names, format_hint
+
+log = logging.getLogger(__name__)
 
 _NO_CONTEXT_LIMIT = 1 << 31
-_TEXT_PARTS = ("text", "input_text", "output_text")
 
 
 class ChatClient:
@@ -72,14 +75,19 @@ class ChatClient:
     ``default_max_tokens``: the completion budget when a call gives none; ``max_tokens``: the
     episode's token budget over all segments (None: unbounded); ``timeout_s``: per call;
     ``tool_call_parser``/``reasoning_parser``: the formats the answers are read in, by SGLang's
-    names (``agentrl.toolcalls``; a call written in reasoning never becomes a ``tool_call``).
+    names (``agentrl.toolcalls``; a call written in reasoning never becomes a ``tool_call``);
+    ``policy_sampling``: drop a call's temperature, top-p/top-k/min-p, penalties and logit bias
+    (``SHAPING``), so each token comes from the policy's own distribution (the gateway's default,
+    ``GatewayConfig.agent_sampling``).
     """
 
     def __init__(self, engine: InferenceClient, tokenizer: str | Path | Any, *, model: str = "agentrl",
                  context_length: int | None = None, default_max_tokens: int = 1024, max_tokens: int | None = None,
                  timeout_s: float | None = 600.0, chat_template_kwargs: Mapping[str, Any] | None = None,
-                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None) -> None:
+                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None,
+                 policy_sampling: bool = False) -> None:
         check_parser_names(tool_call_parser, reasoning_parser)
+        self.policy_sampling = policy_sampling
         self.tool_call_parser, self.reasoning_parser = tool_call_parser, reasoning_parser
         self.engine = engine
         self.renderer = tokenizer if isinstance(tokenizer, ChatRenderer) else ChatRenderer(
@@ -89,6 +97,7 @@ class ChatClient:
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
         self.timeout_s = timeout_s
+        self.unanswered = 0  # calls recorded, then taken back because their answer could not be built
         self.chat = _Chat(self)
         self.responses = _Responses(self)
 
@@ -107,39 +116,85 @@ class ChatClient:
             answer = await self._complete(chat_body(dict(body)))
         except Refused as e:
             raise RequestRejected(str(e), e.status) from None
-        self.conversation.alias(answer["id"], response_id(answer["id"]))  # rewards may name either id
-        return response_from_chat(answer, body)
+        try:
+            self.conversation.alias(answer["id"], response_id(answer["id"]))  # rewards may name either id
+            return response_from_chat(answer, body)
+        except BaseException:
+            self._take_back(answer["id"])
+            raise
+
+    def _hint_format(self, content: str) -> None:
+        """Say once (per parser and format) when a reply holds another family's call markers:
+        the tool parser does not match the model's chat template, and its calls are lost."""
+        others = format_hint(content, self.tool_call_parser)
+        key = (self.tool_call_parser, tuple(others))
+        if others and key not in _said_formats:
+            _said_formats.add(key)
+            log.warning("a reply holds the tool-call markers of %s, but tool calls are read as %s: no call was "
+                        "found in it; set the tool parser that matches the model's chat template "
+                        "(agentrl gateway --tool-call-parser, a run's gateway.tool_call_parser); said once",
+                        " or ".join(others), self.tool_call_parser)
+
+    def _take_back(self, call_id: str) -> None:
+        """A recorded call whose answer could not be built: out of the conversation (never trained
+        on), and counted in ``unanswered`` (the gateway adds it to ``calls_abandoned``)."""
+        if self.conversation.abandon(call_id):
+            self.unanswered += 1
 
     async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
         messages, tools, use_tools = chat_request(body, server="agentrl's chat client")
         keep_special_tokens(body, self.tool_call_parser, self.reasoning_parser)
         _check_unsupported(body)
-        text = await self.renderer.arender(_plain(messages), tools)
+        try:
+            text = await self.renderer.arender(plain_messages(messages), tools)
+        except Refused:
+            raise
+        except Exception as e:  # the template's complaint (Jinja raises anything) is the request's fault: a 400
+            raise Refused(f"the chat template could not render these messages: {type(e).__name__}: "
+                          f"{str(e)[:200]}") from e
         prompt = await self.conversation.aprompt(text)
         sampling, skip_special, no_stop_trim = self._sampling(body, len(prompt.ids),
                                                               self.conversation.budget(prompt))
         async with asyncio.timeout(self.timeout_s):
             completion = await self.engine.generate(prompt.ids, sampling)
         call = self.conversation.record(prompt, completion)
+        try:
+            return self._answer(body, call.id, prompt.ids, completion, use_tools, tools, skip_special, no_stop_trim)
+        except BaseException:  # no answer goes out: the call is not data
+            self._take_back(call.id)
+            raise
+
+    def _answer(self, body: dict[str, Any], call_id: str, prompt_ids: list[int], completion: Any, use_tools: bool,
+                tools: Any, skip_special: bool, no_stop_trim: bool) -> dict[str, Any]:
+        """The ``chat.completion`` JSON of a recorded call."""
         content = output_text(lambda ids: self.renderer.decode(ids, skip_special_tokens=skip_special),
                               completion.tokens, completion.finish_reason, completion.matched_stop, no_stop_trim)
         message, finish, matched = assistant_message(
             content, use_tools, completion.finish_reason, completion.matched_stop,
             tool_parser=self.tool_call_parser, reasoning_parser=self.reasoning_parser, tools=tools)
+        if use_tools and not message.get("tool_calls"):
+            self._hint_format(content)
         choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
                                   "matched_stop": matched}
         if body.get("logprobs"):
             decode_one = self.renderer.decode
             choice["logprobs"] = token_logprobs(lambda t: decode_one([t]), completion.tokens, completion.logprobs)
         if body.get("return_token_ids"):
-            choice["prompt_token_ids"], choice["response_token_ids"] = list(prompt.ids), list(completion.tokens)
-        return {"id": call.id, "object": "chat.completion", "created": int(time.time()),
+            choice["prompt_token_ids"], choice["response_token_ids"] = list(prompt_ids), list(completion.tokens)
+        return {"id": call_id, "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model") or self.model, "choices": [choice],
-                "usage": usage(len(prompt.ids), len(completion.tokens)),
+                "usage": usage(len(prompt_ids), len(completion.tokens)),
                 "metadata": {"weight_version": str(completion.versions[-1]) if completion.versions else None}}
 
     def _sampling(self, body: dict[str, Any], prompt_len: int, budget: int | None):
         fields = sampling_fields(body, self.default_max_tokens)
+        if self.policy_sampling:
+            asked = {k: fields.pop(k) for k in SHAPING if k in fields}
+            if any(asked[k] != v for k, v in SHAPING.items() if k in asked) and not _said["policy_sampling"]:
+                _said["policy_sampling"] = True
+                log.warning("an agent asked for %s; the gateway samples the policy's own distribution "
+                            "(temperature 1, no filters), as the trainer recomputes it (gateway.agent_sampling: "
+                            "policy); said once", asked)
         room = None if self.context_length is None else self.context_length - prompt_len
         if room is not None and room > 0 and isinstance(fields["max_new_tokens"], int) \
                 and not isinstance(fields["max_new_tokens"], bool) and fields["max_new_tokens"] > room:
@@ -219,6 +274,15 @@ class _ChunkStream:
         return None
 
 
+SHAPING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0,
+           "presence_penalty": 0.0, "repetition_penalty": 1.0, "logit_bias": {}}
+"""The sampling settings that reshape the distribution a token is drawn from, and their neutral
+values: with ``policy_sampling`` an agent's are dropped, so every token is drawn from the
+policy's own distribution (the one the trainer recomputes at temperature 1)."""
+_said = {"policy_sampling": False}
+_said_formats: set[tuple[str, tuple[str, ...]]] = set()
+
+
 def _request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The JSON body the SDK would send for these keyword arguments."""
     extra = kwargs.pop("extra_body", None) or {}
@@ -253,22 +317,3 @@ def _check_unsupported(body: dict[str, Any]) -> None:
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise Refused("response_format other than {\"type\": \"text\"} (structured output) is not supported "
                          "by agentrl's chat client")
-
-
-def _plain(messages: list[Message]) -> list[Message]:
-    """Messages as the chat template takes them: content parts joined into one string."""
-    out = []
-    for i, m in enumerate(messages):
-        content = m.get("content")
-        if isinstance(content, list):
-            texts = []
-            for part in content:
-                if not (isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)):
-                    raise Refused(f"messages[{i}].content: only text parts are supported, got {str(part)[:80]}")
-                texts.append(part["text"])
-            m = {**m, "content": "".join(texts)}
-        elif content is not None and not isinstance(content, str):
-            raise Refused(f"messages[{i}].content must be a string or a list of text parts, "
-                             f"got {type(content).__name__}")
-        out.append(m)
-    return out

@@ -61,27 +61,28 @@ def episode_success(trajectories: Sequence[Trajectory] | None) -> bool:
 
 @dataclass
 class EvalReport:
-    """Per-problem results and the pass@k' table."""
+    """Per-problem results and the pass@k' table. Every figure is aggregated in row order, not
+    in the order problems finished, so two deterministic runs give equal floats to the last digit."""
 
     k: int
     successes: dict[int, int] = field(default_factory=dict)  # row index -> successes out of k
     failed_episodes: int = 0
-    first_error: str | None = None  # "status: error" of the first failed episode met
-    terms: dict[str, list[float]] = field(default_factory=dict)  # reward/NAME -> [sum, episodes]
-    terms_of_successes: dict[str, list[float]] = field(default_factory=dict)  # the same, successful episodes
+    errors: dict[int, str] = field(default_factory=dict)  # row index -> "status: error" of its first failed episode
+    episode_terms: dict[int, list[tuple[str, float, bool]]] = field(default_factory=dict)  # row -> (reward/NAME,
+    # value, success) of each episode
 
-    def add_terms(self, trajectories: Sequence[Trajectory] | None, success: bool) -> None:
-        """Count an episode's named reward terms (``reward/NAME`` of its last trajectory's
-        metrics, e.g. ToolUse's ``used_tool_result``) in ``terms`` and, if it succeeded, in
-        ``terms_of_successes``."""
+    def add_terms(self, index: int, trajectories: Sequence[Trajectory] | None, success: bool) -> None:
+        """Keep an episode's named reward terms (``reward/NAME`` of its last trajectory's
+        metrics, e.g. ToolUse's ``used_tool_result``) under its row ``index``."""
         if not trajectories:
             return
-        for key, value in trajectories[-1].metrics.items():
-            if key.startswith("reward/"):
-                for table in (self.terms, self.terms_of_successes) if success else (self.terms,):
-                    total = table.setdefault(key, [0.0, 0.0])
-                    total[0] += float(value)
-                    total[1] += 1
+        self.episode_terms.setdefault(index, []).extend(
+            (key, float(value), success) for key, value in trajectories[-1].metrics.items() if key.startswith("reward/"))
+
+    @property
+    def first_error(self) -> str | None:
+        """The error of the lowest row with a failed episode."""
+        return self.errors[min(self.errors)] if self.errors else None
 
     @property
     def problems(self) -> int:
@@ -89,7 +90,7 @@ class EvalReport:
 
     def pass_at(self, k: int) -> tuple[float, float]:
         """(mean pass@k over problems, half-width of its 95% interval)."""
-        values = [pass_at_k(self.k, c, k) for c in self.successes.values()]
+        values = [pass_at_k(self.k, self.successes[i], k) for i in sorted(self.successes)]
         if not values:
             return 0.0, 0.0
         mean = sum(values) / len(values)
@@ -101,7 +102,14 @@ class EvalReport:
         for k in sorted({1, self.k} | {2 ** i for i in range(1, 10) if 2 ** i < self.k}):
             mean, ci = self.pass_at(k)
             out[f"pass@{k}"], out[f"pass@{k}_ci95"] = mean, ci
-        for prefix, table in (("episodes", self.terms), ("successes", self.terms_of_successes)):
+        tables: dict[str, dict[str, list[float]]] = {"episodes": {}, "successes": {}}
+        for index in sorted(self.episode_terms):
+            for key, value, success in self.episode_terms[index]:
+                for prefix in ("episodes", "successes") if success else ("episodes",):
+                    total = tables[prefix].setdefault(key, [0.0, 0.0])
+                    total[0] += value
+                    total[1] += 1
+        for prefix, table in tables.items():
             for key, (total, n) in sorted(table.items()):
                 out[f"{prefix}/{key}"] = total / n  # e.g. successes/reward/used_tool_result
         return out
@@ -130,7 +138,8 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
             if rec.get("k") == k:
                 report.successes[int(rec["index"])] = int(rec["successes"])
                 report.failed_episodes += int(rec.get("failed", 0))
-                report.first_error = report.first_error or rec.get("error")
+                if rec.get("error"):
+                    report.errors[int(rec["index"])] = rec["error"]
     sem = asyncio.Semaphore(max(1, concurrency))
     sink = path.open("a", buffering=1) if path is not None else None
 
@@ -142,13 +151,14 @@ async def evaluate(workflow: Workflow, engine: InferenceClient, rows: Sequence[M
         results = await asyncio.gather(*(episode(row) for _ in range(k)))
         c = sum(episode_success(r) for r in results)
         for r in results:
-            report.add_terms(r, episode_success(r))
+            report.add_terms(index, r, episode_success(r))
         failures = [t for r in results for t in r or [] if t.status is not TrajectoryStatus.OK]
         failed = sum(1 for r in results if r and any(t.status is not TrajectoryStatus.OK for t in r))
         error = f"{failures[0].status.value}: {(failures[0].error or '')[:500]}" if failures else None
         report.successes[index] = c
         report.failed_episodes += failed
-        report.first_error = report.first_error or error
+        if error is not None:
+            report.errors[index] = error
         if sink is not None:
             record = {"index": index, "k": k, "successes": c, "failed": failed, "row": dict(row)}
             if error is not None:

@@ -30,7 +30,8 @@ the session's summary, ``metrics["calls_abandoned"]`` on its trajectories). So a
 client received is never exported — not as an ``ok`` reward-0 sample beside the episode's real
 one (GRPO averages the trajectories of an episode), and not as a failed trajectory either — and
 the client's next call extends the conversation it actually saw, in place, with the same
-tokens. A session whose every call was abandoned ends with no trajectory (an executor counts
+tokens. A call whose answer could not even be built (the chat client takes it back before it
+raises) is counted the same way. A session whose every call was abandoned ends with no trajectory (an executor counts
 such an episode as failed). What it is not: authentication or HTTP (``gateway_routes``).
 """
 
@@ -160,7 +161,8 @@ class Gateway:
         chat = ChatClient(engine, self.renderer, model=self.model, context_length=self.config.context_length,
                           default_max_tokens=self.config.default_max_tokens, max_tokens=self.config.max_session_tokens,
                           tool_call_parser=self.config.tool_call_parser,
-                          reasoning_parser=self.config.reasoning_parser)
+                          reasoning_parser=self.config.reasoning_parser,
+                          policy_sampling=self.config.agent_sampling == "policy")
         session = Session(f"sess_{uuid.uuid4().hex}", f"sk-agentrl-{secrets.token_urlsafe(24)}",
                           dict(metadata or {}), chat, stepper=stepper, tools=tools)
         session._idle.set()
@@ -191,12 +193,15 @@ class Gateway:
         session.inflight += 1
         session._idle.clear()
         session.last_used = time.monotonic()
+        unanswered = session.chat.unanswered
         try:
             try:
                 answer = await route(session.chat)
             except (ServerUnavailable, ServerError, TimeoutError) as e:  # not the request's fault: the episode's
                 session.failure = (TrajectoryStatus.INFERENCE_ERROR, f"{type(e).__name__}: {e}"[:2000])
                 raise
+            finally:  # a call recorded and then taken back (its answer could not be built) went to no one
+                self.stats["calls_abandoned"] += session.chat.unanswered - unanswered
             session.failure = None
             delivered = False
             try:
@@ -224,8 +229,10 @@ class Gateway:
 
     async def end_session(self, session_id: str, *, discount: float | None = None, style: ExportStyle = "concat",
                           status: TrajectoryStatus | None = None, error: str = "") -> list[Trajectory]:
-        """End a session: its trajectories (written and handed to ``on_episode``). ``status``
-        marks them failed (the tokens are kept); a session whose last call failed is failed."""
+        """End a session: its trajectories (written and handed to ``on_episode``). Each call's
+        reward becomes its return with ``discount`` (default ``config.discount``, 1: every segment
+        of an agent that rewrote its history carries the episode's reward, not only the last).
+        ``status`` marks them failed (the tokens are kept); a session whose last call failed is failed."""
         session = self._by_id.get(session_id)
         if session is None or session.ended:
             raise RolloutError(f"no open session {session_id!r}")
@@ -238,8 +245,7 @@ class Gateway:
         self._by_id.pop(session.id, None)
         self._by_key.pop(session.key, None)
         chat = session.chat
-        if discount is not None:
-            chat.apply_reward_discount(discount)
+        chat.apply_reward_discount(self.config.discount if discount is None else discount)
         trajectories = chat.export_trajectories(style)
         if status is None and session.failure is not None:
             status, error = session.failure

@@ -32,7 +32,7 @@ class EndSession:
     """``POST /v1/sessions/{id}/end``."""
 
     discount: float | None = option(None, ge=0, le=1, help="γ for the returns over the session's calls "
-                                                           "(default: the gateway's)")
+                                                           "(default: the gateway's, 1)")
     style: Literal["concat", "individual"] = option("concat", help="one trajectory of the whole session, or "
                                                                    "one per call")
     return_trajectories: bool = option(False, help="answer with the trajectories too")

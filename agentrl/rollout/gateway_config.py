@@ -39,6 +39,14 @@ class GatewayConfig:
                                                       "tokenizer's directory (--model, a run's model)")
     max_body_bytes: int = option(4 << 20, ge=1, help="largest request body in bytes (413 above)")
     keep_ended: int = option(10_000, ge=0, help="summaries of ended sessions kept for GET /v1/sessions/ID")
+    discount: float = option(
+        1.0, ge=0, le=1, help="γ of the returns over a session's calls when /end names none: with 1 every call, and "
+        "so every segment of an agent that rewrote its history, carries the episode's reward")
+    agent_sampling: str = option(
+        "policy", choices=("policy", "agent"),
+        help="policy: every call samples the policy's own distribution (temperature 1, no top-p/top-k/min-p, no "
+        "penalties or logit bias, whatever the agent asks), so the recorded log-probabilities are those the trainer "
+        "recomputes; agent: the agent's settings go to the engine (data for SFT or evaluation, not for a run)")
     tool_call_parser: str = tool_call_parser_option("read into message.tool_calls")
     reasoning_parser: str | None = reasoning_parser_option("read into message.reasoning_content, and a tool call "
                                                            "written in it is never returned")

@@ -76,8 +76,8 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     """The gateway's FastAPI app over ``gateway``; see the module docstring. Shutting the app
     down ends the open sessions as failed data (``gateway.aclose``). ``max_body_bytes``: None
     is the gateway's ``config.max_body_bytes``."""
-    if max_body_bytes is None:
-        max_body_bytes = gateway.config.max_body_bytes
+    shared = Shared(gateway, api_key, gateway.config.max_body_bytes if max_body_bytes is None else max_body_bytes,
+                    retry_after_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -93,21 +93,50 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     app = FastAPI(title="agentrl gateway", lifespan=lifespan)
     app.state.gateway = gateway
 
+    async def on_error(_: Request, e: Exception) -> JSONResponse:
+        return error_response(e, retry_after_s)
+
+    # each expected kind by name: Starlette answers a handler for bare Exception from its outermost
+    # layer and then re-raises (a traceback in the log), which only an unexpected error should get
+    for kind in (Refused, RequestRejected, RolloutError, ServerUnavailable, ServerError, TimeoutError,
+                 Exception):
+        app.add_exception_handler(kind, on_error)
+    session_routes(app, shared)
+    hot = openai_routes(app, shared)
+    app.add_middleware(HotPath, shared=shared, hot=hot)
+    if api_key is not None:  # outermost: no route, the docs included, answers an unknown key
+        app.add_middleware(http_edge.ApiKey, key=lambda key: shared.is_admin(key) or gateway.by_key(key) is not None)
+    install_errors(app)
+    return app
+
+
+GenerationRoute = Callable[[ChatClient, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class Shared:
+    """What every route of the gateway shares: the keys (admin, or a session's), the body reader
+    and one generation call answered on the wire (``generate``)."""
+
+    def __init__(self, gateway: Gateway, api_key: str | None, max_body_bytes: int, retry_after_s: int) -> None:
+        self.gateway, self.api_key = gateway, api_key
+        self.max_body_bytes, self.retry_after_s = max_body_bytes, retry_after_s
+
+    @staticmethod
     def bearer(request: Request) -> str:
         return http_edge.bearer(request.headers)
 
-    def is_admin(key: str) -> bool:
-        return api_key is not None and http_edge.same_key(key, api_key)
+    def is_admin(self, key: str) -> bool:
+        return self.api_key is not None and http_edge.same_key(key, self.api_key)
 
-    def require_admin(request: Request) -> None:
-        if api_key is not None and not is_admin(bearer(request)):
+    def require_admin(self, request: Request) -> None:
+        if self.api_key is not None and not self.is_admin(self.bearer(request)):
             raise Refused("this route needs the gateway's admin API key", 401)
 
-    def session_for_path(request: Request, session_id: str) -> Session:
-        key = bearer(request)
+    def session_for_path(self, request: Request, session_id: str) -> Session:
+        key, gateway = self.bearer(request), self.gateway
         session = gateway.by_id(session_id)
-        if api_key is not None and not is_admin(key) and (session is None
-                                                          or not http_edge.same_key(key, session.key)):
+        if self.api_key is not None and not self.is_admin(key) and (
+                session is None or not http_edge.same_key(key, session.key)):
             if gateway.by_key(key) is not None:
                 raise Refused("this API key belongs to another session", 403)
             raise Refused("invalid API key: use the admin key or this session's api_key", 401)
@@ -117,26 +146,25 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
             raise Refused(f"no session {session_id!r}; create one with POST /v1/sessions", 404)
         return session
 
-    def session_for_key(request: Request) -> Session:
-        key = bearer(request)
-        session = gateway.by_key(key) if key else None
+    def session_for_key(self, request: Request) -> Session:
+        key = self.bearer(request)
+        session = self.gateway.by_key(key) if key else None
         if session is None:
-            if is_admin(key):
+            if self.is_admin(key):
                 raise Refused("the admin key belongs to no session: use a session's api_key, or the "
                               "path /sessions/{session_id}/v1/...")
             raise Refused("no open session has this API key; create one with POST /v1/sessions and "
                           "use its api_key", 401)
         return session
 
-    async def body_of(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
-        return await http_edge.read_json(request, max_body_bytes, "max_body_bytes", allow_empty=allow_empty)
+    async def body_of(self, request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
+        return await http_edge.read_json(request, self.max_body_bytes, "max_body_bytes", allow_empty=allow_empty)
 
-    async def body_as(cls: type[T], request: Request, *, allow_empty: bool = False) -> T:
+    async def body_as(self, cls: type[T], request: Request, *, allow_empty: bool = False) -> T:
         """The route's body, parsed and checked against its declaration (``gateway_bodies``)."""
-        return http_edge.parse_body(cls, await body_of(request, allow_empty=allow_empty), status=400)
+        return http_edge.parse_body(cls, await self.body_of(request, allow_empty=allow_empty), status=400)
 
-    async def generate(request: Request, session: Session,
-                       route: Callable[[ChatClient, dict[str, Any]], Awaitable[dict[str, Any]]], send: Any) -> None:
+    async def generate(self, request: Request, session: Session, route: GenerationRoute, send: Any) -> None:
         """One generation call of ``session``, answered on ``send``: the answer, or the error's."""
 
         async def deliver(answer: dict[str, Any]) -> bool:
@@ -154,25 +182,17 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
                 return False
 
         try:
-            body = await body_of(request)
-            await gateway.call(session, lambda chat: route(chat, body), deliver)
+            body = await self.body_of(request)
+            await self.gateway.call(session, lambda chat: route(chat, body), deliver)
         except ClientDisconnect:
             return  # gone before its request was read: nothing was asked
         except Exception as e:  # noqa: BLE001 (raised before any answer went out: the error is the answer)
-            await error_response(e, retry_after_s)(request.scope, request.receive, send)
+            await error_response(e, self.retry_after_s)(request.scope, request.receive, send)
 
-    # ------------------------------------------------------------------ errors
 
-    async def on_error(_: Request, e: Exception) -> JSONResponse:
-        return error_response(e, retry_after_s)
-
-    # each expected kind by name: Starlette answers a handler for bare Exception from its outermost
-    # layer and then re-raises (a traceback in the log), which only an unexpected error should get
-    for kind in (Refused, RequestRejected, RolloutError, ServerUnavailable, ServerError, TimeoutError,
-                 Exception):
-        app.add_exception_handler(kind, on_error)
-
-    # ------------------------------------------------------------------ sessions
+def session_routes(app: FastAPI, shared: Shared) -> None:
+    """``/health``, ``/v1/sessions`` (open, read, reward, end, step) and ``/v1/gateway/stats``."""
+    gateway, retry_after_s = shared.gateway, shared.retry_after_s
 
     @app.get("/health")
     async def health():
@@ -180,8 +200,8 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     @app.post("/v1/sessions", openapi_extra=json_body(body_schema(OpenSession), required=False))
     async def open_session(request: Request):
-        require_admin(request)
-        metadata = (await body_as(OpenSession, request, allow_empty=True)).metadata or {}
+        shared.require_admin(request)
+        metadata = (await shared.body_as(OpenSession, request, allow_empty=True)).metadata or {}
         if not gateway.admits(metadata):
             gateway.stats["sessions_refused"] += 1
             raise Refused("the gateway is not admitting new sessions right now (the trainer is catching "
@@ -197,17 +217,17 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
     @app.get("/v1/sessions/{session_id}")
     async def get_session(request: Request, session_id: str):
         try:
-            return session_for_path(request, session_id).summary()
+            return shared.session_for_path(request, session_id).summary()
         except Refused as e:
             if e.status == 409:
-                require_admin(request)
+                shared.require_admin(request)
                 return gateway.ended_summary(session_id)
             raise
 
     @app.post("/v1/sessions/{session_id}/reward", openapi_extra=json_body(body_schema(SetReward), required=True))
     async def reward(request: Request, session_id: str):
-        session = session_for_path(request, session_id)
-        body = await body_as(SetReward, request)
+        session = shared.session_for_path(request, session_id)
+        body = await shared.body_as(SetReward, request)
         r, cid = body.reward, body.completion_id
         if cid is None:
             if not session.chat.conversation.calls:
@@ -223,8 +243,8 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     @app.post("/v1/sessions/{session_id}/end", openapi_extra=json_body(body_schema(EndSession), required=False))
     async def end(request: Request, session_id: str):
-        session = session_for_path(request, session_id)
-        body = await body_as(EndSession, request, allow_empty=True)
+        session = shared.session_for_path(request, session_id)
+        body = await shared.body_as(EndSession, request, allow_empty=True)
         trajectories = await gateway.end_session(session.id, discount=body.discount, style=body.style)
         out = {"session_id": session.id, "status": session.status, "num_trajectories": len(trajectories),
                "rewards": [t.reward for t in trajectories]}
@@ -233,29 +253,8 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
         return JSONResponse(out)  # plain JSON already: no need for FastAPI's encoder
 
     @app.post("/v1/sessions/{session_id}/step", openapi_extra=json_body(body_schema(Step), required=False))
-    async def step(request: Request, session_id: str):
-        session = session_for_path(request, session_id)
-        if session.stepper is None:
-            raise Refused("this session has no environment to step (only ExternalAgentWorkflow's do)", 404)
-        body = await body_as(Step, request, allow_empty=True)
-        conv = session.chat.conversation
-        if body.completion_id is not None:
-            try:
-                call = conv.call(body.completion_id)
-            except RolloutError as e:
-                raise Refused(str(e), 404) from None
-        elif conv.calls:
-            call = conv.calls[-1]
-        else:
-            raise Refused("this session has made no completion yet; step after a call", 409)
-        reply = session.chat.renderer.decode(call.completion.tokens, skip_special_tokens=True)
-        try:
-            result = await session.stepper(reply)
-        except Exception as e:  # the env failed: the episode is failed data
-            session.failure = (status_for(e), f"{type(e).__name__}: {e}"[:2000])
-            raise Refused(f"the environment failed: {e}", 500) from None
-        session.chat.set_reward(call.id, float(result.get("reward", 0.0)))
-        return result
+    async def step_route(request: Request, session_id: str):
+        return await step(shared, request, session_id)
 
     async def mcp_route(request: Request, session_id: str):
         session = session_for_path(request, session_id)
@@ -269,10 +268,40 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     @app.get("/v1/gateway/stats")
     async def stats(request: Request):
-        require_admin(request)
+        shared.require_admin(request)
         return {**gateway.stats, "open_sessions": gateway.open_sessions}
 
-    # ------------------------------------------------------------------ the OpenAI routes
+
+async def step(shared: Shared, request: Request, session_id: str) -> dict[str, Any]:
+    """``POST /v1/sessions/{id}/step``: the session's env steps on a call's reply (the last by default)."""
+    session = shared.session_for_path(request, session_id)
+    if session.stepper is None:
+        raise Refused("this session has no environment to step (only ExternalAgentWorkflow's do)", 404)
+    body = await shared.body_as(Step, request, allow_empty=True)
+    conv = session.chat.conversation
+    if body.completion_id is not None:
+        try:
+            call = conv.call(body.completion_id)
+        except RolloutError as e:
+            raise Refused(str(e), 404) from None
+    elif conv.calls:
+        call = conv.calls[-1]
+    else:
+        raise Refused("this session has made no completion yet; step after a call", 409)
+    reply = session.chat.renderer.decode(call.completion.tokens, skip_special_tokens=True)
+    try:
+        result = await session.stepper(reply)
+    except Exception as e:  # the env failed: the episode is failed data
+        session.failure = (status_for(e), f"{type(e).__name__}: {e}"[:2000])
+        raise Refused(f"the environment failed: {e}", 500) from None
+    session.chat.set_reward(call.id, float(result.get("reward", 0.0)))
+    return result
+
+
+def openai_routes(app: FastAPI, shared: Shared) -> dict[str, GenerationRoute]:
+    """``/v1/models``, ``/v1/chat/completions`` and ``/v1/responses``, by a session's key or under
+    ``/sessions/{id}``; returns the generation routes by path (``HotPath`` serves them by key)."""
+    gateway = shared.gateway
 
     def models_list() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": gateway.model, "object": "model", "created": 0,
@@ -280,58 +309,54 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
 
     @app.get("/v1/models")
     async def models(request: Request):
-        key = bearer(request)
-        if api_key is not None and not is_admin(key) and gateway.by_key(key) is None:
+        key = shared.bearer(request)
+        if shared.api_key is not None and not shared.is_admin(key) and gateway.by_key(key) is None:
             raise Refused("invalid API key", 401)
         return models_list()
 
     @app.get("/sessions/{session_id}/v1/models")
     async def session_models(request: Request, session_id: str):
-        session_for_path(request, session_id)
+        shared.session_for_path(request, session_id)
         return models_list()
 
-    def by_key(route):
+    def by_key(route: GenerationRoute):
         async def endpoint(request: Request):
-            session = session_for_key(request)
-            return Deferred(lambda send: generate(request, session, route, send))
+            session = shared.session_for_key(request)
+            return Deferred(lambda send: shared.generate(request, session, route, send))
         return endpoint
 
-    def by_path(route):
+    def by_path(route: GenerationRoute):
         async def endpoint(request: Request, session_id: str):
-            session = session_for_path(request, session_id)
-            return Deferred(lambda send: generate(request, session, route, send))
+            session = shared.session_for_path(request, session_id)
+            return Deferred(lambda send: shared.generate(request, session, route, send))
         return endpoint
 
-    hot = {"/v1/chat/completions": ChatClient.complete, "/v1/responses": ChatClient.respond}
+    hot: dict[str, GenerationRoute] = {"/v1/chat/completions": ChatClient.complete, "/v1/responses": ChatClient.respond}
     for path, route in hot.items():
         app.add_api_route(path, by_key(route), methods=["POST"])  # the session from the bearer key
         app.add_api_route(f"/sessions/{{session_id}}{path}", by_path(route), methods=["POST"])  # or the path
+    return hot
 
-    class HotPath:
-        """``POST /v1/chat/completions`` and ``/v1/responses`` by key, answered before FastAPI's
-        routing, dependency and exception layers (14% less gateway CPU per call in
-        ``benchmarks/gateway.py``); the same handler and error answers as the routes above,
-        which serve them in the OpenAPI document and for the path form."""
 
-        def __init__(self, app: Any) -> None:
-            self.app = app
+class HotPath:
+    """``POST /v1/chat/completions`` and ``/v1/responses`` by key, answered before FastAPI's
+    routing, dependency and exception layers (14% less gateway CPU per call in
+    ``benchmarks/gateway.py``); the same handler and error answers as the routes of
+    ``openai_routes``, which serve them in the OpenAPI document and for the path form."""
 
-        async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-            route = hot.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-            if route is None:
-                return await self.app(scope, receive, send)
-            request = Request(scope, receive)
-            try:
-                session = session_for_key(request)
-            except Refused as e:  # the same answer as the routes'
-                return await error_response(e, retry_after_s)(scope, receive, send)
-            await generate(request, session, route, send)
+    def __init__(self, app: Any, shared: Shared, hot: dict[str, GenerationRoute]) -> None:
+        self.app, self.shared, self.hot = app, shared, hot
 
-    app.add_middleware(HotPath)
-    if api_key is not None:  # outermost: no route, the docs included, answers an unknown key
-        app.add_middleware(http_edge.ApiKey, key=lambda key: is_admin(key) or gateway.by_key(key) is not None)
-    install_errors(app)
-    return app
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        route = self.hot.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
+            return await self.app(scope, receive, send)
+        request = Request(scope, receive)
+        try:
+            session = self.shared.session_for_key(request)
+        except Refused as e:  # the same answer as the routes'
+            return await error_response(e, self.shared.retry_after_s)(scope, receive, send)
+        await self.shared.generate(request, session, route, send)
 
 
 class AnswerStream(StreamingResponse):
@@ -377,6 +402,9 @@ def refusal(e: Exception, retry_after_s: int) -> Refused:
     """The HTTP refusal an exception a route raised stands for."""
     if isinstance(e, Refused):
         return e
+    if isinstance(e, RequestRejected) and e.status_code in (401, 403):  # the gateway's key, not the agent's
+        return Refused(f"the inference server refused the gateway's key (HTTP {e.status_code}): start the gateway "
+                       f"with the server's key in ${http_edge.SERVER_KEY_ENV}", 502)
     if isinstance(e, RequestRejected):
         return Refused(str(e), e.status_code if 400 <= e.status_code < 500 else 400)
     if isinstance(e, RolloutError):

@@ -130,13 +130,18 @@ class ChatRenderer:
             return self.encode(text)
         return await asyncio.to_thread(self.encode, text)
 
-    def min_tokens(self, text: str) -> int:
-        """At least this many tokens make up ``text``: its UTF-8 bytes over twice the most bytes
-        one token of the vocabulary stands for (twice: normalizers may shrink a text)."""
+    @property
+    def bytes_per_token(self) -> int:
+        """Twice the most UTF-8 bytes one token of the vocabulary stands for (twice: normalizers
+        may shrink a text): no text of n tokens is longer than n times this."""
         if self._bytes_per_token is None:
             longest = max((len(str(t).encode()) for t in self.tokenizer.get_vocab()), default=1)
             self._bytes_per_token = 2 * max(longest, 4)
-        return len(text.encode("utf-8", "surrogatepass")) // self._bytes_per_token
+        return self._bytes_per_token
+
+    def min_tokens(self, text: str) -> int:
+        """At least this many tokens make up ``text``: its UTF-8 bytes over ``bytes_per_token``."""
+        return len(text.encode("utf-8", "surrogatepass")) // self.bytes_per_token
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` with no clean-up, so that text and ids stand for the same thing."""

@@ -36,7 +36,8 @@ class RolloutConfig:
     workflow: str = option("workflows.env:EnvWorkflow", help="import path of the Workflow class")
     workflow_args: dict[str, Any] = option({}, help="keyword arguments of the workflow (env_id, env kwargs, ...)")
     dataset: str = option("", help="rows to play: a .jsonl file, or the import path of a function (seed) -> "
-                                   "list of rows (required)")
+                                   "list of rows (required with source workflow; source gateway and recorded "
+                                   "steps need none)")
     shuffle: bool = option(True, help="visit the rows in a seeded random order, reshuffled every epoch")
     group_size: int = option(8, ge=1, help="n: episodes per prompt, one GRPO group")
     batch_size: int = option(16, ge=1, help="B: groups per train step")

@@ -24,6 +24,12 @@ front of the servers (``agentrl.run.router``).
 ``one_rank_group()``: this process as the only rank, without torchrun (in-process ``agentrl
 sft``, tests, benchmarks).
 
+Every server the run starts takes a key (``ensure_server_key``): ``$AGENTRL_SERVE_API_KEY`` when
+set, else one generated for the run and put in the environment its children inherit (never on
+a command line): ``agentrl serve`` and SGLang require it on every route but the probes, a
+vLLM server on every route but ``/health`` (its dev-mode routes included:
+``agentrl_vllm_auth``), and the run's clients send it (``RemoteEngine``, ``http_edge.server_auth``).
+
 What it is not: a cluster scheduler. ``agentrl.run.ray_launcher`` starts the same
 ``agentrl.run.loop`` ranks and servers as Ray actors and writes the same ``servers.json``.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -43,11 +50,13 @@ from typing import Any
 
 from agentrl.client import vllm_backend
 from agentrl.errors import AgentRLError, ConfigError, ServerUnavailable, TrainerError
+from agentrl.http_edge import SERVER_KEY_ENV, server_auth, server_key
 from agentrl.process.services import (
     ServerProcess,
     ServiceProcess,
     die_with_parent,
     free_port,
+    keyed_module,
     pump_output,
     stop_process,
 )
@@ -76,16 +85,18 @@ class ManagedServer:
                 threads=inf.threads, startup_timeout=inf.startup_timeout_s, log_path=log_path,
                 extra_env={"CUDA_VISIBLE_DEVICES": str(server_gpu(self.cfg, self.index))} if own else None)
         elif inf.engine == "vllm":
-            cmd, env = vllm_command(self.cfg, self.host, self.port, self.index)
+            cmd, env = vllm_command(self.cfg, self.host, self.port, self.index, ensure_server_key())
             with open(log_path, "a") as log:
                 self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                                 preexec_fn=die_with_parent())
             wait_healthy(self.url, self.process, inf.startup_timeout_s, log_path, route="/health")
             import httpx  # what it samples first is version 0, as agentrl serve's --weight-version 0
 
-            httpx.post(self.url + "/update_weight_version", json={"new_version": "0"}, timeout=30.0).raise_for_status()
+            httpx.post(self.url + "/update_weight_version", json={"new_version": "0"}, headers=server_auth(),
+                       timeout=30.0).raise_for_status()
         else:
-            cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.cfg.model, "--host", self.host,
+            ensure_server_key()
+            cmd = [sys.executable, "-c", SGLANG_WITH_KEY, "--model-path", self.cfg.model, "--host", self.host,
                    "--port", str(self.port), "--weight-version", "0", "--random-seed", str(self.cfg.seed + self.index),
                    *sglang_lora_args(self.cfg), *(["--enable-memory-saver"] if inf.release_memory else []),
                    *inf.extra_args]
@@ -118,6 +129,18 @@ class ManagedServer:
     def tail(self) -> str:
         path = self.log_dir / f"server-{self.index}.log"
         return "".join(path.read_text(errors="replace").splitlines(True)[-20:]) if path.exists() else ""
+
+
+def ensure_server_key() -> str:
+    """The key of the servers this run starts: ``$AGENTRL_SERVE_API_KEY``, else a fresh random
+    one put there (this process's children — servers, trainer ranks — inherit it)."""
+    key = server_key()
+    if key is None:
+        key = os.environ[SERVER_KEY_ENV] = secrets.token_urlsafe(32)
+    return key
+
+
+SGLANG_WITH_KEY = keyed_module("sglang.launch_server", SERVER_KEY_ENV)
 
 
 def server_gpu(cfg: Any, index: int) -> int:
@@ -163,16 +186,20 @@ def sglang_lora_args(cfg: Any) -> list[str]:
             "--max-loras-per-batch", "3"]
 
 
-def vllm_command(cfg: Any, host: str, port: int, index: int) -> tuple[list[str], dict[str, str]]:
+def vllm_command(cfg: Any, host: str, port: int, index: int, api_key: str) -> tuple[list[str], dict[str, str]]:
     """vLLM's OpenAI server with its token-in/token-out and RL routes, sampled logprobs of the
-    distribution it samples from (as agentrl serve's), on the run's model, threads and seed."""
+    distribution it samples from (as agentrl serve's), on the run's model, threads and seed;
+    every route but ``/health`` needs ``api_key`` (``agentrl_vllm_auth``; the key travels in
+    the environment, not on the command line)."""
+    if not api_key:
+        raise ConfigError("a vLLM server agentrl starts needs a key (its dev-mode routes change the weights)")
     inf = cfg.inference
     cmd = [vllm_python(cfg) or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
            "--model", str(Path(cfg.model).resolve()), "--host", host, "--port", str(port),
            "--enable-scale-out", "--logprobs-mode", "processed_logprobs", "--seed", str(cfg.seed + index),
            "--max-num-seqs", str(inf.max_running_requests), "--disable-uvicorn-access-log",
-           "--worker-extension-cls", vllm_backend.WORKER_EXTENSION]
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1",
+           "--worker-extension-cls", vllm_backend.WORKER_EXTENSION, "--middleware", vllm_backend.KEY_MIDDLEWARE]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_API_KEY": api_key,
            "PYTHONPATH": os.pathsep.join(p for p in (str(vllm_backend.WORKER_DIR), os.environ.get("PYTHONPATH")) if p)}
     lora = cfg.trainer.lora
     if lora.enabled:  # adapters loaded at run time, by name (trainer.weight_sync.adapters: load)
@@ -219,6 +246,7 @@ class Run:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.servers: list[ManagedServer] = []
         self.router: Any = None
+        ensure_server_key()  # before any child starts: each inherits it
         self.trainer: subprocess.Popen | None = None
         self.trainer_lines: list[str] = []
         self.stopping = False
@@ -338,7 +366,7 @@ def check_batch_invariant(urls: list[str]) -> None:
 
     for url in urls:
         try:
-            info = httpx.get(base_url(url) + "/server_info", timeout=30).json()
+            info = httpx.get(base_url(url) + "/server_info", headers=server_auth(), timeout=30).json()
         except (httpx.HTTPError, ValueError) as e:
             raise ConfigError(f"config key 'deterministic': cannot ask the server {url} whether it is "
                               f"batch-invariant ({e!r})") from None

@@ -44,10 +44,18 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, ServerUnavailable, TrainerError
+from agentrl.http_edge import SERVER_KEY_ENV
 from agentrl.process.services import pump_output, stop_process
-from agentrl.run.local_launcher import ManagedServer, check_batch_invariant, watch_servers, write_servers
+from agentrl.run.local_launcher import (
+    ManagedServer,
+    check_batch_invariant,
+    ensure_server_key,
+    watch_servers,
+    write_servers,
+)
 
-FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_TOKEN", "WANDB_API_KEY", "AGENTRL_DATA_DIR", "AGENTRL_SANDBOX_API_KEY")
+FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_TOKEN", "WANDB_API_KEY", "AGENTRL_DATA_DIR", "AGENTRL_SANDBOX_API_KEY",
+                 SERVER_KEY_ENV)
 """Variables of ``agentrl train``'s environment the actors' processes get too (when set)."""
 
 
@@ -269,6 +277,7 @@ def launch(cfg: Any, run_dir: Path, *, echo: Callable[[str], None] | None = None
     import json
 
     ray = connect(cfg)
+    ensure_server_key()  # forwarded to the server and rank actors (FORWARDED_ENV)
     run = RayRun(cfg, run_dir, echo or (lambda line: print(line, end="", flush=True)))
     try:
         run.say(f"on the Ray cluster at {ray.get_runtime_context().gcs_address} "

@@ -9,7 +9,9 @@ what a ``Reward`` term takes) or a ``Rubric``. It writes the run's rows again wi
 reward on every trajectory of the episode (the return with discount 1), the recorded one kept as
 ``metrics["replay/recorded_reward"]``, into ``out/step_NNNNNN.jsonl`` — the same shape as
 ``record/``, so ``rollout.source=OUT`` trains on the re-scored episodes — and counts how many
-rewards changed. The run's own files are never written: ``out`` may not be its ``record/``.
+rewards changed. The run's own files are never written: ``out`` may not be its ``record/``, the
+run or a parent of either, and a non-empty ``out`` (an earlier replay's) is replaced only with
+``force`` (``agentrl.output_dir``); the rows are written beside it and renamed into place.
 
 Not re-scored (copied, counted as ``unscored``): failed episodes, and episodes whose record was
 cut by ``logging.record_max_bytes`` or is absent (a gateway's agents). What it is not: a replay
@@ -23,14 +25,15 @@ import asyncio
 import inspect
 import json
 import math
-import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
+from agentrl.output_dir import claim_output_dir, replace_dir, staging_dir
 from agentrl.rollout.record import reward_input
-from agentrl.rollout.recorded import read_rows, recorded_steps
+from agentrl.rollout.recorded import checked_rows, model_vocab_size, recorded_steps
 
 
 def load_reward(spec: str) -> Callable[[Any], Any]:
@@ -66,9 +69,12 @@ def episodes(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
 
 
 async def _score(fn: Callable[[Any], Any], inp: Any, spec: str, where: str) -> float:
-    value = fn(inp)
-    if inspect.isawaitable(value):
-        value = await value
+    try:
+        value = fn(inp)
+        if inspect.isawaitable(value):
+            value = await value
+    except Exception as e:  # the user's function failed: one line naming it and the episode, not a traceback
+        raise ConfigError(f"--reward {spec!r} raised {type(e).__name__}: {str(e)[:200]} for {where}") from e
     if isinstance(value, bool):
         value = float(value)
     if not isinstance(value, int | float) or not math.isfinite(value):
@@ -76,24 +82,51 @@ async def _score(fn: Callable[[Any], Any], inp: Any, spec: str, where: str) -> f
     return float(value)
 
 
-async def replay_rewards(run_dir: str | Path, spec: str, out: str | Path | None = None) -> dict[str, Any]:
+async def replay_rewards(run_dir: str | Path, spec: str, out: str | Path | None = None, *,
+                         force: bool = False) -> dict[str, Any]:
     """Re-score every recorded episode of ``run_dir`` with ``spec`` (``MODULE:FN``); see the module
     doc. Returns the summary: episodes, rescored, changed, unscored, the mean rewards, out."""
     steps = recorded_steps(run_dir)
     fn = load_reward(spec)
-    out = Path(out) if out is not None else Path(run_dir) / "replay" / spec.replace(":", ".")
-    if out.resolve() == steps[0].parent.resolve():
-        raise ConfigError(f"--out {str(out)!r} is the run's own record; give another directory")
-    out.mkdir(parents=True, exist_ok=True)
+    target = claim_output_dir(out if out is not None else Path(run_dir) / "replay" / spec.replace(":", "."),
+                              inputs=(steps[0].parent,), force=force)
+    tmp = staging_dir(target)
+    try:
+        summary = await _rescore(steps, fn, spec, tmp, run_vocab_size(run_dir))
+        summary["out"] = str(target)
+        (tmp / "replay_summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # our own staging directory
+        raise
+    replace_dir(tmp, target)
+    return summary
+
+
+def run_vocab_size(run_dir: str | Path) -> int | None:
+    """The vocabulary size of the model ``RUN_DIR/config.yaml`` names (None: no such run or model)."""
+    import yaml
+
+    try:
+        return model_vocab_size(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()).get("model"))
+    except (OSError, AttributeError, yaml.YAMLError):
+        return None
+
+
+async def _rescore(steps: list[Path], fn: Callable[[Any], Any], spec: str, out: Path,
+                   vocab_size: int | None) -> dict[str, Any]:
     counts = {"episodes": 0, "rescored": 0, "changed": 0, "unscored": 0}
     before: list[float] = []
     after: list[float] = []
     for path in steps:
-        rows = read_rows(path)
+        rows = [row for row, _ in checked_rows(path, vocab_size)]
         for members in episodes(rows):
             counts["episodes"] += 1
             record = next((r.get("record") for r in members if r.get("record")), None)
-            inp = reward_input(record) if record is not None else None
+            try:
+                inp = reward_input(record) if record is not None else None
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
+                raise ConfigError(f"{path}: episode {members[0].get('episode_id')}: its record is not one agentrl "
+                                  f"wrote ({type(e).__name__}: {str(e)[:200]})") from None
             if inp is None or any(r.get("status") != "ok" for r in members):
                 counts["unscored"] += 1
                 continue
@@ -106,15 +139,11 @@ async def replay_rewards(run_dir: str | Path, spec: str, out: str | Path | None 
             for r in members:
                 r["metrics"] = {**r.get("metrics", {}), "replay/recorded_reward": float(r["reward"])}
                 r["reward"] = new
-        tmp = out / (path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
-        os.replace(tmp, out / path.name)
-    summary = {**counts, "steps": len(steps), "reward": spec,
-               "reward_mean_recorded": sum(before) / len(before) if before else None,
-               "reward_mean_rescored": sum(after) / len(after) if after else None, "out": str(out)}
-    (out / "replay_summary.json").write_text(json.dumps(summary, indent=1))
-    return summary
+        (out / path.name).write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+    return {**counts, "steps": len(steps), "reward": spec,
+            "reward_mean_recorded": sum(before) / len(before) if before else None,
+            "reward_mean_rescored": sum(after) / len(after) if after else None}
 
 
-def run_replay(run_dir: str | Path, spec: str, out: str | Path | None = None) -> dict[str, Any]:
-    return asyncio.run(replay_rewards(run_dir, spec, out))
+def run_replay(run_dir: str | Path, spec: str, out: str | Path | None = None, *, force: bool = False) -> dict[str, Any]:
+    return asyncio.run(replay_rewards(run_dir, spec, out, force=force))

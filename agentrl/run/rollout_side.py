@@ -89,9 +89,9 @@ class LocalRollout:
         self.recorded = self.workflow = self.rows = None
         self.external = cfg.rollout.source == "gateway"
         if cfg.rollout.recorded is not None:  # off-policy: the recorded run's steps are this run's batches
-            from agentrl.rollout.recorded import RecordedEpisodes
+            from agentrl.rollout.recorded import RecordedEpisodes, model_vocab_size
 
-            self.recorded = RecordedEpisodes(cfg.rollout.recorded)
+            self.recorded = RecordedEpisodes(cfg.rollout.recorded, model_vocab_size(cfg.model))
         elif not self.external:  # the rows first: a dataset's module may register the environment the workflow makes
             from agentrl.rollout.executor import RowSource
 

@@ -43,7 +43,13 @@ class SGLangRouter:
 
     def command(self) -> list[str]:
         # a second free port for its Prometheus exporter (its default, 29000, is one per machine)
-        return [sys.executable, "-m", "sglang_router.launch_router", "--host", self.host, "--port", str(self.port),
+        from agentrl.http_edge import SERVER_KEY_ENV, server_key
+        from agentrl.process.services import keyed_module
+
+        # the servers' key (a run's), for the router's calls to them: added inside its process, not in argv
+        launch = ["-c", keyed_module("sglang_router.launch_router", SERVER_KEY_ENV)] if server_key() else [
+            "-m", "sglang_router.launch_router"]
+        return [sys.executable, *launch, "--host", self.host, "--port", str(self.port),
                 "--worker-urls", *self.workers, "--prometheus-port", str(free_port(self.host)),
                 "--request-timeout-secs", str(int(self.inference.client.timeout)), "--log-level", "warn",
                 *self.inference.router_args]
@@ -58,6 +64,8 @@ class SGLangRouter:
         """Until ``GET /workers`` lists every server, healthy."""
         import httpx
 
+        from agentrl.http_edge import server_auth
+
         assert self.process is not None
         deadline = time.monotonic() + timeout_s
         seen: list[Any] = []
@@ -66,7 +74,7 @@ class SGLangRouter:
                 raise ServerUnavailable(f"the SGLang router exited with code {self.process.returncode}; "
                                         f"its last output:\n{self.tail()}")
             try:
-                r = httpx.get(self.url + "/workers", timeout=5.0)
+                r = httpx.get(self.url + "/workers", headers=server_auth(), timeout=5.0)
                 seen = r.json().get("workers", []) if r.status_code == 200 else []
             except (httpx.HTTPError, ValueError):
                 seen = []

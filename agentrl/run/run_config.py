@@ -150,6 +150,18 @@ def build_workflow(cfg: RunConfig, sampling: SamplingParams, overrides: dict[str
                                inputs, name=cfg.rollout.workflow)
 
 
+def check_weights(model: Path) -> None:
+    """Refuse a model directory whose safetensors are missing or unreadable (one line, not the
+    loader's traceback); the headers are read, not the weights."""
+    from agentrl.client.checkpoint_check import read_headers
+    from agentrl.errors import RequestRejected
+
+    try:
+        read_headers(model)
+    except RequestRejected as e:
+        raise ConfigError(f"config key 'model': {e}") from None
+
+
 def check_run_config(cfg: RunConfig) -> None:
     """Refuse, before anything starts, what cannot work; each error names its config key."""
     check_model(cfg)
@@ -175,6 +187,7 @@ def check_model(cfg: RunConfig) -> None:
     if not (model / "config.json").is_file():
         raise ConfigError(f"config key 'model': {cfg.model!r} is not a model directory (no config.json); "
                           "build the demo one with `agentrl model tiny --out DIR`")
+    check_weights(model)
     check_context(cfg, model)
 
 
@@ -190,6 +203,9 @@ def check_source(cfg: RunConfig) -> None:
         if not loopback and not os.environ.get(cfg.gateway.api_key_env):
             raise ConfigError(f"config key 'gateway.host': {host!r} is not a loopback address and "
                               f"${cfg.gateway.api_key_env} holds no API key; set one, or serve on 127.0.0.1")
+        if cfg.gateway.agent_sampling != "policy":
+            raise ConfigError("config key 'gateway.agent_sampling': a run trains on what its gateway samples, and the "
+                              "trainer recomputes log-probabilities at temperature 1; keep it policy (the default)")
     elif cfg.rollout.recorded is not None:
         check_recorded(cfg)
     elif not cfg.rollout.dataset:
@@ -224,10 +240,10 @@ def check_env_id(cfg: RunConfig) -> str | None:
 
 def check_recorded(cfg: RunConfig) -> None:
     """``rollout.source`` a path: recorded steps that this run's batches can be, one for one."""
-    from agentrl.rollout.recorded import RecordedEpisodes
+    from agentrl.rollout.recorded import RecordedEpisodes, model_vocab_size
 
     try:
-        recorded = RecordedEpisodes(cfg.rollout.recorded)
+        recorded = RecordedEpisodes(cfg.rollout.recorded, model_vocab_size(cfg.model))
     except ConfigError as e:
         raise ConfigError(f"config key 'rollout.source': {cfg.rollout.source!r} is not workflow or gateway, and "
                           f"as a path: {e}") from None

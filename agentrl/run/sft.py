@@ -63,11 +63,15 @@ CHECKPOINTS, LATEST, STATE = "checkpoints", "latest", "sft.json"
 def load_data(cfg: SftConfig) -> tuple[SftData, SftData]:
     """(training data, held-out data): ``cfg.heldout`` when given, else ``cfg.heldout_fraction``
     of the training records (whole records: a conversation's segments stay on one side)."""
+    from agentrl.rollout.recorded import model_vocab_size
     from agentrl.rollout.renderer import ChatRenderer
 
     renderer = ChatRenderer(cfg.model)
+    limit = model_positions(cfg.model)  # an example past the model's context is dropped and counted, as max_tokens'
+    max_tokens = min((n for n in (cfg.max_tokens, limit) if n is not None), default=None)
+    vocab_size = model_vocab_size(cfg.model)
     load = lambda specs: load_examples(specs, renderer, seed=cfg.seed, min_reward=cfg.min_reward,  # noqa: E731
-                                       max_tokens=cfg.max_tokens)
+                                       max_tokens=max_tokens, vocab_size=vocab_size)
     train = load(cfg.data)
     if not train.records:
         raise ConfigError(f"config key 'data': no training example left in {cfg.data} "
@@ -83,6 +87,14 @@ def load_data(cfg: SftConfig) -> tuple[SftData, SftData]:
     records: list[SftRecord] = train.records
     return (SftData([r for i, r in enumerate(records) if i not in held], train.dropped),
             SftData([r for i, r in enumerate(records) if i in held]))
+
+
+def model_positions(model_dir: str | Path) -> int | None:
+    """The model's ``max_position_embeddings`` (None: its config.json does not say)."""
+    try:
+        return int(json.loads((Path(model_dir) / "config.json").read_text())["max_position_embeddings"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def train_batch(examples: Sequence[SftExample], version: int = 0) -> Any:

@@ -36,7 +36,8 @@ class SftConfig:
                                      help="share of data's records held out when heldout is empty; 0: no held-out loss")
     min_reward: float | None = option(None, help="trajectories rewarded less are dropped (counted); null keeps all. "
                                                  "Conversations carry no reward")
-    max_tokens: int | None = option(None, ge=2, help="examples longer than this are dropped (counted); null keeps all")
+    max_tokens: int | None = option(None, ge=2, help="examples longer than this are dropped (counted); null: the "
+                                    "model's context (max_position_embeddings)")
     steps: int | None = option(None, ge=1, help="train steps (batches); null: epochs x ceil(examples / batch_size)")
     epochs: float = option(1.0, gt=0.0, help="passes over the training examples when steps is null")
     batch_size: int = option(16, ge=1, help="sequences per train step (packed into micro-batches of "

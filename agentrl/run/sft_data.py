@@ -44,6 +44,7 @@ from agentrl.api import NOT_SAMPLED, Completion, Trajectory, TrajectoryStatus
 from agentrl.errors import AgentRLError, ConfigError
 from agentrl.rollout.conversation import TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
+from agentrl.toolcalls.output import tool_names
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 TRAJECTORY_FIELDS = tuple(f.name for f in dataclasses.fields(Trajectory))
@@ -155,12 +156,30 @@ def _check_messages(obj: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[
                         and isinstance(f.get("arguments"), (str, dict))):
                     raise ConfigError(f"message {i}: tool_calls[{j}] must be {{\"type\": \"function\", \"function\": "
                                       f"{{\"name\": str, \"arguments\": str}}}}, got {_short(c)}")
+                _check_call(i, j, f, tools)
         if m.get("weight", 1) not in (0, 1) or isinstance(m.get("weight"), bool):
             raise ConfigError(f"message {i}: 'weight' must be 0 or 1, got {_short(m.get('weight'))}")
         out.append(m)
     if not any(m["role"] == "assistant" and m.get("weight", 1) == 1 for m in out):
         raise ConfigError("the conversation has no assistant message to train on")
     return out, tools
+
+
+def _check_call(i: int, j: int, function: dict[str, Any], tools: list[dict[str, Any]] | None) -> None:
+    """A call to a tool the conversation offers (when it lists tools), with a JSON object as arguments."""
+    offered = tool_names(tools)
+    if offered is not None and function["name"] not in offered:
+        raise ConfigError(f"message {i}: tool_calls[{j}] calls {_short(function['name'])}, which the conversation's "
+                          f"tools do not offer ({sorted(offered)}); training on it teaches calls that cannot run")
+    args = function["arguments"]
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except (json.JSONDecodeError, RecursionError):
+            raise ConfigError(f"message {i}: tool_calls[{j}].function.arguments is not JSON: "
+                              f"{_short(function['arguments'])}") from None
+    if not isinstance(args, dict):
+        raise ConfigError(f"message {i}: tool_calls[{j}].function.arguments must be a JSON object, got {_short(args)}")
 
 
 # --------------------------------------------------------------------------- trajectories
@@ -237,8 +256,15 @@ def record_examples(obj: Any, renderer: ChatRenderer, *, min_reward: float | Non
         f"got the keys {sorted(obj)[:8]} (an `agentrl eval --curate` file holds dataset rows, not tokens)")
 
 
-def _lines(spec: str, seed: int) -> Iterator[tuple[str, Any]]:
-    """(location, parsed object) of every line of a spec (a file, a directory, module:function)."""
+TOO_LONG = object()
+"""What ``_lines`` yields for a line too long to fit ``max_tokens`` whatever its tokens (never parsed)."""
+JSON_ESCAPE = 6
+"""The most bytes JSON writes for one byte of text (``\\u0001``)."""
+
+
+def _lines(spec: str, seed: int, max_bytes: int | None = None) -> Iterator[tuple[str, Any]]:
+    """(location, parsed object) of every line of a spec (a file, a directory, module:function);
+    a line longer than ``max_bytes`` is ``TOO_LONG`` (not read into memory as text, not parsed)."""
     path = Path(spec)
     if path.is_dir():
         files = sorted(path.glob("*.jsonl"))
@@ -257,23 +283,44 @@ def _lines(spec: str, seed: int) -> Iterator[tuple[str, Any]]:
         raise ConfigError(f"data {spec!r} does not exist; give a JSONL file, a directory of them, "
                           "or module:function")
     for f in files:
-        with f.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
+        with f.open("rb") as fh:
+            for lineno, raw in enumerate(iter(lambda: fh.readline(max_bytes + 1 if max_bytes else -1), b""), 1):
+                if max_bytes is not None and len(raw) > max_bytes:
+                    while raw and not raw.endswith(b"\n"):  # the rest of the line, a block at a time
+                        raw = fh.readline(1 << 20)
+                    yield f"{f}:{lineno}", TOO_LONG
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ConfigError(f"{f}:{lineno}: not UTF-8 text (byte {e.start}); expected one JSON object "
+                                      "per line") from None
                 if not line.strip():
                     continue
                 try:
                     yield f"{f}:{lineno}", json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"{f}:{lineno}: not valid JSON ({e.msg}); expected one object per line") from e
+                except RecursionError:
+                    raise ConfigError(f"{f}:{lineno}: JSON nested too deeply to read; expected one object per "
+                                      "line") from None
 
 
 def load_examples(specs: Iterable[str], renderer: ChatRenderer, *, seed: int = 0,
-                  min_reward: float | None = None, max_tokens: int | None = None) -> SftData:
+                  min_reward: float | None = None, max_tokens: int | None = None,
+                  vocab_size: int | None = None) -> SftData:
     """Every record of ``specs``; see the module docstring. Examples longer than ``max_tokens``
-    and examples without a loss token are dropped and counted."""
+    (a line too long to fit it whatever its tokens is not even parsed) and examples without a
+    loss token are dropped and counted. A token id outside ``vocab_size`` (default: the
+    tokenizer's size) is refused by location."""
     data = SftData([])
+    vocab = vocab_size or len(renderer.tokenizer)
+    max_bytes = None if max_tokens is None else max_tokens * renderer.bytes_per_token * JSON_ESCAPE
     for spec in specs:
-        for where, obj in _lines(spec, seed):
+        for where, obj in _lines(spec, seed, max_bytes):
+            if obj is TOO_LONG:
+                data.dropped["over_max_tokens"] += 1
+                continue
             try:
                 examples = record_examples(obj, renderer, min_reward=min_reward, dropped=data.dropped)
             except ConfigError as e:
@@ -281,6 +328,9 @@ def load_examples(specs: Iterable[str], renderer: ChatRenderer, *, seed: int = 0
             kept = []
             for e in examples:
                 e.source = where
+                if e.input_ids and max(e.input_ids) >= vocab:
+                    raise ConfigError(f"{where}: token id {max(e.input_ids)} is outside the model's vocabulary "
+                                      f"({vocab} ids); these tokens come from another model")
                 if e.loss_mask:
                     e.loss_mask[0] = 0  # nothing predicts the first token
                 if max_tokens is not None and len(e.input_ids) > max_tokens:

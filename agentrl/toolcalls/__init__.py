@@ -33,6 +33,7 @@ from agentrl.toolcalls.parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
     check_parser_names,
+    format_hint,
     parse,
 )
 from agentrl.toolcalls.stream import StreamDelta, StreamParser
@@ -47,6 +48,7 @@ __all__ = [
     "StreamParser",
     "ToolCall",
     "check_parser_names",
+    "format_hint",
     "parse",
     "parse_tool_calls",
 ]

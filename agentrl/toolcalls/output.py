@@ -122,11 +122,21 @@ def one(call: ToolCall | None, error: str) -> tuple[list[ToolCall], str]:
     return ([call] if call is not None else []), error
 
 
+def tool_function(tool: Any) -> dict[str, Any]:
+    """The function object of one offered tool (``{"type": "function", "function": {...}}``, or
+    the function itself); ``{}`` for an entry of another shape (``{"function": null}``, a string)."""
+    if not isinstance(tool, dict):
+        return {}
+    fn = tool.get("function", tool)
+    return fn if isinstance(fn, dict) else {}
+
+
 def tool_names(tools: Tools) -> list[str] | None:
-    """The names of the offered tools, or None when no list was given (every name is accepted)."""
+    """The names of the offered tools, or None when no list was given (every name is accepted);
+    an entry without a string name names nothing."""
     if tools is None:
         return None
-    return [t.get("function", t).get("name", "") for t in tools]
+    return [name for t in tools if isinstance(name := tool_function(t).get("name"), str)]
 
 
 def unknown_tool_error(name: str, tools: Tools) -> str | None:
@@ -167,10 +177,12 @@ def load_json(text: str, what: str, example: str) -> tuple[Any, str]:
 def parameter_types(name: str, tools: Tools) -> dict[str, str]:
     """The JSON-schema type of each parameter of tool ``name`` ({} when unknown)."""
     for tool in tools or ():
-        fn = tool.get("function", tool)
+        fn = tool_function(tool)
         if fn.get("name") == name:
-            props = (fn.get("parameters") or {}).get("properties") or {}
-            return {k: _schema_type(v) for k, v in props.items() if isinstance(v, dict)}
+            params = fn.get("parameters")
+            props = params.get("properties") if isinstance(params, dict) else None
+            return {k: _schema_type(v) for k, v in props.items() if isinstance(v, dict)} if isinstance(props, dict) \
+                else {}
     return {}
 
 

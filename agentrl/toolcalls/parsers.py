@@ -59,6 +59,17 @@ REASONING_PARSERS: dict[str, Callable[[str], tuple[str | None, str]]] = {
 DEFAULT_TOOL_PARSER = "qwen25"
 
 
+def format_hint(text: str, tool_parser: str) -> list[str]:
+    """The tool parsers whose call markers ``text`` holds when ``tool_parser``'s it does not: a
+    sign the model writes calls in another family's format (the parser does not match its
+    chat template). Empty when ``text`` holds none, or holds ``tool_parser``'s own."""
+    read, own = TOOL_PARSERS[tool_parser]
+    if any(marker in text for marker in own):
+        return []
+    return sorted(name for name, (other, markers) in TOOL_PARSERS.items()
+                  if other is not read and any(marker in text for marker in markers))
+
+
 def check_parser_names(tool_parser: str, reasoning_parser: str | None) -> None:
     """Raise ValueError naming the known parsers when either name is unknown."""
     _check(tool_parser, TOOL_PARSERS, "tool_parser")
@@ -93,7 +104,11 @@ def parse(
     if reasoning_parser is not None:
         reasoning, rest = REASONING_PARSERS[reasoning_parser](text)
     read_calls, markers = TOOL_PARSERS[tool_parser]
-    found = read_calls(rest, tools)
+    try:
+        found = read_calls(rest, tools if tools is None or isinstance(tools, list | tuple) else [])
+    except RecursionError:  # JSON (or Python) nested deeper than the interpreter's recursion limit
+        found = CallsFound(rest.strip(), [], ["a tool call nested too deeply to read; write its arguments with "
+                                              "fewer levels of nesting"])
     errors = list(found.errors)
     if reasoning and any(marker in reasoning for marker in markers):
         errors.append(

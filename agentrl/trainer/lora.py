@@ -25,6 +25,7 @@ import torch
 
 from agentrl.api import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from agentrl.errors import ModelError
+from agentrl.output_dir import claim_output_dir, replace_dir, staging_dir
 from agentrl.plugins import import_optional
 from agentrl.trainer.trainer_config import LoraConfig
 
@@ -89,10 +90,12 @@ def adapter_base(adapter_dir: str | Path) -> str:
 
 
 def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base_dir: str | Path | None = None,
-                  dtype: torch.dtype = torch.float32) -> Path:
+                  dtype: torch.dtype = torch.float32, force: bool = False) -> Path:
     """Load ``base_dir`` (default: the adapter's ``base_model_name_or_path``), apply the adapter
     with peft, merge it (``merge_and_unload``) and write a plain HF checkpoint — weights,
-    ``config.json`` and the base's tokenizer files — at ``out_dir``."""
+    ``config.json`` and the base's tokenizer files — at ``out_dir``. ``out_dir`` may not be the
+    adapter, the base or a parent of either, nor a non-empty directory unless ``force``
+    (``agentrl.output_dir``); the checkpoint is built beside it and renamed into place."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     peft = peft_module()
@@ -104,17 +107,22 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base_dir: str
     if not (base / "config.json").is_file():
         raise ModelError(f"the base model {str(base)!r} has no config.json; pass the model the adapter was "
                          "trained on (--base)")
+    out = claim_output_dir(out_dir, inputs=(adapter, base), force=force)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype)
     try:
         merged = peft.PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (ValueError, RuntimeError, KeyError) as e:  # shapes or names of another architecture
         raise ModelError(f"cannot apply the adapter {str(adapter)!r} to {str(base)!r}: {e}") from e
-    out = Path(out_dir)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    merged.save_pretrained(str(tmp))
-    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tmp))  # and its chat template
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+    broken = [name for name, t in merged.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
+    if broken:  # agentrl serve refuses such an adapter too
+        raise ModelError(f"merging {str(adapter)!r} into {str(base)!r} gives non-finite weights ({broken[0]}"
+                         f"{f' and {len(broken) - 1} more' if len(broken) > 1 else ''}): the adapter or the base "
+                         "holds NaN or inf; merge a checkpoint from before the run diverged")
+    tmp = staging_dir(out)
+    try:
+        merged.save_pretrained(str(tmp))
+        AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tmp))  # and its chat template
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # our own staging directory
+        raise
+    return replace_dir(tmp, out)

@@ -6,6 +6,11 @@ episode), or the class itself, made and stepped in this process; ``register`` / 
 ``agentrl.plugins.find_env`` and ``agentrl envs`` (the id is registered as ``openenv/<slug>``, since
 a URL is no Gymnasium name); ``train_rows`` / ``eval_rows`` (rows are reset seeds, disjoint).
 
+A server serves as many sessions at once as it declares (OpenEnv's ``create_app`` serves one
+unless the environment supports more): an episode whose server is full waits for a session
+(``CAPACITY_REACHED`` is asked again until ``timeout_s``) instead of failing, and every session
+is closed on the loop that opened it, so a check or a run holds one session per live episode.
+
 The reply becomes the action: its text goes into the action's one string field (found in the
 action's JSON schema — the server's ``/schema`` or the class's — or named by ``action_field``),
 or, with ``action_field="json"``, the reply is parsed as the action's JSON object. An
@@ -150,24 +155,45 @@ class OpenEnvEnv(TextEnv):
         seed = task.get("seed")
         self._return = 0.0
         if self.remote:
-            from openenv.core import GenericEnvClient
-
-            self._client = GenericEnvClient(base_url=self.target, connect_timeout_s=self.timeout_s,
-                                            message_timeout_s=self.timeout_s)
-            self._client_loop = asyncio.get_running_loop()
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    await self._client.connect()
-                    result = await self._client.reset(seed=seed)
-            except (OSError, TimeoutError) as e:
-                raise EnvError(f"the OpenEnv server {self.target} did not answer: {type(e).__name__}: {e}") from e
-            observation, done = result.observation, result.done
+            observation, done = await self._open_session(seed)
         else:
             obs = await asyncio.to_thread(self.inner.reset, seed=seed)
             observation, done = obs.model_dump(), obs.done
         if done:
             raise EnvError(f"openenv:{self.target} said done on reset")
         return self._messages(observation)
+
+    async def _open_session(self, seed: int | None) -> tuple[Any, bool]:
+        """A session of the server, reset: one that is full (``CAPACITY_REACHED``: OpenEnv serves one
+        session unless an environment declares more) is asked again until ``timeout_s``, so a run
+        keeps within what the server allows; then one line says what to change."""
+        from openenv.core import GenericEnvClient
+
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self.timeout_s, 0.05
+        while True:
+            self._client = GenericEnvClient(base_url=self.target, connect_timeout_s=self.timeout_s,
+                                            message_timeout_s=self.timeout_s)
+            self._client_loop = loop
+            try:
+                async with asyncio.timeout(max(deadline - loop.time(), 0.1)):
+                    await self._client.connect()
+                    result = await self._client.reset(seed=seed)
+                return result.observation, result.done
+            except RuntimeError as e:  # the client's form of the server's error frame
+                if "CAPACITY_REACHED" not in str(e):
+                    raise
+                await self._end()
+                if loop.time() + delay > deadline:
+                    raise EnvError(f"the OpenEnv server {self.target} had no free session for {self.timeout_s:g} s "
+                                   "(CAPACITY_REACHED): it serves fewer sessions at once than this run opens; "
+                                   "serve more (create_app's max_concurrent_envs, with SUPPORTS_CONCURRENT_SESSIONS) "
+                                   "or lower rollout.max_concurrent") from None
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 1.0)
+            except (OSError, TimeoutError) as e:
+                await self._end()
+                raise EnvError(f"the OpenEnv server {self.target} did not answer: {type(e).__name__}: {e}") from e
 
     async def _turn(self, action: str) -> Turn:
         payload = self._action(action)
@@ -195,12 +221,15 @@ class OpenEnvEnv(TextEnv):
         client, loop, self._client, self._client_loop = self._client, self._client_loop, None, None
         if client is None:
             return
-        try:  # on the loop the session was opened on (the sync API's thread, or this one)
+        try:  # on the loop the session was opened on (the sync API's, or this one): its socket lives there
             async with asyncio.timeout(10):
                 if loop is asyncio.get_running_loop():
                     await client.close()
                 elif loop is not None and loop.is_running():
                     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(client.close(), loop))
+                elif loop is not None and not loop.is_closed():  # an idle loop (the sync API's between calls):
+                    # left open, the session would hold one of the server's slots until the process ends
+                    await asyncio.to_thread(loop.run_until_complete, client.close())
         except Exception:  # closing is best effort; the server ends the session when the socket goes
             pass
 

@@ -74,3 +74,16 @@ def test_parquet_needs_pyarrow(tmp_path):
         return
     pq.write_table(pa.Table.from_pylist([{"a": 1}]), path)
     assert load_rows(path) == [{"a": 1}]
+    (tmp_path / "fake.parquet").write_text('{"a": 1}\n')  # issue 49: a traceback
+    with pytest.raises(ConfigError, match="fake.parquet: not a readable Parquet file"):
+        load_rows(tmp_path / "fake.parquet")
+
+
+def test_invalid_utf8_and_deep_json_are_one_line(tmp_path):
+    """Issue 49: both were tracebacks."""
+    (tmp_path / "bin.jsonl").write_bytes(b'{"a": 1}\n{"b": "\xff"}\n')
+    with pytest.raises(ConfigError, match="bin.jsonl: not UTF-8 text"):
+        load_rows(tmp_path / "bin.jsonl")
+    (tmp_path / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="deep.jsonl:1: JSON nested too deeply"):
+        load_rows(tmp_path / "deep.jsonl")

@@ -71,3 +71,47 @@ def test_a_reasoning_gym_env_with_a_judge_term(tiny_server):
     assert terminated and info["rewards"]["score"] == 1.0 and 0.0 <= info["rewards"]["judge"] <= 1.0
     assert reward == pytest.approx(1.0 + 0.5 * info["rewards"]["judge"])
     env.close()
+
+
+def test_the_default_grade_is_the_number_the_answer_ends_with():
+    """Issue 49: with no ``score_pattern`` the last number anywhere won: an error text "rate
+    limit reached, retry in 30 seconds" graded 1.0 and "3 unsafe claims" 0.3. Now an answer must
+    end with its grade; one that ends in words holds none (the episode fails, as data)."""
+    judge = LLMJudge("http://127.0.0.1:1/v1", max_score=10)
+    for answer, grade in (("7", 0.7), (" Score: 8.5\n", 0.85), ("7/10", 0.7), ("\\boxed{9}.", 0.9), ("**6**", 0.6)):
+        assert judge.parse(answer) == grade, answer
+    for answer in ("rate limit reached, retry in 30 seconds", "3 unsafe claims", "I cannot grade this", ""):
+        with pytest.raises(VerifierError, match="no grade"):
+            judge.parse(answer)
+
+
+async def test_a_judge_that_drips_its_answer_is_cut_off_at_the_timeout():
+    """Issue 49: ``timeout_s`` bounded each read, so a judge sending a byte a second never timed
+    out (``envs check`` hung past 240 s). It bounds the whole exchange now."""
+    import asyncio
+    import time
+
+    async def drip(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        try:
+            for _ in range(100):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.2)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(drip, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    judge = LLMJudge(f"http://127.0.0.1:{port}/v1", retries=0, timeout_s=1.0)
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(VerifierError, match="no answer within 1 s"):
+            await asyncio.wait_for(judge(RewardInput("x", task={"question": "q"})), 10)
+    finally:
+        server.close()
+        await judge.aclose()
+    assert time.perf_counter() - t0 < 3

@@ -57,3 +57,56 @@ def test_a_short_train_on_an_openenv_server(openenv_sum_server, tmp_path):
         eval={"dataset": "envs.interop.openenv_env:eval_rows", "limit": 8,
               "sampling": {"temperature": 0.0, "max_new_tokens": 12}})
     assert summary["eval_after"] is not None
+
+
+def test_a_server_of_one_session_is_checked_and_played_within_its_capacity(tmp_path):
+    """Issue 49: OpenEnv's ``create_app`` serves one session unless the environment declares more,
+    and ``agentrl envs check openenv:URL`` left a session open (on the sync API's idle loop) while
+    it opened the next: CAPACITY_REACHED. Now each session is closed on the loop that opened it,
+    and an episode whose server is full waits for a session instead of failing."""
+    import asyncio
+    import time
+
+    import httpx
+
+    from agentrl.process.services import free_port
+    from envs.interop.openenv_env import OpenEnvEnv
+
+    from ..conftest import OPENENV_SUM_ENV
+
+    (tmp_path / "one_env.py").write_text(OPENENV_SUM_ENV.replace("SUPPORTS_CONCURRENT_SESSIONS = True",
+                                                                 "SUPPORTS_CONCURRENT_SESSIONS = False").replace(
+        ", max_concurrent_envs=64)", ")"))  # OpenEnv's default: one session
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "one_env:app", "--host", "127.0.0.1", "--port",
+                             str(port)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        assert check_text_env(f"openenv:{url}") == []
+
+        async def play(seed: int) -> float:
+            env = OpenEnvEnv(url, timeout_s=30)
+            try:
+                messages, _ = await env.areset(seed=seed)
+                a, b, c = map(int, re.search(r"What is (\d+)\+(\d+)\+(\d+)\?", messages[0]["content"]).groups())
+                await asyncio.sleep(0.2)  # holds the server's one session a while
+                return (await env.astep(f"\\boxed{{{a + b + c}}}"))[1]
+            finally:
+                await env.aclose()
+
+        async def both():
+            return await asyncio.gather(play(1), play(2), play(3))
+
+        assert asyncio.run(both()) == [1.0, 1.0, 1.0]  # three episodes, one at a time
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

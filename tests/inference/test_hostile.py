@@ -201,3 +201,114 @@ def test_requests_that_come_with_a_pause_wait_and_the_memory_can_be_released(unt
         assert all(r.finish_reason == {"type": "length", "length": 4} for r in reqs)
     finally:
         eng.shutdown()
+
+
+def test_a_chat_template_in_the_request_is_refused_unless_the_server_trusts_them(server):
+    """Issue 49: ``chat_template_kwargs.chat_template`` was rendered on the event loop: a loop in
+    it froze /health, and ``'x' * 100000000`` was accepted. Refused now, as vLLM refuses it
+    without ``--trust-request-chat-template``; the template variables still reach the template."""
+    messages = [{"role": "user", "content": "hi"}]
+    for body in ({"chat_template_kwargs": {"chat_template": "{{ 'x' * 100000000 }}"}},
+                 {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}):
+        r = httpx.post(server + "/v1/chat/completions", timeout=30, json={"messages": messages, **body})
+        assert r.status_code == 400 and "--trust-request-chat-template" in r.text, r.text
+    r = httpx.post(server + "/v1/chat/completions", timeout=30, json={
+        "messages": messages, "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": False}})
+    assert r.status_code == 200, r.text
+
+
+async def test_a_trusted_request_template_renders_within_bounds(tokenizer):
+    """With the flag, a request's template renders in a child process: one that loops for hours
+    is stopped at the time bound, one that builds a huge string is refused, and the event loop
+    keeps its pace meanwhile; a plain one renders as the tokenizer would."""
+    from agentrl.errors import Refused
+    from agentrl.inference.request_template import render_bounded
+
+    messages = [{"role": "user", "content": "hi"}]
+
+    def render(template: str):
+        return lambda: tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+
+    ticks = 0
+
+    async def tick():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    t0 = time.perf_counter()
+    with pytest.raises(Refused, match="did not render within 1 s"):
+        await render_bounded(render("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"),
+                             timeout_s=1.0)
+    took = time.perf_counter() - t0
+    ticker.cancel()
+    assert took < 3.0 and ticks > took / 0.01 / 3, (took, ticks)  # the loop kept ticking
+    with pytest.raises(Refused, match="more than 8,388,608|more than 256 MiB"):
+        await render_bounded(render("{% set s = 'x' * 100000000 %}{{ s }}"), memory_bytes=256 << 20)
+    with pytest.raises(Refused, match="could not render these messages: .*UndefinedError"):
+        await render_bounded(render("{{ nope.attr }}"))
+    plain = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    assert await render_bounded(render(plain)) == render(plain)() == "<user>hi"
+
+
+def test_an_adapter_config_that_is_a_fifo_is_refused_at_once(server, tmp_path):
+    """Issue 49: a ``lora_path`` whose ``adapter_config.json`` was a FIFO held a thread of the
+    shared worker pool until something wrote to it; now what is not a plain file is refused."""
+    import os
+
+    os.mkfifo(tmp_path / "adapter_config.json")
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"")
+    t0 = time.perf_counter()
+    r = httpx.post(server + "/load_lora_adapter", timeout=30, json={"lora_name": "fifo", "lora_path": str(tmp_path)})
+    assert r.status_code == 400 and "is not a regular file" in r.text, r.text
+    assert time.perf_counter() - t0 < 5
+
+
+async def test_a_hung_adapter_read_holds_neither_the_worker_pool_nor_the_route(untrained_model_dir):
+    """A read that never ends (a hung network file system) runs on a thread of its own: the call
+    is refused at its timeout, the shared pool keeps working, and the next read waits its turn."""
+    import threading
+
+    from agentrl.errors import Refused
+    from agentrl.inference.serve_config import ServeConfig
+    from agentrl.inference.state import ServerState
+
+    state = ServerState(ServeConfig(model=str(untrained_model_dir)))
+    release = threading.Event()
+    hung = [asyncio.create_task(state.read_adapter_files(release.wait, timeout_s=0.5)) for _ in range(40)]
+    # 40 hung reads would have taken every thread of the default pool; it still answers at once
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: 7), 2) == 7
+    for task in hung:
+        with pytest.raises(Refused, match="more than 0.5 s"):
+            await task
+    release.set()
+    assert await state.read_adapter_files(lambda: "read") == "read"
+
+
+def test_content_parts_are_rendered_as_their_text(server, tokenizer):
+    """Issue 49: OpenAI content parts (``[{"type": "text", ...}]``) were rendered as their
+    Python repr; they are their text now, as the gateway reads them, and an image part is a 400."""
+    parts = [{"role": "user", "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "1+2?"}]}]
+    plain = [{"role": "user", "content": "What is 1+2?"}]
+    ids = []
+    for messages in (parts, plain):
+        r = httpx.post(server + "/v1/chat/completions", timeout=30, json={
+            "messages": messages, "max_tokens": 1, "return_token_ids": True})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["choices"][0]["prompt_token_ids"])
+    assert ids[0] == ids[1] and "{'type'" not in tokenizer.decode(ids[0])
+    r = httpx.post(server + "/v1/chat/completions", timeout=30, json={"messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})
+    assert r.status_code == 400 and "only text parts are supported" in r.text, r.text
+
+
+def test_a_context_longer_than_the_model_s_positions_is_refused(untrained_model_dir):
+    """Issue 49: ``--context-length 4096`` was accepted on a model of 1,024 positions."""
+    from agentrl.errors import ConfigError
+    from agentrl.inference.serve_config import ServeConfig
+    from agentrl.inference.state import ServerState
+
+    with pytest.raises(ConfigError, match="longer than this model's max_position_embeddings \\(1024\\)"):
+        ServerState(ServeConfig(model=str(untrained_model_dir), context_length=4096))

@@ -233,3 +233,118 @@ def test_completions_cut_at_the_token_budget_are_counted(renderer):
     for t in trajectories:  # a workflow that does not count calls reports no rate
         del t.metrics["calls"]
     assert "rollout/truncation_rate" not in batch_metrics(trajectories, 1)
+
+
+async def test_a_call_whose_answer_cannot_be_built_is_taken_back_and_counted(renderer, monkeypatch):
+    """Issue 49: the gateway recorded a reply, then failed to build its answer (the tool parser
+    raised on a 1,500-deep argument): the client got a 500 and the undelivered reply was trained
+    on beside the agent's retry, with ``calls_abandoned`` at 0. A call goes out or is not data."""
+    from agentrl.rollout import chat_client
+    from agentrl.rollout.gateway import Gateway
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the answer could not be built")
+
+    gateway = Gateway(ScriptedEngine(renderer, ["\\boxed{3}", "\\boxed{4}"]), renderer)
+    session = gateway.open_session()
+    body = {"messages": [{"role": "user", "content": "1+2?"}]}
+    with monkeypatch.context() as m:
+        m.setattr(chat_client, "assistant_message", broken)
+        with pytest.raises(RuntimeError, match="could not be built"):
+            await gateway.call(session, lambda chat: chat.complete(body))
+    assert session.chat.conversation.calls == [] and gateway.stats["calls_abandoned"] == 1
+    answer = await gateway.call(session, lambda chat: chat.complete(body))  # the agent's retry
+    [t] = await gateway.end_session(session.id)
+    assert answer["choices"][0]["message"]["content"] == "\\boxed{4}" and t.num_turns == 1
+    assert renderer.decode([i for i, m in zip(t.input_ids, t.loss_mask, strict=True) if m],
+                           skip_special_tokens=True) == "\\boxed{4}"
+
+
+class RecordingEngine(ScriptedEngine):
+    def __init__(self, renderer: ChatRenderer, replies: list[str]) -> None:
+        super().__init__(renderer, replies)
+        self.sampling: list[SamplingParams] = []
+
+    async def generate(self, input_ids, sampling: SamplingParams) -> Completion:
+        self.sampling.append(sampling)
+        return await super().generate(input_ids, sampling)
+
+
+async def test_the_gateway_samples_the_policy_s_own_distribution_whatever_the_agent_asks(renderer, tiny_model_dir):
+    """Issue 49: the gateway passed an agent's temperature (0.7) through, so the recorded
+    behaviour log-probabilities were of the tempered distribution while the trainer recomputes at
+    temperature 1 (behaviour weights up to 30.9). By default (``agent_sampling: policy``) every
+    call samples the policy's own distribution; ``agent`` passes the agent's settings through
+    (data for SFT or evaluation), and a run refuses it."""
+    from agentrl.config import load_config
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.gateway import Gateway
+    from agentrl.rollout.gateway_config import GatewayConfig
+    from agentrl.run.run_config import RunConfig, check_run_config
+
+    body = {"messages": [{"role": "user", "content": "1+2?"}], "temperature": 0.7, "top_p": 0.9, "top_k": 5,
+            "presence_penalty": 1.0, "logit_bias": {"5": 3}, "max_tokens": 9, "stop": ["x"], "seed": 4}
+    sent = {}
+    for mode in ("policy", "agent"):
+        engine = RecordingEngine(renderer, ["\\boxed{3}"])
+        gateway = Gateway(engine, renderer, GatewayConfig(agent_sampling=mode))
+        session = gateway.open_session()
+        await gateway.call(session, lambda chat: chat.complete(body))
+        sent[mode] = engine.sampling[0]
+    policy, agent = sent["policy"], sent["agent"]
+    assert (policy.temperature, policy.top_p, policy.top_k, policy.presence_penalty, policy.logit_bias) == (
+        1.0, 1.0, -1, 0.0, {})
+    assert (policy.max_new_tokens, policy.stop, policy.seed) == (9, ["x"], 4)  # what does not reshape stays
+    assert (agent.temperature, agent.top_p, agent.top_k, agent.logit_bias) == (0.7, 0.9, 5, {5: 3.0})
+    cfg = load_config(RunConfig, None, [f"model={tiny_model_dir}", "rollout.source=gateway", "gateway.agent_sampling=agent"])
+    with pytest.raises(ConfigError, match="gateway.agent_sampling"):
+        check_run_config(cfg)
+
+
+async def test_a_request_the_template_cannot_render_is_a_400_as_on_serve(renderer):
+    """Issue 49: the gateway answered 500 where ``agentrl serve`` answers 400 for the same
+    request faults — a template's UndefinedError, a conversation nested past the recursion limit."""
+    from agentrl.rollout.gateway_routes import refusal
+
+    client = ChatClient(ScriptedEngine(renderer, ["x"]), renderer)
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    for messages in ([{"role": "user", "content": "hi", "extra": deep}],
+                     [{"role": "assistant", "content": "x", "tool_calls": [{"function": None}]}]):
+        with pytest.raises(RequestRejected) as info:
+            await client.complete({"messages": messages})  # what the gateway's route calls
+        assert info.value.status_code == 400 and "could not render" in str(info.value), info.value
+        assert refusal(info.value, 1).status == 400
+
+
+async def test_the_episode_s_reward_reaches_every_segment_by_default(renderer):
+    """Issue 49: an agent that rewrites its history (mini-swe-agent drops a reply after a format
+    error) gives several trajectories, and the reward set on its last call reached only the
+    last unless /end carried ``discount: 1.0``: GRPO averaged the episode's reward with zeros."""
+    from agentrl.rollout.gateway import Gateway
+
+    gateway = Gateway(ScriptedEngine(renderer, ["bad format", "\\boxed{3}"]), renderer)
+    session = gateway.open_session()
+    first = [{"role": "user", "content": "1+2?"}]
+    await gateway.call(session, lambda chat: chat.complete({"messages": first}))
+    # the agent drops the bad reply and asks again with another instruction: history rewritten
+    await gateway.call(session, lambda chat: chat.complete({"messages": [{"role": "user", "content": "1+2? Box it."}]}))
+    session.chat.set_last_reward(1.0)
+    trajectories = await gateway.end_session(session.id)
+    assert len(trajectories) == 2 and [t.reward for t in trajectories] == [1.0, 1.0]
+
+
+async def test_a_parser_that_does_not_match_the_model_is_said_once(renderer, caplog):
+    """Issue 49: a reply in another family's call format was silently plain content."""
+    from agentrl.model.arith_data import CALCULATOR_TOOL
+
+    reply = '<tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}</tool_call>'
+    client = ChatClient(ScriptedEngine(renderer, [reply, reply]), renderer, tool_call_parser="llama3")
+    body = {"messages": [{"role": "user", "content": "1+2?"}], "tools": [CALCULATOR_TOOL]}
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            answer = await client.complete(body)
+    assert not answer["choices"][0]["message"].get("tool_calls")
+    said = [r.message for r in caplog.records if "tool-call markers" in r.message]
+    assert len(said) == 1 and "hermes" in said[0] and "read as llama3" in said[0]

@@ -26,6 +26,30 @@ def test_report_interval_and_table():
     assert set(summary) >= {"pass@1", "pass@2", "pass@4", "pass@1_ci95"} and summary["pass@4"] == 0.75
 
 
+def test_the_figures_do_not_depend_on_the_order_problems_finish():
+    """Issue 49: two deterministic runs gave eval/pass@1_ci95 0.022203203837749683 and ...69:
+    the report summed in completion order. It sums in row order now: any finishing order gives
+    the same floats, to the last digit."""
+    import random
+
+    def terms(i):
+        return [Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], metrics={"reward/x": 0.1 * (i % 7) + 1e-9 * i})]
+
+    successes = {i: (i * 7919) % 5 for i in range(200)}
+    summaries = []
+    for seed in range(4):
+        order = list(successes)
+        random.Random(seed).shuffle(order)
+        report = EvalReport(k=4)
+        for i in order:
+            report.successes[i] = successes[i]
+            report.add_terms(i, terms(i), success=successes[i] > 0)
+            if successes[i] == 0:
+                report.errors[i] = f"env_error: row {i}"
+        summaries.append((report.summary(), report.first_error))
+    assert all(s == summaries[0] for s in summaries) and summaries[0][1] == "env_error: row 0"
+
+
 def test_report_averages_named_reward_terms_over_episodes_and_over_successes():
     """tool_use_rate is successes/reward/used_tool_result: the term's mean over the successful
     episodes only (failed episodes and other metrics are not averaged)."""
@@ -34,9 +58,9 @@ def test_report_averages_named_reward_terms_over_episodes_and_over_successes():
                            metrics={"reward/used_tool_result": used, "turns": 2.0})]
 
     report = EvalReport(k=1)
-    for reward, used in ((1.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0), (0.0, 0.0)):
-        report.add_terms(episode(reward, used), success=reward > 0)
-    report.add_terms([Trajectory.failed(TrajectoryStatus.ENV_ERROR)], success=False)
+    for i, (reward, used) in enumerate(((1.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0), (0.0, 0.0))):
+        report.add_terms(i, episode(reward, used), success=reward > 0)
+    report.add_terms(5, [Trajectory.failed(TrajectoryStatus.ENV_ERROR)], success=False)
     summary = report.summary()
     assert summary["successes/reward/used_tool_result"] == pytest.approx(2 / 3)
     assert summary["episodes/reward/used_tool_result"] == pytest.approx(3 / 5)
@@ -52,7 +76,7 @@ def test_eval_figures_name_report_scores_and_a_misspelt_one_is_refused():
     from agentrl.run.run_config import RunConfig
 
     report = EvalReport(k=4, successes={0: 1})
-    report.add_terms([Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=1.0,
+    report.add_terms(0, [Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=1.0,
                                  metrics={"reward/correct": 1.0})], success=True)
     assert all(EVAL_SCORE.fullmatch(key) for key in report.summary()), report.summary()
     cfg = load_config(RunConfig, None, ["model=m", "eval.figures={tool_use_rate: successes/reward/used_tool_result}"])
@@ -73,8 +97,8 @@ def test_an_eval_figure_may_be_the_ratio_of_two_scores():
     cfg = load_config(RunConfig, None, ["model=m", f"eval.figures={{fixed: {share}}}"])
     assert cfg.eval.figures == {"fixed": share}
     report = EvalReport(k=1)
-    for first_wrong, fixed in ((1.0, 1.0), (1.0, 0.0), (1.0, 0.0), (0.0, 0.0)):
-        report.add_terms([Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=fixed,
+    for i, (first_wrong, fixed) in enumerate(((1.0, 1.0), (1.0, 0.0), (1.0, 0.0), (0.0, 0.0))):
+        report.add_terms(i, [Trajectory([1, 2], [0, 1], [0.0, -0.1], [NOT_SAMPLED, 0], reward=fixed,
                                      metrics={"reward/first_wrong": first_wrong, "reward/fixed": fixed})], fixed > 0)
     assert figure_value(share, report.summary()) == pytest.approx(1 / 3)
     assert figure_value("episodes/reward/fixed", report.summary()) == pytest.approx(1 / 4)

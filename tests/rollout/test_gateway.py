@@ -43,7 +43,8 @@ def gateway(tiny_server, tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("gateway-out")
     cmd = [os.path.join(os.path.dirname(sys.executable), "agentrl"), "gateway", "--model", str(tiny_model_dir),
            "--upstream", tiny_server.url, "--port", "0", "--api-key", ADMIN, "--out", str(out),
-           "--max-body-bytes", "65536", "--max-session-tokens", "3000", "--served-model-name", "tiny"]
+           "--max-body-bytes", "65536", "--max-session-tokens", "3000", "--served-model-name", "tiny",
+           "--agent-sampling", "agent"]  # the agents' own settings reach the engine (the default's test is below)
     with ServiceProcess(cmd, ready=READY) as proc:
         proc.out = out
         yield proc
@@ -514,3 +515,26 @@ def test_the_session_routes_bodies_are_declared_once_for_the_parser_and_the_open
     assert props["style"]["enum"] == ["concat", "individual"]
     reward = doc["paths"]["/v1/sessions/{session_id}/reward"]["post"]["requestBody"]
     assert reward["required"] and reward["content"]["application/json"]["schema"]["required"] == ["reward"]
+
+
+async def test_by_default_the_recorded_logprobs_are_the_policy_s_at_temperature_1(tiny_server, tiny_model_dir):
+    """Issue 49: an agent sampling at 0.7 left behaviour log-probabilities of the tempered
+    distribution, while the trainer recomputes at temperature 1. By default the gateway samples
+    the policy's own distribution: the upstream, asked at temperature 1 with the same seed,
+    samples the same ids with the same log-probabilities as were recorded."""
+    gateway = Gateway(RemoteEngine(tiny_server.url), str(tiny_model_dir), GatewayConfig(), close_engine=True)
+    session = gateway.open_session()
+    body = {"messages": [{"role": "user", "content": "What is 12+30?"}], "temperature": 0.7, "top_p": 0.5,
+            "max_tokens": 24, "seed": 5}
+    try:
+        await gateway.call(session, lambda chat: chat.complete(body))
+        [t] = await gateway.end_session(session.id)
+    finally:
+        await gateway.aclose()
+    [(start, end)] = sampled_spans(t.loss_mask)
+    async with httpx.AsyncClient(timeout=60) as http:
+        g = (await http.post(f"{tiny_server.url}/generate", json={
+            "input_ids": t.input_ids[:start], "return_logprob": True,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 24, "sampling_seed": 5}})).json()
+    assert g["output_ids"] == t.input_ids[start:end]
+    assert t.logprobs[start:end] == pytest.approx([x[0] for x in g["meta_info"]["output_token_logprobs"]], abs=1e-5)

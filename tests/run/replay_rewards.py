@@ -15,3 +15,8 @@ def correct(inp) -> float:
 
 async def exact_format(inp) -> float:
     return float(inp.facts["exact_format"])
+
+
+def raises(inp):
+    """A reward function with a bug (issue 49: replay printed its traceback)."""
+    return 1 / 0

@@ -90,6 +90,8 @@ def test_path_errors_of_train_and_eval_are_one_line(tmp_path):
         assert out.returncode == 2 and "Traceback" not in out.stderr, (cmd, args, out.stderr[-2000:])
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert "is a file, not a directory" in out.stderr or "cannot make the directory" in out.stderr
+        if "file" in args[-1]:  # issue 49: refused before the placement lines, which promised a run
+            assert "placement" not in out.stdout, out.stdout
 
 
 def test_a_run_dir_holding_another_run_is_refused_naming_resume(trained_run, tmp_path):
@@ -205,3 +207,21 @@ def test_agentrl_eval_resumes_only_results_of_the_same_settings(tiny_server, tmp
     assert other.returncode == 2 and "holds results measured with other settings (sampling:" in other.stderr, \
         other.stderr[-2000:]
     assert "evaluate into another --out" in other.stderr
+
+
+def test_a_model_with_missing_or_truncated_weights_is_one_line(tiny_model_dir, tmp_path):
+    """Issue 49: a 64-byte safetensors, or none, was the loader's traceback."""
+    from agentrl.config import load_config
+    from agentrl.errors import ModelError
+    from agentrl.model.tinymodel import load_model
+    from agentrl.run.run_config import RunConfig, check_run_config
+
+    model = shutil.copytree(tiny_model_dir, tmp_path / "m", ignore=shutil.ignore_patterns("*.safetensors"))
+    cfg = load_config(RunConfig, None, [f"model={model}"])
+    with pytest.raises(ConfigError, match="config key 'model': .* has no \\*.safetensors files"):
+        check_run_config(cfg)
+    (model / "model.safetensors").write_bytes((tiny_model_dir / "model.safetensors").read_bytes()[:64])
+    with pytest.raises(ConfigError, match="config key 'model': .* is not a safetensors file"):
+        check_run_config(cfg)
+    with pytest.raises(ModelError, match="cannot load the model"):
+        load_model(model)

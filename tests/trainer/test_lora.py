@@ -308,3 +308,60 @@ def test_adapters_published_by_name_serve_every_later_request(group, small_model
     torch.testing.assert_close(torch.tensor(served.logprobs), torch.tensor([t[0] for t in merged]), rtol=0, atol=1e-5)
     assert [t[1] for t in base] != served.tokens  # the adapter changed what is sampled: the checks above could fail
     assert held == ["agentrl-policy-v1", "agentrl-policy-v2"] and later == ["agentrl-policy-v2", "agentrl-policy-v3"]
+
+
+def test_model_merge_never_removes_what_it_did_not_make(small_model, tmp_path):
+    """Issue 49: ``--out`` was removed whatever it was, then the merge renamed into place —
+    ``--out runs/`` deleted every run, ``--out RUN_DIR`` its checkpoints, ``--out`` the adapter or
+    the base replaced what was read. Each is refused now, on copies here, with nothing lost; a
+    non-empty target is replaced only with ``--force``."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.trainer.lora import apply_lora
+
+    base = shutil.copytree(small_model, tmp_path / "base")
+    run = tmp_path / "runs" / "r1"
+    adapter = run / "checkpoints" / "step_000002" / "trainer" / "adapter"
+    wrapped = apply_lora(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), LORA)
+    wrapped.save_pretrained(str(adapter))
+    (run / "checkpoints" / "latest").write_text("step_000002")
+    (run / "metrics.jsonl").write_text("{}\n")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+
+    def merge(out, *extra):
+        return cli_main(["model", "merge", str(run), "--out", str(out), *extra])
+
+    for out in (tmp_path / "runs", run, adapter, adapter / "merged", base, tmp_path):
+        assert merge(out) == 2, out
+        assert merge(out, "--force") == 2, out  # --force replaces a stranger's directory, never an input
+    assert cli_main(["model", "merge", str(run), "--out", ""]) == 2
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert merge(other) == 2 and (other / "notes.txt").read_text() == "mine"
+    assert merge(other, "--force") == 0 and (other / "config.json").is_file() and not (other / "notes.txt").exists()
+    assert merge(tmp_path / "fresh") == 0 and (tmp_path / "fresh" / "config.json").is_file()
+    assert not list(tmp_path.glob(".*partial")) and sorted(str(p) for p in run.rglob("*")) == [
+        p for p in before if p.startswith(f"{run}/")]
+
+
+def test_model_merge_refuses_a_nan_adapter(small_model, tmp_path):
+    """Issue 49: a NaN adapter merged into a NaN checkpoint (serve refuses the same adapter)."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.trainer.lora import apply_lora, merge_adapter
+
+    adapter = tmp_path / "adapter"
+    apply_lora(AutoModelForCausalLM.from_pretrained(str(small_model), dtype=torch.float32), LORA).save_pretrained(
+        str(adapter))
+    weights = load_file(adapter / "adapter_model.safetensors")
+    name = next(k for k in weights if "lora_B" in k)
+    save_file({**weights, name: torch.full_like(weights[name], float("nan"))}, adapter / "adapter_model.safetensors")
+    with pytest.raises(ModelError, match="non-finite weights .*NaN or inf"):
+        merge_adapter(adapter, tmp_path / "merged", base_dir=small_model)
+    assert not (tmp_path / "merged").exists() and not list(tmp_path.glob(".merged*"))

@@ -167,6 +167,15 @@ BAD_LINES = [
     ({"index": 0, "k": 4, "successes": 1, "row": {}}, "--samples N"),
     ({"kind": "episode", "key": "0:0", "trajectories": [{"input_ids": [1]}]}, "trajectories[0]: not a valid"),
     ([1, 2], "expected a JSON object"),
+    # issue 49: calls to tools not offered, and arguments that are not JSON, were trained on
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "rm_rf", "arguments": "{}"}}]}], "tools": [CALCULATOR_TOOL]},
+     "calls \"rm_rf\", which the conversation's tools do not offer"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "calculator", "arguments": "{expression: 1+1"}}]}],
+      "tools": [CALCULATOR_TOOL]}, "arguments is not JSON"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ({"input_ids": [1, 2, 10**6], "loss_mask": [0, 1, 1]}, "token id 1000000 is outside the model's vocabulary"),
 ]
 
 
@@ -178,6 +187,25 @@ def test_a_bad_line_is_one_error_naming_file_and_line(renderer, tmp_path, line, 
         load_examples([str(path)], renderer)
     msg = str(info.value)
     assert msg.startswith(f"{path}:3: ") and expected in msg and "\n" not in msg, msg
+
+
+def test_examples_past_the_context_are_dropped_and_counted_and_a_huge_line_is_never_read(renderer, tmp_path):
+    """Issue 49: a 3,050-token conversation trained on a 1,024-token context with no drop or
+    count, and a 50 MB line tried to allocate 25.6 GB. Both are dropped and counted now; the huge
+    line without being parsed. Invalid UTF-8 is one line naming file:line."""
+    long = {"messages": [{"role": "user", "content": "What is 1+2? " * 300}, {"role": "assistant", "content": "3"}]}
+    good = {"messages": TOOL_CONVERSATION[1:5], "tools": [CALCULATOR_TOOL]}
+    path = write_jsonl(tmp_path / "data.jsonl", [good, long])
+    with open(path, "a") as f:
+        f.write('{"messages": "' + "x" * (50 << 20) + '"}\n')
+    data = load_examples([str(path)], renderer, max_tokens=1024)
+    assert len(data.examples) == 1 and data.dropped["over_max_tokens"] == 2
+    from agentrl.run.sft import model_positions
+
+    assert model_positions(renderer.tokenizer.name_or_path) == 1024  # what agentrl sft bounds max_tokens by
+    (tmp_path / "bad.jsonl").write_bytes(b'{"messages": "\xff"}\n')
+    with pytest.raises(ConfigError, match="bad.jsonl:1: not UTF-8 text"):
+        load_examples([str(tmp_path / "bad.jsonl")], renderer)
 
 
 def test_missing_data_is_named(renderer, tmp_path):

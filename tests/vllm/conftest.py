@@ -4,6 +4,7 @@ with the command `agentrl train` uses for `inference.engine: vllm`."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 
 import pytest
@@ -29,13 +30,15 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
             pytest.fail("CI is set but vLLM is not installed; `make test` runs `make vllm` first")
         pytest.skip("vLLM is not installed here; run `make vllm`")
     port = free_port()
-    cmd, env = vllm_command(cfg, "127.0.0.1", port, 0)
+    key = secrets.token_urlsafe(16)  # as a run's: every route but /health needs it (tests send it explicitly)
+    cmd, env = vllm_command(cfg, "127.0.0.1", port, 0, key)
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
     with open(log_path, "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, 300, log_path, route="/health")
-        proc.url, proc.log_path = f"http://127.0.0.1:{port}", log_path
+        proc.url, proc.log_path, proc.key = f"http://127.0.0.1:{port}", log_path, key
+        proc.auth = {"Authorization": f"Bearer {key}"}
         yield proc
     finally:
         stop_process(proc)

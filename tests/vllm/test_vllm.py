@@ -60,7 +60,7 @@ def test_the_sampled_tokens_and_logprobs_are_exact(vllm_server, hf_model):
     T = 1) is the checkpoint's own log-probability of the token, by transformers; a group of
     n = 4 comes back as 4 samples; stop ids end the output with the stop token kept."""
     async def main():
-        async with RemoteEngine(vllm_server.url) as engine:
+        async with RemoteEngine(vllm_server.url, api_key=vllm_server.key) as engine:
             greedy = await asyncio.gather(*(engine.generate(p, SamplingParams(max_new_tokens=12, temperature=0))
                                             for p in PROMPTS))
             group = await engine.generate_group(PROMPTS[0], SamplingParams(max_new_tokens=12, ignore_eos=True), 4)
@@ -93,10 +93,10 @@ def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_mo
     shape the updates happened to meet (a stale tied output layer shows in some only; the next
     test meets it every time)."""
     async def main():
-        async with RemoteEngine(vllm_server.url, version=0) as engine:
+        async with RemoteEngine(vllm_server.url, version=0, api_key=vllm_server.key) as engine:
             async def publish():
                 for v in range(1, 6):
-                    await until_tokens(engine, vllm_server.url, 40)
+                    await until_tokens(engine, vllm_server, 40)
                     await engine.pause()
                     await engine.update_weights(str(perturbed if v % 2 else tiny_model_dir), v)
                     await engine.resume()
@@ -135,7 +135,7 @@ def test_an_update_reaches_the_tied_output_layer(vllm_server, hf_model, tiny_mod
     CPU build's output layer is rebuilt from the new embedding (agentrl's worker extension;
     vLLM's own ``reload_weights`` leaves it on the one the server started with)."""
     async def main():
-        async with RemoteEngine(vllm_server.url, version=0) as engine:
+        async with RemoteEngine(vllm_server.url, version=0, api_key=vllm_server.key) as engine:
             await engine.pause()
             await engine.update_weights(str(perturbed), 1)
             await engine.resume()
@@ -165,10 +165,10 @@ def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_
     random_adapter(tiny_model_dir, tmp_path / "adapter", rank=8)
 
     async def main():
-        async with RemoteEngine(vllm_server.url, version=0) as engine:
+        async with RemoteEngine(vllm_server.url, version=0, api_key=vllm_server.key) as engine:
             async def publish():
                 await engine.load_lora_adapter(str(tmp_path / "adapter"), 1)
-                await until_tokens(engine, vllm_server.url, 40)
+                await until_tokens(engine, vllm_server, 40)
                 await engine.pause()
                 await engine.serve_lora_adapter(1)
                 await engine.resume()
@@ -177,7 +177,7 @@ def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_
                     engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=300, ignore_eos=True)), publish())
                 after = await engine.generate(PROMPTS[1], SamplingParams(max_new_tokens=12, temperature=0))
             finally:
-                async with httpx.AsyncClient(timeout=30) as http:
+                async with httpx.AsyncClient(timeout=30, headers=vllm_server.auth) as http:
                     await http.post(vllm_server.url + "/v1/unload_lora_adapter", json={"lora_name": lora_name(1)})
             return run, after
 
@@ -206,9 +206,9 @@ def test_colocated_memory_release_sleeps_and_wakes_vllm_around_an_update(vllm_se
         return (await client.get(vllm_server.url + "/is_sleeping")).json()["is_sleeping"]
 
     async def main():
-        async with RemoteEngine(vllm_server.url, version=0) as engine, httpx.AsyncClient(timeout=30) as client:
+        async with RemoteEngine(vllm_server.url, version=0, api_key=vllm_server.key) as engine, httpx.AsyncClient(timeout=30, headers=vllm_server.auth) as client:
             job = asyncio.create_task(engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=300, ignore_eos=True)))
-            await until_tokens(engine, vllm_server.url, 40)
+            await until_tokens(engine, vllm_server, 40)
             await engine.pause()
             await engine.release_memory()
             states = [await sleeping(client)]
@@ -246,9 +246,9 @@ def staged_from(model_dir, bucket_bytes: int) -> StagedTensors:
     return StagedTensors(buckets, [torch.cat([t.reshape(-1).view(torch.uint8) for _, t in b]) for b in buckets])
 
 
-async def weight_info(url: str) -> dict:
-    async with httpx.AsyncClient(timeout=30) as http:
-        return (await http.get(url + "/weight_info")).json()
+async def weight_info(server) -> dict:
+    async with httpx.AsyncClient(timeout=30, headers=server.auth) as http:
+        return (await http.get(server.url + "/weight_info")).json()
 
 
 def test_weights_by_broadcast_over_torch_distributed_with_requests_in_flight_lose_no_token(
@@ -264,12 +264,12 @@ def test_weights_by_broadcast_over_torch_distributed_with_requests_in_flight_los
     assert len(updates[1].buckets) > 2
 
     async def main():
-        async with RemoteEngine(vllm_server.url, version=0) as engine:
+        async with RemoteEngine(vllm_server.url, version=0, api_key=vllm_server.key) as engine:
             groups = []
 
             async def publish():
                 for v, weights in updates.items():
-                    await until_tokens(engine, vllm_server.url, 40)
+                    await until_tokens(engine, vllm_server, 40)
                     await engine.pause()
                     try:
                         await tr.send(engine, weights, v)
@@ -280,7 +280,7 @@ def test_weights_by_broadcast_over_torch_distributed_with_requests_in_flight_los
                 runs, _ = await asyncio.gather(asyncio.gather(*(
                     engine.generate(PROMPTS[i % 3], SamplingParams(max_new_tokens=300, ignore_eos=True))
                     for i in range(4))), publish())
-                info = await weight_info(vllm_server.url)
+                info = await weight_info(vllm_server)
             finally:  # the committed weights back, for the other tests
                 await tr.close(engine)
                 await engine.pause()
@@ -315,7 +315,7 @@ def test_broken_weights_by_broadcast_are_refused_and_the_group_stays_in_step(dam
     good = staged_from(tiny_model_dir, bucket_bytes=1 << 30)
 
     async def main():
-        async with RemoteEngine(vllm_server.url) as engine:
+        async with RemoteEngine(vllm_server.url, api_key=vllm_server.key) as engine:
             greedy = SamplingParams(max_new_tokens=10, temperature=0)
             before = await engine.generate(PROMPTS[2], greedy)
             await engine.pause()
@@ -338,7 +338,7 @@ def test_broken_weights_by_broadcast_are_refused_and_the_group_stays_in_step(dam
                 await tr.close(engine)
                 await engine.resume()
             after = await engine.generate(PROMPTS[2], greedy)
-            served = (await weight_info(vllm_server.url))["weight_version"]
+            served = (await weight_info(vllm_server))["weight_version"]
             await engine.pause()  # version 0 back, for the other tests
             await engine.update_weights(str(tiny_model_dir), 0)
             await engine.resume()
@@ -355,16 +355,17 @@ def test_broadcast_weights_need_agentrl_s_worker_extension(vllm_server):
     line saying what to start it with (checked against the same server, asking for a worker
     method it does not have)."""
     async def main():
-        async with RemoteEngine(vllm_server.url) as engine:
+        async with RemoteEngine(vllm_server.url, api_key=vllm_server.key) as engine:
             await (await engine._resolve())._worker_calls("agentrl_no_such_method", [{}])
 
     with pytest.raises(RequestRejected, match="run without agentrl's worker extension.*--worker-extension-cls"):
         asyncio.run(main())
 
 
-async def until_tokens(engine: RemoteEngine, url: str, n: int) -> None:
+async def until_tokens(engine: RemoteEngine, server, n: int) -> None:
     """Until the server has produced ``n`` more tokens (vLLM's Prometheus counter)."""
-    async with httpx.AsyncClient(timeout=10) as http:
+    url = server.url
+    async with httpx.AsyncClient(timeout=10, headers=server.auth) as http:
         def count(text: str) -> float:
             return sum(float(line.split()[-1]) for line in text.splitlines()
                        if line.startswith("vllm:generation_tokens_total"))
@@ -400,7 +401,7 @@ def test_broken_weights_are_refused_and_the_old_ones_keep_serving(damage, vllm_s
                 "missing-tensor": "lacks", "no-files": "no [*].safetensors"}[damage]
 
     async def main():
-        async with RemoteEngine(vllm_server.url) as engine:
+        async with RemoteEngine(vllm_server.url, api_key=vllm_server.key) as engine:
             greedy = SamplingParams(max_new_tokens=10, temperature=0)
             before = await engine.generate(PROMPTS[2], greedy)
             await engine.pause()
@@ -414,7 +415,7 @@ def test_broken_weights_are_refused_and_the_old_ones_keep_serving(damage, vllm_s
 
     before, after, version = asyncio.run(main())
     assert after == before and version == 0
-    assert httpx.get(vllm_server.url + "/weight_info").json()["weight_version"] in ("default", "0")
+    assert httpx.get(vllm_server.url + "/weight_info", headers=vllm_server.auth).json()["weight_version"] in ("default", "0")
 
 
 def test_what_vllm_cannot_do_is_refused_by_name():
@@ -440,7 +441,8 @@ def test_the_gateway_over_vllm_with_the_openai_sdk(vllm_server, tiny_model_dir, 
            "--upstream", vllm_server.url, "--port", "0", "--api-key", admin, "--out", str(tmp_path / "out"),
            "--served-model-name", "tiny"]
     renderer = ChatRenderer(tiny_model_dir)
-    with ServiceProcess(cmd, ready="agentrl gateway: ready on ") as gateway:
+    upstream_key = {**os.environ, "AGENTRL_SERVE_API_KEY": vllm_server.key}  # the gateway sends it upstream
+    with ServiceProcess(cmd, ready="agentrl gateway: ready on ", env=upstream_key) as gateway:
         session = httpx.post(f"{gateway.url}/v1/sessions", headers={"Authorization": f"Bearer {admin}"},
                              json={}).json()
         client = openai.OpenAI(base_url=session["base_url"], api_key=session["api_key"], max_retries=0)
@@ -460,3 +462,13 @@ def test_the_gateway_over_vllm_with_the_openai_sdk(vllm_server, tiny_model_dir, 
         [(start, end)] = sampled_spans(t["loss_mask"])
         assert end == len(t["input_ids"])
         assert renderer.decode(t["input_ids"][start:end], skip_special_tokens=True) == content
+
+
+def test_the_dev_routes_a_run_needs_answer_only_its_key(vllm_server):
+    """Issue 49: with ``VLLM_SERVER_DEV_MODE=1`` and no key, any local user reached
+    ``/collective_rpc`` (another checkpoint loaded into the run's server) and
+    ``/update_weight_version`` (stale samples labelled fresh). Every route but /health needs the key."""
+    for route in ("/collective_rpc", "/update_weight_version", "/sleep", "/pause", "/weight_info", "/v1/models"):
+        assert httpx.post(vllm_server.url + route, json={}).status_code == 401, route
+    assert httpx.get(vllm_server.url + "/health").status_code == 200
+    assert httpx.get(vllm_server.url + "/weight_info", headers=vllm_server.auth).status_code == 200
