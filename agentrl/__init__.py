@@ -7,6 +7,7 @@
     ids.py            unique request and call ids
     process_group.py  a torch.distributed group of its own (trainer rank 0 + the servers)
     http_edge.py      the edge our HTTP services share: API key, bounded bodies, one error body
+    output_dir.py     where a command's --out may go: never an input, the run or a parent of either
     __main__.py       ``python -m agentrl`` is ``agentrl``
     toolcalls/        the model's tool-call and reasoning syntax, one module per family
     client/           RemoteEngine: the inference client

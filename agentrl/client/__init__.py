@@ -10,8 +10,8 @@
     checkpoint_check.py  a checkpoint checked against the served one before vLLM loads it
     batcher.py        GroupBatcher: the requests of one event-loop tick as one /generate (SGLang)
     transport.py      KeepAliveTransport: pooled HTTP/1.1 connections per origin
-    vllm_worker/      runs inside a vLLM server agentrl starts: agentrl_vllm_worker.py (the
-                      worker extension), agentrl_vllm_auth.py (the key on every route)
+    vllm_worker/      runs inside a vLLM server agentrl starts: the worker extension, and the key
+                      on every route
 
 No torch, no server code: the server is ``agentrl.inference`` (``agentrl serve``).
 """

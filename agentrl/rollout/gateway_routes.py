@@ -89,7 +89,7 @@ def build_app(gateway: Gateway, *, api_key: str | None = None, max_body_bytes: i
             finally:
                 await mcp.aclose()
 
-    mcp = MCPEndpoint()
+    mcp = shared.mcp
     app = FastAPI(title="agentrl gateway", lifespan=lifespan)
     app.state.gateway = gateway
 
@@ -120,6 +120,7 @@ class Shared:
     def __init__(self, gateway: Gateway, api_key: str | None, max_body_bytes: int, retry_after_s: int) -> None:
         self.gateway, self.api_key = gateway, api_key
         self.max_body_bytes, self.retry_after_s = max_body_bytes, retry_after_s
+        self.mcp = MCPEndpoint()  # the sessions' env tools served over MCP
 
     @staticmethod
     def bearer(request: Request) -> str:
@@ -257,11 +258,11 @@ def session_routes(app: FastAPI, shared: Shared) -> None:
         return await step(shared, request, session_id)
 
     async def mcp_route(request: Request, session_id: str):
-        session = session_for_path(request, session_id)
-        key = bearer(request)
-        if not (is_admin(key) or http_edge.same_key(key, session.key)):  # a key even on a gateway without one
+        session = shared.session_for_path(request, session_id)
+        key = shared.bearer(request)
+        if not (shared.is_admin(key) or http_edge.same_key(key, session.key)):  # a key even on a gateway without one
             raise Refused("the MCP endpoint needs this session's api_key as the bearer token", 401)
-        return Deferred(lambda send: mcp.handle(session, request.scope, request.receive, send))
+        return Deferred(lambda send: shared.mcp.handle(session, request.scope, request.receive, send))
 
     app.add_api_route("/sessions/{session_id}/mcp", mcp_route, methods=["GET", "POST", "DELETE"],
                       summary="the session's env tools as an MCP server (streamable HTTP)")
