@@ -48,11 +48,14 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1 && \
 fi
 
 CONTEXT="$CACHE/image-context"
-rm -rf "$CONTEXT" && mkdir -p "$CONTEXT/src" "$CONTEXT/wheels" "$CONTEXT/certs"
+rm -rf "$CONTEXT" && mkdir -p "$CONTEXT/src" "$CONTEXT/dist" "$CONTEXT/wheels" "$CONTEXT/certs"
 files | tar -cf - -T - | tar -xf - -C "$CONTEXT/src"
-# the CPU torch wheel, when this machine's pip has it without any index (e.g. find-links)
-"$PYTHON" -m pip download -q --no-deps --no-index --only-binary=:all: -d "$CONTEXT/wheels" "$TORCH_SPEC" \
-    >>"$LOG" 2>&1 || echo "build-images: no local wheel for $TORCH_SPEC; the build takes it from PyTorch's CPU index" >&2
+# the project's wheel, built once here for both images
+if ! "$PYTHON" -m pip wheel -q --no-deps -w "$CONTEXT/dist" "$CONTEXT/src" >>"$LOG" 2>&1; then
+    echo "build-images: building the project's wheel failed; the end of $LOG:" >&2
+    tail -n 30 "$LOG" >&2
+    exit 1
+fi
 
 # the CA bundle this machine's pip trusts (a TLS-intercepting proxy's CA included), for pip in the build
 CERT_ARGS=()
@@ -78,5 +81,9 @@ build() {  # image dockerfile
     fi
 }
 build "$SERVICE" docker/sandbox-service.Dockerfile
+# the CPU torch wheel, when this machine's pip has it without any index (e.g. find-links); staged
+# after the service's build, which has no use for it (the whole context goes to the engine)
+"$PYTHON" -m pip download -q --no-deps --no-index --only-binary=:all: -d "$CONTEXT/wheels" "$TORCH_SPEC" \
+    >>"$LOG" 2>&1 || echo "build-images: no local wheel for $TORCH_SPEC; the build takes it from PyTorch's CPU index" >&2
 build "$TRAINER" docker/trainer.Dockerfile
 rm -rf "$CONTEXT"

@@ -1,7 +1,7 @@
 # The sandbox service image: `agentrl sandbox serve` and nothing it does not import (no torch,
 # no transformers): FastAPI, uvicorn, PyYAML, httpx and the Docker SDK, from pyproject.toml.
 # Built by `make images` (docker/build-images.sh; tag agentrl-sandbox-service:latest) from the
-# same staged context as docker/trainer.Dockerfile (src/).
+# same staged context as docker/trainer.Dockerfile (src/ and dist/, the project's wheel).
 #
 # In docker-compose.yml it runs the Docker backend against the host's engine (the socket is
 # mounted): every program runs in a sibling container of the sandbox image
@@ -24,8 +24,8 @@ COPY src/pyproject.toml src/docker/requirements.py /tmp/deps/
 RUN python3 /tmp/deps/requirements.py /tmp/deps/pyproject.toml --extras docker \
         --only fastapi,uvicorn,httptools,uvloop,pyyaml,httpx >/tmp/deps/requirements.txt \
  && pip install -q -r /tmp/deps/requirements.txt && rm -rf /tmp/deps
-COPY src/ /opt/agentrl-src/
-RUN pip install -q --no-deps /opt/agentrl-src && rm -rf /opt/agentrl-src
+COPY dist/ /tmp/dist/
+RUN pip install -q --no-deps /tmp/dist/agentrl-*.whl && rm -rf /tmp/dist
 LABEL org.opencontainers.image.title="agentrl sandbox service" agentrl.image=sandbox-service
 EXPOSE 8100
 CMD ["agentrl", "sandbox", "serve", "--backend", "docker", "--host", "0.0.0.0", "--port", "8100"]

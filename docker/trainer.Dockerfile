@@ -1,7 +1,8 @@
 # The agentrl image: the project installed in /opt/agentrl (a venv), for `agentrl train` (the
 # trainer under torchrun) and `agentrl serve` (the CPU inference service of docker-compose.yml).
 # Build it with `make images` (docker/build-images.sh), which stages the context: src/ (the
-# project's files) and wheels/ (the CPU torch wheel when this machine has it on disk).
+# project's files), dist/ (the project's wheel, built once on the host for both images) and
+# wheels/ (the CPU torch wheel when this machine has it on disk).
 #
 # CPU variant (what `make images` builds, tag agentrl-trainer:cpu): torch pinned to the CPU
 # build (TORCH_SPEC from wheels/, else from TORCH_INDEX_URL, PyTorch's CPU index).
@@ -10,8 +11,8 @@
 #   docker build --network host -f docker/trainer.Dockerfile -t agentrl-trainer:gpu \
 #     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 \
 #     --build-arg EXTRAS=plots,sglang  CONTEXT
-# where CONTEXT holds src/ (e.g. `git archive HEAD | tar -x -C CONTEXT/src`) and an empty
-# wheels/. The CUDA torch wheels bring their own CUDA libraries; the host needs the NVIDIA
+# where CONTEXT holds src/ (e.g. `git archive HEAD | tar -x -C CONTEXT/src`), dist/ (the wheel of
+# `pip wheel --no-deps -w CONTEXT/dist CONTEXT/src`) and an empty wheels/. The CUDA torch wheels bring their own CUDA libraries; the host needs the NVIDIA
 # driver and the NVIDIA container toolkit. The `sglang` extra makes the same image run
 # `python -m sglang.launch_server` (the `inference` service of docker-compose.yml).
 #
@@ -47,10 +48,10 @@ COPY src/pyproject.toml src/docker/requirements.py /tmp/deps/
 RUN python3 /tmp/deps/requirements.py /tmp/deps/pyproject.toml --extras "$EXTRAS" >/tmp/deps/requirements.txt \
  && pip install -q -r /tmp/deps/requirements.txt && rm -rf /tmp/deps
 
-# the project itself
-COPY src/ /opt/agentrl-src/
-RUN pip install -q --no-deps /opt/agentrl-src && cp -r /opt/agentrl-src/data /opt/agentrl/data \
- && rm -rf /opt/agentrl-src \
+# the project itself: its wheel (building it here would fetch a build backend for each image)
+COPY src/data/ /opt/agentrl/data/
+COPY dist/ /tmp/dist/
+RUN pip install -q --no-deps /tmp/dist/agentrl-*.whl && rm -rf /tmp/dist \
  && useradd --create-home --uid 1000 agentrl \
  && mkdir -p /runs /workspace && chown agentrl:agentrl /runs /workspace
 USER agentrl

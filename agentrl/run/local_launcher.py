@@ -231,7 +231,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, log_path: P
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(2.0)
+        time.sleep(0.5)
     raise ServerUnavailable(f"the inference server at {url} was not healthy within {timeout_s:.0f} s; see {log_path}")
 
 
@@ -303,7 +303,8 @@ class Run:
         assert self.trainer is not None
         while self.trainer.poll() is None:
             watch_servers(self.servers, self.router, self.cfg.inference.restart_failed, self.say)
-            time.sleep(poll_s)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.trainer.wait(poll_s)  # wakes as soon as the trainer ends
         self._pump.join(timeout=10)
         return self.trainer.returncode
 

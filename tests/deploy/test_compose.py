@@ -110,20 +110,20 @@ def test_up_trains_to_a_checkpoint_and_down_leaves_nothing(compose):
     assert summary["steps"] == 2 and summary["counters"]["episodes_failed"] == 0
     assert 0.0 <= summary["eval_after"] <= 1.0
 
-    # the run's files, on the shared volume (read by a container of the stack)
-    ls = compose("run", "--rm", "--no-deps", "-T", "trainer", "sh", "-c",
-                 "cat /runs/compose/checkpoints/latest; echo; echo $(ls /runs/compose/weights); "
-                 "tail -n 1 /runs/compose/metrics.jsonl")
-    latest, weights, last = ls.stdout.strip().splitlines()[-3:]
-    assert latest == "step_000002" and "v000002" in weights.split()
-    assert json.loads(last)["step"] == 2
-
     # an external agent on the host: a session from the gateway, one call with the openai SDK, a reward
     compose("up", "-d", "gateway", timeout=600)
     gateway = f"http://127.0.0.1:{compose.env['AGENTRL_GATEWAY_PORT']}"
     agent_plays_one_episode(gateway, compose.env["AGENTRL_GATEWAY_API_KEY"])
-    recorded = compose("run", "--rm", "--no-deps", "-T", "trainer", "cat", "/runs/gateway/trajectories.jsonl")
-    episode = json.loads(recorded.stdout.strip().splitlines()[-1])
+
+    # the training run's files and the gateway's record, on the shared volume (read by one container
+    # of the stack: each `run` is a container started and removed)
+    ls = compose("run", "--rm", "--no-deps", "-T", "trainer", "sh", "-c",
+                 "cat /runs/compose/checkpoints/latest; echo; echo $(ls /runs/compose/weights); "
+                 "tail -n 1 /runs/compose/metrics.jsonl; tail -n 1 /runs/gateway/trajectories.jsonl")
+    latest, weights, last, recorded = ls.stdout.strip().splitlines()[-4:]
+    assert latest == "step_000002" and "v000002" in weights.split()
+    assert json.loads(last)["step"] == 2
+    episode = json.loads(recorded)
     assert episode["reward"] == 1.0 and sum(episode["loss_mask"]) >= 1
 
     # a program sent through the sandbox service from the trainer's container: it runs, offline
