@@ -439,6 +439,10 @@ def check_run_config(cfg: RunConfig) -> None:
         check_vllm(cfg)
     if cfg.deterministic:
         check_deterministic(cfg)
+    if ":" in cfg.trainer.loss.kind:  # the user's objective: imported now, not once the servers are up
+        from agentrl.trainer.objective import resolve_objective
+
+        resolve_objective(cfg.trainer.loss.kind)
     if cfg.rollout.group_size < 2:  # every advantage is group-relative (trainer.advantages: GRPO, then batch norm)
         raise ConfigError(f"config key 'rollout.group_size': {cfg.rollout.group_size} episode per prompt gives "
                           "every advantage 0 (reward minus its group's mean), so the run would learn nothing; "

@@ -2,7 +2,8 @@
 
 What it is: model + AdamW + warmup/cosine schedule behind two calls, ``compute_logprobs(batch)``
 (no grad: the proximal policy π_prox, or the reference policy) and ``train_step(batch)``
-(the decoupled PPO update of ``agentrl.trainer.losses`` over mini-batches of packed micro-batches).
+(the update of the objective ``trainer.loss.kind`` names, ``agentrl.trainer.objective``, over
+mini-batches of packed micro-batches).
 It runs under ``torchrun``: gloo on CPU, NCCL on GPUs; ``init_distributed`` sets that up.
 What it is not: batch preparation (``agentrl.trainer.batch``), checkpoints (``agentrl.trainer.checkpoint``) or
 weight publishing (``agentrl.trainer.publish``), though it exposes what they need. Loading: rank 0

@@ -74,11 +74,8 @@ class LossConfig:
     mismatch: MismatchConfig = option(MismatchConfig, help="engine-trainer mismatch correction (TIS / MIS)")
 
     def __post_init__(self) -> None:
-        if ":" in self.kind:  # a user's objective: imported now, so a wrong path fails before a run starts
-            from agentrl.trainer.objective import resolve_objective
-
-            resolve_objective(self.kind)
-            return
+        if ":" in self.kind:
+            return  # a user's objective: agentrl.trainer.objective.resolve_objective imports and checks it
         if self.kind not in LOSS_KINDS:
             close = difflib.get_close_matches(self.kind, LOSS_KINDS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
