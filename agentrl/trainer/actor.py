@@ -306,7 +306,10 @@ class Actor:
                     logp, prox_t, f["behaviour_logprobs"].to(self.device), f["advantages"].to(self.device), mask,
                     segments, aggregation_weights(mask, segments, aggregation=cfg.loss.aggregation,
                                                   total_loss_tokens=n_tokens, total_sequences=n_seqs),
-                    total_loss_tokens=n_tokens)
+                    total_loss_tokens=n_tokens,
+                    # π_prox is a recomputation before the update: a forward pass of its own, or this one
+                    token_staleness=(f["staleness"].to(self.device)
+                                     if "staleness" in f and (prox is not None or len(minis) == 1) else None))
                 loss, st = objective_loss(inputs, cfg.loss, ref_logprobs=ref_t, objective=self.objective)
                 (loss * self.world_size).backward()
                 st["loss"] = loss.detach()
@@ -365,4 +368,9 @@ class Actor:
         if "mismatch/weight_sq_mean" in out:  # the weights' spread, from their first two moments
             mean = out["mismatch/weight_mean"]
             out["mismatch/weight_std"] = math.sqrt(max(0.0, out.pop("mismatch/weight_sq_mean") - mean * mean))
+        if "mismatch/fresh_log_ratio_abs_sum" in out:  # the gap on fresh tokens: the engine-trainer mismatch alone
+            fresh = out["mismatch/fresh_frac"]
+            gap = out.pop("mismatch/fresh_log_ratio_abs_sum")
+            if fresh > 0:
+                out["mismatch/fresh_log_ratio_abs_mean"] = gap / fresh
         return out

@@ -13,7 +13,8 @@ global batch; the actor picks each rank's share).
 
 Per kept trajectory, ``TrainBatch.sequences[i]`` holds 1-D tensors of its length:
 ``input_ids`` (long), ``loss_mask`` (float 0/1), ``behaviour_logprobs`` and ``advantages``
-(float32; the trajectory's advantage on loss tokens, 0 elsewhere). The first token of a
+(float32; the trajectory's advantage on loss tokens, 0 elsewhere), ``staleness`` (float32: how
+many versions behind the trainer the weights that sampled each loss token are, 0 elsewhere). The first token of a
 sequence cannot be predicted, so it never is a loss token (counted in
 ``first_token_unmasked`` if a trajectory claimed it).
 """
@@ -132,6 +133,7 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
             "loss_mask": mask,
             "behaviour_logprobs": torch.tensor(t.logprobs, dtype=torch.float32) * mask,
             "advantages": mask * a,
+            "staleness": (version - torch.tensor(t.versions, dtype=torch.float32)) * mask,
         })
         staleness.append(version - t.oldest_version)
     stats["first_token_unmasked"] = float(first_unmasked)

@@ -19,10 +19,17 @@ level. Diagnostics, normalised like the losses' (a sum over the mini-batch's ``N
 tokens; ``_max`` keys reduce with max): ``mismatch/masked_frac`` (the share of loss tokens with
 weight 0), ``mismatch/truncated_frac`` (tis: the share whose ρ was above C),
 ``mismatch/weight_mean`` and ``mismatch/weight_sq_mean`` (the actor turns them into
-``mismatch/weight_std``, the weights' spread), ``mismatch/log_ratio_abs_mean`` (the gap, mean
-|log ρ_t| per token whatever the level), ``mismatch/weight_max``.
+``mismatch/weight_std``, the weights' spread), ``mismatch/weight_max``.
 
-Main hook: ``mismatch_weights(prox, behav, mask, segment_ids, config=MismatchConfig(mode="tis"), total_loss_tokens=N)``.
+The gap apart from staleness: ``mismatch_gap`` measures mean |log ρ_t| over all loss tokens
+(``mismatch/log_ratio_abs_mean``) and over the *fresh* ones, sampled by the very weights π_prox
+was computed with (staleness 0), where ρ is the engine–trainer mismatch alone:
+``mismatch/fresh_frac`` (their share) and ``mismatch/fresh_log_ratio_abs_sum`` (their Σ|log ρ|
+over N_global; the actor divides the two into ``mismatch/fresh_log_ratio_abs_mean``). The actor
+logs them on every run whose π_prox is a recomputation before the update, correction on or off.
+
+Main hooks: ``mismatch_weights(prox, behav, mask, segment_ids, config=MismatchConfig(mode="tis"),
+total_loss_tokens=N)``, ``mismatch_gap(prox, behav, mask, staleness, total_loss_tokens=N)``.
 """
 
 from __future__ import annotations
@@ -50,7 +57,6 @@ def mismatch_weights(
         raise ValueError("mismatch_weights: the log-probabilities and the mask must share one shape")
     mask = loss_mask.detach().to(torch.float64)
     log_rho = (proximal_logprobs.detach().to(torch.float64) - behaviour_logprobs.detach().to(torch.float64)) * mask
-    token_gap = log_rho.abs()
     if config.level == "sequence":
         if segment_ids is None:
             raise ValueError("mismatch level sequence needs segment_ids")
@@ -70,7 +76,28 @@ def mismatch_weights(
         "mismatch/truncated_frac": truncated.to(mask.dtype).sum() / n,
         "mismatch/weight_mean": w.sum() / n,
         "mismatch/weight_sq_mean": (w * w).sum() / n,
-        "mismatch/log_ratio_abs_mean": token_gap.sum() / n,
         "mismatch/weight_max": w.max() if w.numel() else torch.zeros((), dtype=w.dtype),
     }
     return w.to(proximal_logprobs.dtype), {k: v.float() for k, v in stats.items()}
+
+
+def mismatch_gap(
+    proximal_logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    loss_mask: torch.Tensor,
+    staleness: torch.Tensor,
+    *,
+    total_loss_tokens: float,
+) -> dict[str, torch.Tensor]:
+    """The behaviour–trainer gap of the module docstring, over all loss tokens and over the
+    fresh ones (``staleness`` [T]: versions behind, 0 = sampled by π_prox's weights)."""
+    mask = loss_mask.detach().to(torch.float64)
+    gap = ((proximal_logprobs.detach().to(torch.float64) - behaviour_logprobs.detach().to(torch.float64)) * mask).abs()
+    fresh = mask * (staleness.detach() == 0).to(mask.dtype)
+    n = total_loss_tokens
+    stats = {
+        "mismatch/log_ratio_abs_mean": gap.sum() / n,
+        "mismatch/fresh_frac": fresh.sum() / n,
+        "mismatch/fresh_log_ratio_abs_sum": (gap * fresh).sum() / n,
+    }
+    return {k: v.float() for k, v in stats.items()}

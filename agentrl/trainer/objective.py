@@ -34,7 +34,7 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.trainer.losses import kl_k3, policy_loss
-from agentrl.trainer.mismatch import mismatch_weights
+from agentrl.trainer.mismatch import mismatch_gap, mismatch_weights
 from agentrl.trainer.trainer_config import LOSS_KINDS, LossConfig
 
 Objective = Callable[["LossInputs", LossConfig], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -56,6 +56,9 @@ class LossInputs:
         token_weights: the aggregation ``a_t`` (``agentrl.trainer.losses.aggregation_weights``).
         total_loss_tokens: N_global, the mini-batch's loss tokens (all micro-batches and ranks).
         behaviour_weights: the mismatch correction's per-token weights (0: masked), or None.
+        token_staleness: versions behind of the weights that sampled each token (0: the weights
+            ``proximal_logprobs`` came from), or None when π_prox is not a recomputation before
+            the update (then no gap is measured).
     """
 
     logprobs: torch.Tensor
@@ -67,6 +70,7 @@ class LossInputs:
     token_weights: torch.Tensor
     total_loss_tokens: float
     behaviour_weights: torch.Tensor | None = None
+    token_staleness: torch.Tensor | None = None
 
 
 def builtin_objective(inputs: LossInputs, config: LossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -101,9 +105,12 @@ def resolve_objective(kind: str) -> Objective:
 
 def objective_loss(inputs: LossInputs, config: LossConfig, *, ref_logprobs: torch.Tensor | None = None,
                    objective: Objective | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The mismatch weights (when on), the objective (``objective`` or ``config.kind``'s), then
+    """The behaviour–trainer gap (when ``inputs.token_staleness`` is given), the mismatch weights (when on), the objective (``objective`` or ``config.kind``'s), then
     ``kl_coef · Σ_t a_t·KL_t`` against ``ref_logprobs``; returns ``(loss, diagnostics)``."""
     stats: dict[str, torch.Tensor] = {}
+    if inputs.token_staleness is not None:
+        stats.update(mismatch_gap(inputs.proximal_logprobs, inputs.behaviour_logprobs, inputs.loss_mask,
+                                  inputs.token_staleness, total_loss_tokens=inputs.total_loss_tokens))
     if config.mismatch.mode != "off":
         w, mstats = mismatch_weights(inputs.proximal_logprobs, inputs.behaviour_logprobs, inputs.loss_mask,
                                      inputs.segment_ids, config=config.mismatch,

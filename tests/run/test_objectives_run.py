@@ -54,7 +54,11 @@ def test_a_user_objective_with_mismatch_correction_trains(tmp_path):
         # kernels at the same version, so a tiny gap (a stale token adds the policy's step on top)
         assert 0 <= r["train/mismatch/masked_frac"] < 0.5 and r["train/mismatch/log_ratio_abs_mean"] < 0.1
         assert r["train/mismatch/weight_std"] >= 0 and r["train/mismatch/weight_max"] <= 1.5
+        # apart from staleness: the tokens the step's own weights sampled (all of step 1's, maybe none of step 2's)
+        assert 0 <= r["train/mismatch/fresh_frac"] <= 1
+        assert r["train/mismatch/fresh_frac"] == 0 or r["train/mismatch/fresh_log_ratio_abs_mean"] < 0.1
         assert r["train/optimizer_steps"] == 2 * r["step"]  # two mini-batches a step
         # the untrained model runs to max_new_tokens (12), past overlong_max_tokens (8): penalised
         if r["rollout/response_tokens_mean"] > 8:
             assert r["batch/adv/overlong_frac"] > 0 and r["batch/adv/overlong_penalty_mean"] < 0
+    assert steps[0]["train/mismatch/fresh_frac"] == 1.0  # step 1 trains on version 0's samples only

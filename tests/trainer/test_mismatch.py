@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentrl.trainer.losses import decoupled_ppo_loss, reinforce_loss
-from agentrl.trainer.mismatch import mismatch_weights
+from agentrl.trainer.mismatch import mismatch_gap, mismatch_weights
 from agentrl.trainer.trainer_config import MismatchConfig
 
 # log ρ = prox − behav = (0.5, −0.5, 2.0, ·): ρ = (1.64872, 0.60653, 7.38906); t3 is not a loss token
@@ -31,7 +31,6 @@ def test_tis_token_truncates_at_the_upper_bound():
     assert st["mismatch/masked_frac"].item() == 0.0
     assert st["mismatch/weight_mean"].item() == pytest.approx((R0 + R1 + 2.0) / 3, rel=1e-6)  # 1.418417
     assert st["mismatch/weight_sq_mean"].item() == pytest.approx((R0**2 + R1**2 + 4.0) / 3, rel=1e-6)
-    assert st["mismatch/log_ratio_abs_mean"].item() == pytest.approx(1.0)  # (0.5 + 0.5 + 2) / 3
     assert st["mismatch/weight_max"].item() == pytest.approx(2.0)
 
 
@@ -48,7 +47,6 @@ def test_sequence_level_uses_the_product_over_the_sequence():
     w, st = weights("mis", level="sequence")
     torch.testing.assert_close(w, torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64))
     assert st["mismatch/masked_frac"].item() == pytest.approx(1 / 3)
-    assert st["mismatch/log_ratio_abs_mean"].item() == pytest.approx(1.0)  # the token-level gap, whatever the level
 
 
 def test_decoupled_ppo_with_untruncated_tis_is_decoupled_ppo_without_cap():
@@ -78,3 +76,11 @@ def test_tis_reinforce_weights_each_token():
 def test_mode_off_computes_nothing():
     with pytest.raises(ValueError, match="tis or mis"):
         weights("off")
+
+
+def test_the_gap_is_measured_apart_from_staleness():
+    # |log ρ| = (0.5, 0.5, 2.0) on the loss tokens; t1 was sampled one version ago (stale), t0 and t2 fresh
+    st = mismatch_gap(PROX, BEHAV, MASK, torch.tensor([0.0, 1.0, 0.0, 0.0]), total_loss_tokens=3)
+    assert st["mismatch/log_ratio_abs_mean"].item() == pytest.approx(1.0)  # (0.5 + 0.5 + 2) / 3
+    assert st["mismatch/fresh_frac"].item() == pytest.approx(2 / 3)
+    assert st["mismatch/fresh_log_ratio_abs_sum"].item() == pytest.approx(2.5 / 3)  # the actor: 2.5/2 per fresh token
