@@ -23,7 +23,8 @@ from typing import Any
 
 _HOMES = {"Actor": "actor", "TrainBatch": "batch", "broadcast_trajectories": "batch", "prepare_batch": "batch",
           "DiskTransport": "publish", "DistributedTransport": "publish", "WeightPublisher": "publish",
-          "AdvantageConfig": "trainer_config", "LossConfig": "trainer_config", "TrainerConfig": "trainer_config"}
+          "AdvantageConfig": "trainer_config", "LossConfig": "trainer_config", "TrainerConfig": "trainer_config",
+          "LossInputs": "objective"}
 """Where each name lives: imported on first use, so a process that only reads the trainer's
 config or its pure functions (``agentrl train`` before it launches, the staleness rule) does not
 import torch."""
