@@ -56,9 +56,10 @@ Shapes: every tensor argument has the same shape (any, typically [T] for a packe
 finite value. ``segment_ids`` (long) says which packed sequence of the row a token belongs to
 (0 .. S-1); GSPO and the sequence aggregations need it. ``w_t``, the behaviour weight, is
 π_prox/π_behav masked above ``behaviour_weight_cap`` unless the caller passes its own
-``behaviour_weights`` (the mismatch correction's, 0 where it masks). Diagnostics are detached float tensors; keys ending in ``_max`` reduce with max
-across micro-batches/ranks, every other key is a sum already divided by ``N_global`` (so it
-reduces with a sum into the global token mean).
+``behaviour_weights`` (the mismatch correction's, 0 where it masks). Diagnostics are detached
+float tensors; keys ending in ``_max`` reduce with max across micro-batches/ranks, every other
+key is a sum already divided by ``N_global`` (so it reduces with a sum into the global token
+mean; ``policy_loss`` is the loss's own share, whatever the aggregation).
 """
 
 from __future__ import annotations
