@@ -178,7 +178,16 @@ def check_run_config(cfg: RunConfig) -> None:
     check_engine(cfg)
     if cfg.deterministic:
         check_deterministic(cfg)
+    check_objective(cfg)
     cfg.rollout.check()
+
+
+def check_objective(cfg: RunConfig) -> None:
+    """A user's ``trainer.loss.kind: module:function`` is imported now, not once the servers are up."""
+    if ":" in cfg.trainer.loss.kind:
+        from agentrl.trainer.objective import resolve_objective
+
+        resolve_objective(cfg.trainer.loss.kind)
 
 
 def check_model(cfg: RunConfig) -> None:

@@ -2,8 +2,12 @@
 
     trainer_config.py  TrainerConfig (+ LossConfig, AdvantageConfig): every trainer setting
     actor.py           Actor: the policy on one rank (FSDP2, packing, the optimizer step)
-    losses.py          decoupled PPO / PPO / REINFORCE token losses (pure functions)
-    advantages.py      group-relative advantages and batch normalisation (pure functions)
+    losses.py          decoupled PPO / PPO / REINFORCE / GSPO / CISPO token losses and their
+                       aggregation (pure functions)
+    objective.py       trainer.loss.kind: LossInputs, a built-in objective or the user's module:function
+    mismatch.py        engine–trainer mismatch weights, truncated (TIS) or masked (MIS) (pure function)
+    advantages.py      group_norm / RLOO / REINFORCE++ advantages, the overlong penalty, batch
+                       normalisation (pure functions)
     staleness.py       the staleness bound: rollout capacity and the stale filter
     batch.py           prepare_batch: trajectories -> a TrainBatch (filters, advantages, counts)
     packing.py         packing sequences into micro-batches; segment attention on CPU
@@ -22,7 +26,8 @@ from typing import Any
 
 _HOMES = {"Actor": "actor", "TrainBatch": "batch", "broadcast_trajectories": "batch", "prepare_batch": "batch",
           "DiskTransport": "publish", "DistributedTransport": "publish", "WeightPublisher": "publish",
-          "AdvantageConfig": "trainer_config", "LossConfig": "trainer_config", "TrainerConfig": "trainer_config"}
+          "AdvantageConfig": "trainer_config", "LossConfig": "trainer_config", "TrainerConfig": "trainer_config",
+          "LossInputs": "objective"}
 """Where each name lives: imported on first use, so a process that only reads the trainer's
 config or its pure functions (``agentrl train`` before it launches, the staleness rule) does not
 import torch."""

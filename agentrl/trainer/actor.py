@@ -2,7 +2,8 @@
 
 What it is: model + AdamW + warmup/cosine schedule behind two calls, ``compute_logprobs(batch)``
 (no grad: the proximal policy π_prox, or the reference policy) and ``train_step(batch)``
-(the decoupled PPO update of ``agentrl.trainer.losses`` over mini-batches of packed micro-batches).
+(the update of the objective ``trainer.loss.kind`` names, ``agentrl.trainer.objective``, over
+mini-batches of packed micro-batches).
 It runs under ``torchrun``: gloo on CPU, NCCL on GPUs; ``init_distributed`` sets that up.
 What it is not: batch preparation (``agentrl.trainer.batch``), checkpoints (``agentrl.trainer.checkpoint``) or
 weight publishing (``agentrl.trainer.publish``), though it exposes what they need. Loading: rank 0
@@ -41,7 +42,8 @@ import torch.distributed as dist
 
 from agentrl.errors import ModelError, TrainerError
 from agentrl.trainer.batch import TrainBatch
-from agentrl.trainer.losses import policy_loss
+from agentrl.trainer.losses import aggregation_weights
+from agentrl.trainer.objective import LossInputs, objective_loss, resolve_objective
 from agentrl.trainer.optim import warmup_cosine
 from agentrl.trainer.packing import (
     SEGMENT_ATTENTION,
@@ -119,6 +121,7 @@ class Actor:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, functools.partial(
             warmup_cosine, warmup_steps=warm, total_steps=warm + config.total_steps, min_ratio=config.min_lr_ratio))
         self.ref_model = self._load(AutoModelForCausalLM, trainable=False) if config.loss.kl_coef > 0 else None
+        self.objective = resolve_objective(config.loss.kind)
         self.version = 0  # train steps done: the policy version of the current weights
         self.optimizer_steps = 0
         self.skipped_steps = 0
@@ -267,9 +270,11 @@ class Actor:
         keep = token_stats if len(minis) == 1 else 0  # the forward of a lone mini-batch is pre-update
         if token_stats and not keep:
             self.last_token_stats = self.compute_token_stats(TrainBatch(batch.sequences[:token_stats], batch.version))
-        kind = cfg.loss.kind
+        # ppo anchors on π_behav and reinforce has no ratio: neither needs π_prox unless the mismatch
+        # correction compares the engine with it
+        needs_prox = cfg.loss.kind not in ("ppo", "reinforce") or cfg.loss.mismatch.mode != "off"
         prox = None
-        if kind == "decoupled_ppo" and len(minis) > 1:
+        if needs_prox and len(minis) > 1:
             prox = self.compute_logprobs(batch)
         ref = self.compute_logprobs(batch, reference=True) if self.ref_model is not None else None
 
@@ -281,6 +286,7 @@ class Actor:
             n_tokens = batch.loss_tokens(indices)
             if n_tokens == 0:
                 continue
+            n_seqs = batch.loss_sequences(indices)
             for mb in self._micro_batches(batch, indices):
                 if not mb:
                     (self._dummy_forward(self.model)).backward()
@@ -295,13 +301,16 @@ class Actor:
                 prox_t = (packed.join([prox[i] for i in packed.indices]).to(self.device)
                           if prox is not None else logp.detach())
                 ref_t = packed.join([ref[i] for i in packed.indices]).to(self.device) if ref is not None else None
-                loss, st = policy_loss(
-                    kind, logp, f["behaviour_logprobs"].to(self.device), f["advantages"].to(self.device),
-                    mask, total_loss_tokens=n_tokens, proximal_logprobs=prox_t,
-                    eps_low=cfg.loss.eps_low, eps_high=cfg.loss.eps_high,
-                    behaviour_weight_cap=cfg.loss.behaviour_weight_cap,
-                    ref_logprobs=ref_t, kl_coef=cfg.loss.kl_coef,
-                )
+                segments = packed.segment_ids().to(self.device)
+                inputs = LossInputs(
+                    logp, prox_t, f["behaviour_logprobs"].to(self.device), f["advantages"].to(self.device), mask,
+                    segments, aggregation_weights(mask, segments, aggregation=cfg.loss.aggregation,
+                                                  total_loss_tokens=n_tokens, total_sequences=n_seqs),
+                    total_loss_tokens=n_tokens,
+                    # π_prox is a recomputation before the update: a forward pass of its own, or this one
+                    token_staleness=(f["staleness"].to(self.device)
+                                     if "staleness" in f and (prox is not None or len(minis) == 1) else None))
+                loss, st = objective_loss(inputs, cfg.loss, ref_logprobs=ref_t, objective=self.objective)
                 (loss * self.world_size).backward()
                 st["loss"] = loss.detach()
                 st["entropy"] = (ent * mask).sum() / n_tokens
@@ -341,19 +350,27 @@ class Actor:
         return float(norm)
 
     def _reduce(self, sums: dict[str, float], maxes: dict[str, float], num_minis: int) -> dict[str, float]:
-        """Sum the token-normalized statistics over ranks (and average over mini-batches)."""
-        # every rank reduces the same keys, also a rank that only ran empty micro-batches
-        ppo = self.config.loss.kind != "reinforce"
-        keys = ["policy_loss", "loss", "entropy"]
-        keys += ["clip_frac", "capped_frac", "behaviour_weight_mean", "approx_kl", "ratio_mean"] if ppo else []
-        keys += ["kl_ref"] if self.ref_model is not None else []
+        """Sum the token-normalized statistics over ranks (and average over mini-batches); keys
+        ending in ``_max`` take the max. Every rank reduces the union of the keys, also a rank
+        that only ran empty micro-batches (a user's objective may return any keys)."""
+        names: list = [None] * self.world_size
+        dist.all_gather_object(names, (sorted(sums), sorted(maxes)))
+        keys = sorted({k for s, _ in names for k in s})
+        mkeys = sorted({k for _, m in names for k in m})
         # NCCL reduces device tensors only (float64 is fine on both backends)
         t = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         out = {k: float(v) / num_minis for k, v in zip(keys, t.cpu().tolist(), strict=True)}
-        mkeys = ["behaviour_weight_max"] if ppo else []
         if mkeys:
-            m = torch.tensor([maxes.get(k, 0.0) for k in mkeys], dtype=torch.float64, device=self.device)
+            m = torch.tensor([maxes.get(k, -math.inf) for k in mkeys], dtype=torch.float64, device=self.device)
             dist.all_reduce(m, op=dist.ReduceOp.MAX)
             out.update(zip(mkeys, m.cpu().tolist(), strict=True))
+        if "mismatch/weight_sq_mean" in out:  # the weights' spread, from their first two moments
+            mean = out["mismatch/weight_mean"]
+            out["mismatch/weight_std"] = math.sqrt(max(0.0, out.pop("mismatch/weight_sq_mean") - mean * mean))
+        if "mismatch/fresh_log_ratio_abs_sum" in out:  # the gap on fresh tokens: the engine-trainer mismatch alone
+            fresh = out["mismatch/fresh_frac"]
+            gap = out.pop("mismatch/fresh_log_ratio_abs_sum")
+            if fresh > 0:
+                out["mismatch/fresh_log_ratio_abs_mean"] = gap / fresh
         return out

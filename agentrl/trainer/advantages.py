@@ -1,15 +1,32 @@
 """Advantages: how much better one sampled answer was than its siblings.
 
 What it is: pure functions from per-trajectory rewards to per-trajectory advantages —
-reward shaping (scale, bias, clip), group-relative advantages (GRPO: reward minus the mean of
-the n samples of the same prompt, optionally divided by their std) and an optional batch
-normalization weighted by loss tokens — each returning detached diagnostics. What it is not:
-the loss (``agentrl.trainer.losses``) or batch assembly (``agentrl.trainer.batch``).
+reward shaping (scale, bias, clip, DAPO's overlong penalty), the estimators that
+``trainer.advantages.kind`` names and an optional batch normalization weighted by loss
+tokens — each returning detached diagnostics. What it is not: the loss
+(``agentrl.trainer.losses``) or batch assembly (``agentrl.trainer.batch``).
 
-Main hook: ``grpo_advantages(rewards, group_ids, episode_ids)``.
+Main hook: ``compute_advantages(rewards, group_ids, episode_ids, num_tokens, config=...)``.
 
-References: Shao et al. 2024, "DeepSeekMath" (GRPO, arXiv:2402.03300); Liu et al. 2025,
-"Understanding R1-Zero-Like Training" (Dr. GRPO: dropping the std division).
+The estimators, for a group of k episodes with rewards R_1..R_k:
+
+    group_norm    A_i = (R_i - mean R) / (std R + eps)       GRPO (Shao et al. 2024, "DeepSeekMath",
+                                                             arXiv:2402.03300); without the std
+                                                             division: Dr. GRPO (Liu et al. 2025,
+                                                             arXiv:2503.20783)
+    rloo          A_i = R_i - mean_{j≠i} R_j                 RLOO (Kool et al. 2019; Ahmadian et al.
+                        = k/(k-1) · (R_i - mean R)           2024, "Back to Basics", arXiv:2402.14740)
+    reinforce_pp  A_i = (R_i - μ_B) / (σ_B + eps)            REINFORCE++ (Hu 2025, arXiv:2501.03262):
+                                                             no group baseline; μ_B, σ_B over the
+                                                             whole batch's loss tokens
+
+So RLOO is group_norm without the std division times k/(k-1): twice it on groups of two, where
+it is R_i - R_j. A group of one gets advantage 0 from group_norm and rloo.
+
+DAPO's overlong penalty (Yu et al. 2025, "DAPO", arXiv:2503.14476, eq. 13) is a reward term of
+the trajectory's sampled-token count |y|, with L_max = ``overlong_max_tokens`` and L_cache =
+``overlong_buffer_tokens``: 0 while |y| <= L_max - L_cache, then falling linearly to -1 at
+L_max, and -1 past it; scaled by ``overlong_penalty``, added before the reward shaping.
 
 Groups and episodes. A group is every trajectory with the same ``group_id`` (the n samples of
 one prompt). An episode that was split into several trajectories (a template that rewrites
@@ -24,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+from agentrl.trainer.trainer_config import ADVANTAGE_KINDS, AdvantageConfig
 
 
 def shape_rewards(
@@ -41,6 +60,58 @@ def shape_rewards(
             raise ValueError(f"reward clip must be > 0 or None, got {clip}")
         out = out.clamp(-clip, clip)
     return out
+
+
+def overlong_penalty(num_tokens: Sequence[int] | torch.Tensor, *, max_tokens: int, buffer_tokens: int,
+                     penalty: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment of the module docstring; shape [N] -> [N] (float32, <= 0)."""
+    if not 0 <= buffer_tokens < max_tokens:
+        raise ValueError(f"overlong penalty: need 0 <= buffer_tokens < max_tokens, got {buffer_tokens}, {max_tokens}")
+    n = torch.as_tensor(num_tokens, dtype=torch.float64)
+    start = max_tokens - buffer_tokens
+    soft = (start - n) / buffer_tokens if buffer_tokens else torch.zeros_like(n)
+    out = torch.where(n <= start, torch.zeros_like(n), torch.where(n <= max_tokens, soft, -torch.ones_like(n)))
+    return (out * penalty).float()
+
+
+def _episodes(rewards: torch.Tensor, group_ids: Sequence[str], episode_ids: Sequence[str] | None,
+              ) -> tuple[list[tuple[str, str]], dict[tuple[str, str], float], dict[str, list[float]]]:
+    """(each trajectory's episode key, each episode's mean reward, each group's episode rewards)."""
+    n = rewards.numel()
+    if len(group_ids) != n or (episode_ids is not None and len(episode_ids) != n):
+        raise ValueError(
+            f"advantages: rewards, group_ids and episode_ids must have equal length, got "
+            f"{n}, {len(group_ids)}, {None if episode_ids is None else len(episode_ids)}"
+        )
+    # episode key per trajectory: (group, episode id) or a unique key when the id is empty
+    ep_key = [
+        (g, e) if e else (g, f"#{i}")
+        for i, (g, e) in enumerate(zip(group_ids, episode_ids or [""] * n, strict=True))
+    ]
+    members: dict[tuple[str, str], list[int]] = {}
+    for i, k in enumerate(ep_key):
+        members.setdefault(k, []).append(i)
+    ep_reward = {k: float(rewards[idx].mean()) for k, idx in members.items()}
+    groups: dict[str, list[float]] = {}
+    for (g, _), rew in ep_reward.items():
+        groups.setdefault(g, []).append(rew)
+    return ep_key, ep_reward, groups
+
+
+def _diagnostics(adv: torch.Tensor, ep_reward: dict, groups: dict[str, list[float]]) -> dict[str, float]:
+    all_ep = torch.tensor(list(ep_reward.values()), dtype=torch.float64)
+    return {
+        "num_groups": float(len(groups)),
+        "num_episodes": float(len(ep_reward)),
+        "frac_groups_zero_std": sum(max(v) == min(v) for v in groups.values()) / len(groups),
+        "reward_mean": float(all_ep.mean()),
+        "reward_std": float(all_ep.std(unbiased=False)),
+        "adv_abs_mean": float(adv.abs().mean()),
+    }
+
+
+_EMPTY = {"num_groups": 0.0, "num_episodes": 0.0, "frac_groups_zero_std": 0.0, "reward_mean": 0.0,
+          "reward_std": 0.0, "adv_abs_mean": 0.0}
 
 
 def grpo_advantages(
@@ -67,49 +138,59 @@ def grpo_advantages(
         ``reward_mean``, ``reward_std`` (over episodes), ``adv_abs_mean`` (over trajectories).
     """
     r = torch.as_tensor(rewards, dtype=torch.float64)
-    n = r.numel()
-    if len(group_ids) != n or (episode_ids is not None and len(episode_ids) != n):
-        raise ValueError(
-            f"grpo_advantages: rewards, group_ids and episode_ids must have equal length, got "
-            f"{n}, {len(group_ids)}, {None if episode_ids is None else len(episode_ids)}"
-        )
-    if n == 0:
-        return torch.zeros(0), {"num_groups": 0.0, "num_episodes": 0.0, "frac_groups_zero_std": 0.0,
-                                "reward_mean": 0.0, "reward_std": 0.0, "adv_abs_mean": 0.0}
-    # episode key per trajectory: (group, episode id) or a unique key when the id is empty
-    ep_key = [
-        (g, e) if e else (g, f"#{i}")
-        for i, (g, e) in enumerate(zip(group_ids, episode_ids or [""] * n, strict=True))
-    ]
-    episodes: dict[tuple[str, str], list[int]] = {}
-    for i, k in enumerate(ep_key):
-        episodes.setdefault(k, []).append(i)
-    ep_reward = {k: float(r[idx].mean()) for k, idx in episodes.items()}
-    groups: dict[str, list[float]] = {}
-    for (g, _), rew in ep_reward.items():
-        groups.setdefault(g, []).append(rew)
+    if r.numel() == 0:
+        _episodes(r, group_ids, episode_ids)
+        return torch.zeros(0), dict(_EMPTY)
+    ep_key, ep_reward, groups = _episodes(r, group_ids, episode_ids)
     stats = {}
-    zero_std = 0
     for g, vals in groups.items():
         t = torch.tensor(vals, dtype=torch.float64)
-        mean, std = t.mean(), t.std(unbiased=False)
-        stats[g] = (float(mean), float(std))
-        zero_std += int(float(t.max() - t.min()) == 0.0)
-    adv = torch.empty(n, dtype=torch.float64)
+        stats[g] = (float(t.mean()), float(t.std(unbiased=False)))
+    adv = torch.empty(r.numel(), dtype=torch.float64)
     for i, k in enumerate(ep_key):
         mean, std = stats[k[0]]
         a = ep_reward[k] - mean
         adv[i] = a / (std + eps) if std_normalize else a
-    all_ep = torch.tensor(list(ep_reward.values()), dtype=torch.float64)
-    diag = {
-        "num_groups": float(len(groups)),
-        "num_episodes": float(len(ep_reward)),
-        "frac_groups_zero_std": zero_std / len(groups),
-        "reward_mean": float(all_ep.mean()),
-        "reward_std": float(all_ep.std(unbiased=False)),
-        "adv_abs_mean": float(adv.abs().mean()),
-    }
-    return adv.float(), diag
+    return adv.float(), _diagnostics(adv, ep_reward, groups)
+
+
+def rloo_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    group_ids: Sequence[str],
+    episode_ids: Sequence[str] | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Leave-one-out: each episode's reward minus the mean of the *other* episodes of its group
+    (0 for a group of one); episodes and diagnostics as in ``grpo_advantages``. Shapes [N] -> [N]."""
+    r = torch.as_tensor(rewards, dtype=torch.float64)
+    if r.numel() == 0:
+        _episodes(r, group_ids, episode_ids)
+        return torch.zeros(0), dict(_EMPTY)
+    ep_key, ep_reward, groups = _episodes(r, group_ids, episode_ids)
+    sums = {g: (sum(v), len(v)) for g, v in groups.items()}
+    adv = torch.empty(r.numel(), dtype=torch.float64)
+    for i, k in enumerate(ep_key):
+        total, count = sums[k[0]]
+        adv[i] = ep_reward[k] - (total - ep_reward[k]) / (count - 1) if count > 1 else 0.0
+    return adv.float(), _diagnostics(adv, ep_reward, groups)
+
+
+def reinforce_pp_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    group_ids: Sequence[str],
+    episode_ids: Sequence[str] | None,
+    num_tokens: Sequence[int] | torch.Tensor,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """REINFORCE++: the episode reward, normalised over the batch's loss tokens
+    (``normalize_advantages``); no group baseline. Shapes [N], [N] -> [N]."""
+    r = torch.as_tensor(rewards, dtype=torch.float64)
+    if r.numel() == 0:
+        _episodes(r, group_ids, episode_ids)
+        return torch.zeros(0), dict(_EMPTY)
+    ep_key, ep_reward, groups = _episodes(r, group_ids, episode_ids)
+    per_traj = torch.tensor([ep_reward[k] for k in ep_key], dtype=torch.float64)
+    adv = normalize_advantages(per_traj, num_tokens, eps=eps)
+    return adv.float(), _diagnostics(adv, ep_reward, groups)
 
 
 def normalize_advantages(
@@ -129,3 +210,36 @@ def normalize_advantages(
     mean = (a * w).sum() / total
     var = ((a - mean) ** 2 * w).sum() / total
     return ((a - mean) / (var.sqrt() + eps)).to(advantages.dtype)
+
+
+def compute_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    group_ids: Sequence[str],
+    episode_ids: Sequence[str] | None,
+    num_tokens: Sequence[int],
+    *,
+    config: AdvantageConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``trainer.advantages`` end to end: the overlong penalty, the shaping, the estimator
+    ``config.kind``, then the batch normalization; shapes [N] -> [N]. ``num_tokens`` are the
+    trajectories' sampled tokens (the overlong penalty's length, the normalizations' weights)."""
+    raw = torch.as_tensor(rewards, dtype=torch.float32)
+    diag: dict[str, float] = {}
+    if config.overlong_max_tokens is not None:
+        pen = overlong_penalty(num_tokens, max_tokens=config.overlong_max_tokens,
+                               buffer_tokens=config.overlong_buffer_tokens, penalty=config.overlong_penalty)
+        raw = raw + pen
+        diag["overlong_frac"] = float((pen < 0).float().mean()) if pen.numel() else 0.0
+        diag["overlong_penalty_mean"] = float(pen.mean()) if pen.numel() else 0.0
+    r = shape_rewards(raw, scale=config.reward_scale, bias=config.reward_bias, clip=config.reward_clip)
+    if config.kind == "rloo":
+        adv, d = rloo_advantages(r, group_ids, episode_ids)
+    elif config.kind == "reinforce_pp":
+        adv, d = reinforce_pp_advantages(r, group_ids, episode_ids, num_tokens)
+    elif config.kind == "group_norm":
+        adv, d = grpo_advantages(r, group_ids, episode_ids, std_normalize=config.std_normalize)
+    else:
+        raise ValueError(f"advantage kind must be one of {list(ADVANTAGE_KINDS)}, got {config.kind!r}")
+    if config.batch_normalize:
+        adv = normalize_advantages(adv, num_tokens)
+    return adv, {**d, **diag}

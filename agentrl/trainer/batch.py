@@ -13,7 +13,8 @@ global batch; the actor picks each rank's share).
 
 Per kept trajectory, ``TrainBatch.sequences[i]`` holds 1-D tensors of its length:
 ``input_ids`` (long), ``loss_mask`` (float 0/1), ``behaviour_logprobs`` and ``advantages``
-(float32; the trajectory's advantage on loss tokens, 0 elsewhere). The first token of a
+(float32; the trajectory's advantage on loss tokens, 0 elsewhere), ``staleness`` (float32: how
+many versions behind the trainer the weights that sampled each loss token are, 0 elsewhere). The first token of a
 sequence cannot be predicted, so it never is a loss token (counted in
 ``first_token_unmasked`` if a trajectory claimed it).
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentrl.api import Trajectory, TrajectoryStatus
-from agentrl.trainer.advantages import grpo_advantages, normalize_advantages, shape_rewards
+from agentrl.trainer.advantages import compute_advantages
 from agentrl.trainer.staleness import split_stale
 from agentrl.trainer.trainer_config import TrainerConfig
 
@@ -63,6 +64,10 @@ class TrainBatch:
 
     def loss_tokens(self, indices: Sequence[int]) -> int:
         return int(sum(float(self.sequences[i]["loss_mask"].sum()) for i in indices))
+
+    def loss_sequences(self, indices: Sequence[int]) -> int:
+        """How many of ``indices`` have a loss token (the S of the sequence-mean aggregations)."""
+        return sum(1 for i in indices if bool((self.sequences[i]["loss_mask"] > 0).any()))
 
 
 def broadcast_trajectories(trajectories: Sequence[Trajectory] | None, src: int = 0) -> list[Trajectory]:
@@ -105,20 +110,15 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
                           "the step has no data", RuntimeWarning, stacklevel=2)
         return TrainBatch([], version, stats)
 
-    acfg = config.advantages
-    rewards = shape_rewards([t.reward for t in kept], scale=acfg.reward_scale, bias=acfg.reward_bias,
-                            clip=acfg.reward_clip)
-    adv, diag = grpo_advantages(rewards, [t.group_id for t in kept], [t.episode_id for t in kept],
-                                std_normalize=acfg.std_normalize)
+    adv, diag = compute_advantages([t.reward for t in kept], [t.group_id for t in kept], [t.episode_id for t in kept],
+                                   [t.num_sampled for t in kept], config=config.advantages)
     stats.update({f"adv/{k}": v for k, v in diag.items()})
-    if diag["frac_groups_zero_std"] == 1.0:
+    if diag["frac_groups_zero_std"] == 1.0 and config.advantages.kind != "reinforce_pp":
         warnings.warn(
             f"all {int(diag['num_groups'])} groups got identical rewards within the group: every "
             "advantage is 0 and this step learns nothing. Check the reward function, or sample "
             "more answers per prompt", RuntimeWarning, stacklevel=2,
         )
-    if acfg.batch_normalize:
-        adv = normalize_advantages(adv, [t.num_sampled for t in kept])
 
     sequences = []
     first_unmasked = 0
@@ -133,6 +133,7 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
             "loss_mask": mask,
             "behaviour_logprobs": torch.tensor(t.logprobs, dtype=torch.float32) * mask,
             "advantages": mask * a,
+            "staleness": (version - torch.tensor(t.versions, dtype=torch.float32)) * mask,
         })
         staleness.append(version - t.oldest_version)
     stats["first_token_unmasked"] = float(first_unmasked)

@@ -198,6 +198,15 @@ class PackedMicroBatch:
             out.append(parts[0] if len(parts) == 1 else torch.cat(parts))
         return out
 
+    def segment_ids(self) -> torch.Tensor:
+        """[T] long: which packed sequence (0 .. len(indices)-1) each row position belongs to; a
+        shared prefix belongs to its last member (it never holds a loss token)."""
+        out = torch.zeros(self.num_tokens, dtype=torch.long)
+        for k, spans in enumerate(self.pieces):
+            for a, b in spans:
+                out[a:b] = k
+        return out
+
     def join(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
         """The inverse of ``split``: per-sequence tensors (``indices`` order) laid out as the row
         (a shared prefix takes its first member's values)."""

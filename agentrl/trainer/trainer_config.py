@@ -9,45 +9,111 @@ it on every batch.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Literal
 
 from agentrl.config import option
 from agentrl.errors import ConfigError
 
-LossKind = Literal["decoupled_ppo", "ppo", "reinforce"]
-LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce")
-"""The token losses of ``agentrl.trainer.losses`` (``trainer.loss.kind``)."""
+LossKind = Literal["decoupled_ppo", "ppo", "reinforce", "gspo", "cispo"]
+LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce", "gspo", "cispo")
+"""The built-in objectives of ``agentrl.trainer.losses`` (``trainer.loss.kind``); a
+``module:function`` path names one of the user's own (``agentrl.trainer.objective``)."""
+AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+"""How token losses become one number (``trainer.loss.aggregation``, ``aggregation_weights``)."""
+ADVANTAGE_KINDS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_pp")
+"""The estimators of ``agentrl.trainer.advantages`` (``trainer.advantages.kind``)."""
 ADAPTER_MODES: tuple[str, ...] = ("auto", "merge", "load")
 """How a LoRA run's adapters reach the servers (``trainer.weight_sync.adapters``, ``DiskTransport``,
 ``DistributedTransport``)."""
+MISMATCH_MODES: tuple[str, ...] = ("off", "tis", "mis")
+"""Engine-trainer mismatch corrections (``trainer.loss.mismatch.mode``, ``agentrl.trainer.mismatch``)."""
+
+
+@dataclass
+class MismatchConfig:
+    """Importance weights between the engine's log-probabilities (π_behav) and the trainer's
+    recomputation (π_prox) of the same tokens (``agentrl.trainer.mismatch``)."""
+
+    mode: str = option("off", choices=MISMATCH_MODES,
+                       help="off: the objective's own behaviour weight (decoupled_ppo: π_prox/π_behav, masked above "
+                            "loss.behaviour_weight_cap); tis: truncated, min(ρ, upper); mis: masked, ρ kept where "
+                            "lower <= ρ <= upper and the token (or sequence) dropped elsewhere")
+    level: str = option("token", choices=("token", "sequence"),
+                        help="token: ρ per token; sequence: ρ = the product over the sequence's loss tokens, one "
+                             "weight (or one mask) for all of them")
+    upper: float = option(2.0, gt=1.0, help="tis: the truncation C of min(ρ, C); mis: the largest ρ kept")
+    lower: float = option(0.0, ge=0.0, lt=1.0, help="mis: the smallest ρ kept (0 keeps every small ρ)")
 
 
 @dataclass
 class LossConfig:
-    """The policy objective (see ``agentrl.trainer.losses``)."""
+    """The policy objective (see ``agentrl.trainer.losses`` and ``agentrl.trainer.objective``)."""
 
-    kind: str = option("decoupled_ppo", choices=LOSS_KINDS,
+    kind: str = option("decoupled_ppo",
                        help="decoupled_ppo (async RL, π_prox from a forward pass before the update), "
-                            "ppo (π_prox = π_behav) or reinforce (-A·log π, no ratio)")
-    eps_low: float = option(0.2, ge=0.0, lt=1.0, help="lower clip: the ratio is clipped at 1 - eps_low")
+                            "ppo (π_prox = π_behav), reinforce (-A·log π, no ratio), gspo (one clipped ratio per "
+                            "sequence, its tokens' geometric mean), cispo (the clipped ratio as a detached weight "
+                            "on -A·log π: every token keeps a gradient), or 'module:function', a loss of your own "
+                            "(docs/guides/algorithms.md)")
+    aggregation: str = option("token-mean", choices=AGGREGATIONS,
+                              help="token-mean: Σ l / (loss tokens of the mini-batch); seq-mean-token-mean: each "
+                                   "sequence's token mean, averaged over sequences (GSPO's form); seq-mean-token-sum: "
+                                   "each sequence's token sum, averaged over sequences (Dr. GRPO: no length bias)")
+    eps_low: float = option(0.2, ge=0.0, lt=1.0, help="lower clip: the ratio is clipped at 1 - eps_low "
+                                                      "(gspo's paper: 3e-4; cispo's: no lower bound, e.g. 0.99)")
     eps_high: float = option(0.2, ge=0.0, help="upper clip: the ratio is clipped at 1 + eps_high "
-                                                "(a larger value than eps_low, e.g. 0.28, keeps exploring)")
+                                                "(a larger value than eps_low, e.g. 0.28, keeps exploring; "
+                                                "gspo's paper: 4e-4)")
     behaviour_weight_cap: float | None = option(
-        5.0, gt=1.0, help="decoupled_ppo: tokens with π_prox/π_behav above this are masked out; null keeps all")
+        5.0, gt=1.0, help="decoupled_ppo, gspo, cispo: tokens with π_prox/π_behav above this are masked out; null "
+                          "keeps all (with mismatch.mode tis or mis, that rule replaces this one)")
     kl_coef: float = option(0.0, ge=0.0, help="weight of the k3 KL penalty against the frozen initial "
                                               "model; > 0 loads a second (reference) copy of the model")
+    mismatch: MismatchConfig = option(MismatchConfig, help="engine-trainer mismatch correction (TIS / MIS)")
+
+    def __post_init__(self) -> None:
+        if ":" in self.kind:
+            return  # a user's objective: agentrl.trainer.objective.resolve_objective imports and checks it
+        if self.kind not in LOSS_KINDS:
+            close = difflib.get_close_matches(self.kind, LOSS_KINDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"config key 'trainer.loss.kind': got {self.kind!r}, expected one of {list(LOSS_KINDS)} "
+                              f"or 'module:function' (a loss of your own){hint}")
+        if self.kind == "ppo" and self.mismatch.mode != "off":
+            raise ConfigError("config key 'trainer.loss.mismatch.mode': ppo anchors its ratio on π_behav itself, so "
+                              "there is no recomputation to correct against; use loss.kind: decoupled_ppo with "
+                              f"mismatch.mode: {self.mismatch.mode}")
 
 
 @dataclass
 class AdvantageConfig:
     """From rewards to advantages (see ``agentrl.trainer.advantages``)."""
 
+    kind: str = option("group_norm", choices=ADVANTAGE_KINDS,
+                       help="group_norm: reward minus its group's mean, divided by the group's std (GRPO; "
+                            "std_normalize: false is Dr. GRPO's); rloo: reward minus the mean of the other samples "
+                            "of its group; reinforce_pp: the reward normalised over the whole batch's loss tokens "
+                            "(REINFORCE++; no group baseline)")
     reward_scale: float = option(1.0, gt=0.0, help="rewards are (r + reward_bias) * reward_scale ...")
     reward_bias: float = option(0.0, help="... added before scaling")
     reward_clip: float | None = option(None, gt=0.0, help="... then clipped to ±reward_clip; null: no clip")
-    std_normalize: bool = option(True, help="divide by the group's reward std (GRPO); false: Dr. GRPO")
+    overlong_max_tokens: int | None = option(
+        None, ge=1, help="DAPO's overlong penalty: a trajectory of more sampled tokens than this gets "
+                         "-overlong_penalty added to its reward, and one in the last overlong_buffer_tokens before "
+                         "it a linear share of that; null: off")
+    overlong_buffer_tokens: int = option(0, ge=0, help="the soft buffer L_cache of the overlong penalty (0: only "
+                                                        "the hard penalty past overlong_max_tokens)")
+    overlong_penalty: float = option(1.0, ge=0.0, help="the overlong penalty's size (DAPO: 1)")
+    std_normalize: bool = option(True, help="group_norm: divide by the group's reward std (GRPO); false: Dr. GRPO")
     batch_normalize: bool = option(False, help="then normalize advantages over the batch's loss tokens")
+
+    def __post_init__(self) -> None:
+        if self.overlong_max_tokens is not None and self.overlong_buffer_tokens >= self.overlong_max_tokens:
+            raise ConfigError(f"config key 'trainer.advantages.overlong_buffer_tokens': "
+                              f"{self.overlong_buffer_tokens} must be below overlong_max_tokens="
+                              f"{self.overlong_max_tokens} (the buffer is the last tokens before the limit)")
 
 
 WEIGHT_TRANSPORTS = ("disk", "distributed")

@@ -122,6 +122,7 @@ async def test_equal_reward_groups_are_filtered_and_replaced():
     await ex.start()
     batch = await ex.next_batch(max_wait_s=10)
     assert all(g.index % 2 == 1 for g in batch.groups)
+    assert len(batch.groups) == ex.batch_size  # refilled with new groups, not shrunk (DAPO's dynamic sampling)
     assert ex.counters["groups_filtered"] >= 3 and ex.accepted == 3
     await ex.stop()
 

@@ -12,7 +12,7 @@ import torch
 
 from agentrl.trainer.actor import Actor
 from agentrl.trainer.batch import prepare_batch
-from agentrl.trainer.trainer_config import LossConfig, TrainerConfig
+from agentrl.trainer.trainer_config import LossConfig, MismatchConfig, TrainerConfig
 
 from .dist_worker import make_trajectories
 
@@ -60,6 +60,25 @@ def test_micro_batch_split_does_not_change_the_step(group, small_model):
     assert s1["grad_norm"] == pytest.approx(s2["grad_norm"], rel=1e-5)
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_sequence_level_objectives_do_not_depend_on_the_micro_batch_split(group, small_model):
+    """Sequence-level ratios, sequence-level weights and sequence-mean aggregations see whole
+    sequences in any packing (the pure functions' other kinds: tests/trainer/test_losses.py)."""
+    loss = LossConfig(kind="gspo", aggregation="seq-mean-token-mean", mismatch=MismatchConfig(mode="tis", level="sequence"))
+    results = []
+    for budget in (4096, 30):
+        actor = Actor(small_model, _config(micro_batch_tokens=budget, loss=loss))
+        stats = actor.train_step(_batch(actor.config))
+        results.append((stats, _weights(actor)))
+    (s1, w1), (s2, w2) = results
+    assert s1["loss"] == pytest.approx(s2["loss"], rel=1e-5)
+    assert s1["grad_norm"] == pytest.approx(s2["grad_norm"], rel=1e-5) and s1["grad_norm"] > 0
+    for key in ("mismatch/masked_frac", "mismatch/weight_std", "mismatch/weight_max", "clip_frac"):
+        assert s1[key] == pytest.approx(s2[key], rel=1e-5, abs=1e-9), key
+    # float32 sums in another order, through two AdamW steps at lr 1e-3 (an update of 1e-3 per weight)
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=2e-5, msg=k)
 
 
 def test_gradient_checkpointing_gives_the_same_step(group, small_model):

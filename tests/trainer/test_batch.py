@@ -38,6 +38,7 @@ def test_failed_stale_and_empty_trajectories_are_counted_not_trained():
     torch.testing.assert_close(b.sequences[1]["advantages"], torch.tensor([0, 0, -1.0, -1, -1]), rtol=1e-5, atol=0)
     assert b.sequences[0]["behaviour_logprobs"].tolist() == [0, 0, -0.5, -0.5, -0.5]
     assert s["staleness_mean"] == 1.0
+    assert b.sequences[0]["staleness"].tolist() == [0, 0, 1, 1, 1]  # sampled at version 3, trainer at 4
 
 
 def test_first_token_is_never_a_loss_token():

@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from agentrl.trainer.losses import decoupled_ppo_loss, policy_loss, reinforce_loss
+from agentrl.trainer.losses import (
+    aggregation_weights,
+    cispo_loss,
+    decoupled_ppo_loss,
+    gspo_loss,
+    policy_loss,
+    reinforce_loss,
+)
 
 # Four tokens, the last one not sampled (mask 0). Per token:
 #   t0: w = e^0 = 1,  r = e^(−0.5+1) = 1.6487, A = +1  → clipped to 1.2       → l = −1.2
@@ -130,3 +137,140 @@ def test_sum_over_micro_batches_and_ranks_equals_the_whole(kind):
     for k, v in st_whole.items():
         if not k.endswith("_max"):
             assert stats[k] == pytest.approx(v.item(), rel=1e-6), k  # stats are float32
+
+
+# --------------------------------------------------------------------------- aggregation
+
+SEG = torch.tensor([0, 0, 0, 1, 1, 1])
+AGG_MASK = _t([1.0, 1.0, 0.0, 1.0, 1.0, 1.0])  # sequence 0: 2 loss tokens, sequence 1: 3; N = 5, S = 2
+
+
+@pytest.mark.parametrize("aggregation, expected", [
+    ("token-mean", [0.2, 0.2, 0, 0.2, 0.2, 0.2]),                       # m/N
+    ("seq-mean-token-mean", [0.25, 0.25, 0, 1 / 6, 1 / 6, 1 / 6]),      # m/(n_i·S): 1/(2·2), 1/(3·2)
+    ("seq-mean-token-sum", [0.5, 0.5, 0, 0.5, 0.5, 0.5]),               # m/S
+])
+def test_aggregation_weights_pinned(aggregation, expected):
+    a = aggregation_weights(AGG_MASK, SEG, aggregation=aggregation, total_loss_tokens=5, total_sequences=2)
+    torch.testing.assert_close(a, _t(expected))
+
+
+def test_aggregations_agree_where_the_papers_say():
+    # equal lengths: the mean of per-sequence token means is the token mean
+    mask, seg = _t([1.0, 1.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    tm = aggregation_weights(mask, seg, aggregation="token-mean", total_loss_tokens=4)
+    smtm = aggregation_weights(mask, seg, aggregation="seq-mean-token-mean", total_loss_tokens=4, total_sequences=2)
+    torch.testing.assert_close(tm, smtm)
+    # Dr. GRPO's seq-mean-token-sum is the token mean scaled by N/S (here 5/2), whatever the lengths
+    tm = aggregation_weights(AGG_MASK, SEG, aggregation="token-mean", total_loss_tokens=5)
+    smts = aggregation_weights(AGG_MASK, SEG, aggregation="seq-mean-token-sum", total_loss_tokens=5, total_sequences=2)
+    torch.testing.assert_close(smts, tm * 5 / 2)
+    with pytest.raises(ValueError, match="segment_ids"):
+        aggregation_weights(AGG_MASK, None, aggregation="seq-mean-token-sum", total_loss_tokens=5)
+
+
+# --------------------------------------------------------------------------- GSPO
+
+# Sequence 0 (2 loss tokens): log r = (0.2, 0.2) → s0 = e^0.2 = 1.22140, A = +1 → clipped at 1.2 → l = −1.2
+# Sequence 1 (3 loss tokens + one masked): log r = (−0.1, 0.1, 0.3) → mean 0.1, s1 = e^0.1 = 1.10517,
+#   A = −1: inside the clip range → l = −min(−s1, −s1) = +1.10517
+G_LP = [-1.0, -2.0, -0.5, -0.5, -0.5, 9.0]
+G_PROX = [-1.2, -2.2, -0.4, -0.6, -0.8, 0.0]
+G_ADV = [1.0, 1.0, -1.0, -1.0, -1.0, 0.0]
+G_MASK = [1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+G_SEG = torch.tensor([0, 0, 1, 1, 1, 1])
+
+
+def test_gspo_pinned_sequence_mean():
+    lp = _t(G_LP, grad=True)
+    a = aggregation_weights(_t(G_MASK), G_SEG, aggregation="seq-mean-token-mean", total_loss_tokens=5,
+                            total_sequences=2)
+    loss, st = gspo_loss(lp, _t(G_PROX), _t(G_PROX), _t(G_ADV), _t(G_MASK), G_SEG, total_loss_tokens=5,
+                         eps_low=0.2, eps_high=0.2, token_weights=a)
+    s1 = math.exp(0.1)
+    assert loss.item() == pytest.approx((-1.2 + s1) / 2, rel=1e-9)  # the paper's −1/G Σ_i min(...) = −0.047414
+    assert st["clip_frac"].item() == pytest.approx(2 / 5)  # sequence 0's two tokens
+    assert st["ratio_mean"].item() == pytest.approx((2 * math.exp(0.2) + 3 * s1) / 5, rel=1e-6)
+    loss.backward()
+    # sequence 0 is clipped (no gradient); d/dlogp_t of s1 = s1/3 per token, times a = 1/2
+    torch.testing.assert_close(lp.grad, _t([0.0, 0.0, s1 / 6, s1 / 6, s1 / 6, 0.0]))
+
+
+def test_gspo_token_mean_weighs_sequences_by_length():
+    loss, _ = gspo_loss(_t(G_LP), _t(G_PROX), _t(G_PROX), _t(G_ADV), _t(G_MASK), G_SEG, total_loss_tokens=5,
+                        eps_low=0.2, eps_high=0.2)
+    assert loss.item() == pytest.approx((2 * -1.2 + 3 * math.exp(0.1)) / 5, rel=1e-9)  # 0.183103
+
+
+@pytest.mark.parametrize("cap", [5.0, None])
+def test_gspo_with_one_token_sequences_is_token_level_decoupled_ppo(cap):
+    seg = torch.arange(4)
+    lp1, lp2 = _t(LP, grad=True), _t(LP, grad=True)
+    g, _ = gspo_loss(lp1, _t(PROX), _t(BEHAV), _t(ADV), _t(MASK), seg, total_loss_tokens=3, eps_low=0.2,
+                     eps_high=0.2, behaviour_weight_cap=cap)
+    d, _ = decoupled_ppo_loss(lp2, _t(PROX), _t(BEHAV), _t(ADV), _t(MASK), total_loss_tokens=3,
+                              behaviour_weight_cap=cap)
+    assert g.item() == pytest.approx(d.item(), rel=1e-12)
+    g.backward()
+    d.backward()
+    torch.testing.assert_close(lp1.grad, lp2.grad)
+
+
+# --------------------------------------------------------------------------- CISPO
+
+def test_cispo_pinned():
+    # t0: r = e^0.5 = 1.6487 → weight clipped to 1.2, w = 1, A = 1: l = −1.2·(−0.5) = +0.6, dl/dlogp = −1.2
+    # t1: r = 1, w = e (kept), A = −2: l = −e·(−2)·(−1) = −2e, dl/dlogp = 2e
+    # t2: w = e^2 > cap 5: masked (as in decoupled PPO); t3 not sampled
+    lp = _t(LP, grad=True)
+    loss, st = cispo_loss(lp, _t(PROX), _t(BEHAV), _t(ADV), _t(MASK), total_loss_tokens=3)
+    assert loss.item() == pytest.approx((0.6 - 2 * math.e) / 3, rel=1e-9)  # −1.612188
+    assert st["clip_frac"].item() == pytest.approx(1 / 3)  # t0's weight was truncated, its gradient stays
+    loss.backward()
+    torch.testing.assert_close(lp.grad, _t([-1.2 / 3, 2 * math.e / 3, 0.0, 0.0]))
+
+
+def test_at_ratio_one_cispo_ppo_and_reinforce_have_one_gradient():
+    g = torch.Generator().manual_seed(1)
+    lp = (-torch.rand(9, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    adv = torch.randn(9, generator=g, dtype=torch.float64)
+    mask = _t([1, 1, 0, 1, 1, 1, 0, 1, 1])
+    prox = lp.detach()  # θ = θ_prox = θ_behav: r = 1, w = 1
+    grads = []
+    for kind in ("cispo", "decoupled_ppo", "reinforce", "gspo"):
+        loss, _ = policy_loss(kind, lp, prox, adv, mask, total_loss_tokens=7, proximal_logprobs=prox,
+                              segment_ids=torch.arange(9))
+        grads.append(torch.autograd.grad(loss, lp)[0])
+    for other in grads[1:]:
+        torch.testing.assert_close(other, grads[0])
+
+
+@pytest.mark.parametrize("kind", ["gspo", "cispo", "decoupled_ppo"])
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_new_kinds_sum_over_micro_batches_to_the_whole(kind, aggregation):
+    # 6 sequences of lengths 3..8 split into micro-batches at sequence boundaries (as packing does)
+    g = torch.Generator().manual_seed(2)
+    lens = [3, 8, 5, 4, 7, 6]
+    seg = torch.cat([torch.full((n,), i) for i, n in enumerate(lens)])
+    n = len(seg)
+    lp = (-torch.rand(n, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    prox = lp.detach() + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)
+    behav = prox + 0.2 * torch.randn(n, generator=g, dtype=torch.float64)
+    adv = torch.randn(len(lens), generator=g, dtype=torch.float64)[seg]
+    mask = (torch.rand(n, generator=g) > 0.2).double()
+    total = mask.sum().item()
+
+    def run(a, b, first):
+        s = seg[a:b] - first
+        w = aggregation_weights(mask[a:b], s, aggregation=aggregation, total_loss_tokens=total, total_sequences=6)
+        return policy_loss(kind, lp[a:b], behav[a:b], adv[a:b], mask[a:b], total_loss_tokens=total,
+                           proximal_logprobs=prox[a:b], segment_ids=s, token_weights=w)[0]
+
+    whole = run(0, n, 0)
+    (g_whole,) = torch.autograd.grad(whole, lp)
+    cuts = [0, 3, 16, 20, n]  # sequences {0}, {1, 2}, {3}, {4, 5}
+    firsts = [0, 1, 3, 4]
+    split = torch.stack([run(a, b, f) for a, b, f in zip(cuts, cuts[1:], firsts, strict=False)]).sum()
+    (g_split,) = torch.autograd.grad(split, lp)
+    assert split.item() == pytest.approx(whole.item(), rel=1e-12)
+    torch.testing.assert_close(g_split, g_whole)

@@ -21,7 +21,18 @@ def test_overrides_reach_nested_sections():
     ("num_mini_batches=0", "num_mini_batches"),
     ("betas=[0.9]", "betas"),
     ("loss.eps_hihg=0.3", "did you mean"),
+    ("loss.kind=gpso", "did you mean 'gspo'"),
+    ("loss.aggregation=seq-mean-token-summ", "did you mean 'seq-mean-token-sum'"),
+    ("advantages.kind=rlo", "did you mean 'rloo'"),
+    ("loss.mismatch.mode=tiss", "did you mean 'tis'"),
 ])
 def test_bad_values_name_the_key(override, match):
     with pytest.raises(ConfigError, match=match):
         load_config(TrainerConfig, None, [override])
+
+
+def test_combinations_that_mean_nothing_are_refused():
+    with pytest.raises(ConfigError, match="ppo anchors its ratio on π_behav"):
+        load_config(TrainerConfig, None, ["loss.kind=ppo", "loss.mismatch.mode=tis"])
+    with pytest.raises(ConfigError, match="overlong_buffer_tokens"):
+        load_config(TrainerConfig, None, ["advantages.overlong_max_tokens=100", "advantages.overlong_buffer_tokens=100"])
