@@ -223,11 +223,10 @@ app = create_app(SumEnv, SumAction, SumObservation, env_name="sum", max_concurre
 '''
 
 
-@pytest.fixture(scope="session")
-def openenv_sum_server(tmp_path_factory):
-    """An OpenEnv ``Environment`` defined here (``OPENENV_SUM_ENV``), served by OpenEnv's own ``create_app``
-    (uvicorn) on 127.0.0.1: ``(url, folder of its module)``. Shared by the OpenEnv adapter's tests and
-    verifiers' ``openenv`` taskset's."""
+@contextlib.contextmanager
+def openenv_server(folder, module: str):
+    """``module:app`` (an OpenEnv ``create_app``) in ``folder``, served by uvicorn on 127.0.0.1 until
+    the block ends: its URL."""
     import subprocess
     import sys
     import time
@@ -236,10 +235,8 @@ def openenv_sum_server(tmp_path_factory):
 
     from agentrl.process.services import free_port
 
-    folder = tmp_path_factory.mktemp("openenv")
-    (folder / "sum_env.py").write_text(OPENENV_SUM_ENV)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "sum_env:app", "--host", "127.0.0.1", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", f"{module}:app", "--host", "127.0.0.1", "--port",
                              str(port)], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -252,7 +249,18 @@ def openenv_sum_server(tmp_path_factory):
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
             time.sleep(0.2)
-        yield url, folder
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def openenv_sum_server(tmp_path_factory):
+    """An OpenEnv ``Environment`` defined here (``OPENENV_SUM_ENV``), served by OpenEnv's own ``create_app``
+    (uvicorn) on 127.0.0.1: ``(url, folder of its module)``. Shared by the OpenEnv adapter's tests and
+    verifiers' ``openenv`` taskset's."""
+    folder = tmp_path_factory.mktemp("openenv")
+    (folder / "sum_env.py").write_text(OPENENV_SUM_ENV)
+    with openenv_server(folder, "sum_env") as url:
+        yield url, folder

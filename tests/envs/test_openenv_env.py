@@ -65,32 +65,15 @@ def test_a_server_of_one_session_is_checked_and_played_within_its_capacity(tmp_p
     it opened the next: CAPACITY_REACHED. Now each session is closed on the loop that opened it,
     and an episode whose server is full waits for a session instead of failing."""
     import asyncio
-    import time
 
-    import httpx
-
-    from agentrl.process.services import free_port
     from envs.interop.openenv_env import OpenEnvEnv
 
-    from ..conftest import OPENENV_SUM_ENV
+    from ..conftest import OPENENV_SUM_ENV, openenv_server
 
     (tmp_path / "one_env.py").write_text(OPENENV_SUM_ENV.replace("SUPPORTS_CONCURRENT_SESSIONS = True",
                                                                  "SUPPORTS_CONCURRENT_SESSIONS = False").replace(
         ", max_concurrent_envs=64)", ")"))  # OpenEnv's default: one session
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "one_env:app", "--host", "127.0.0.1", "--port",
-                             str(port)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
-            time.sleep(0.2)
+    with openenv_server(tmp_path, "one_env") as url:
         assert check_text_env(f"openenv:{url}") == []
 
         async def play(seed: int) -> float:
@@ -107,6 +90,3 @@ def test_a_server_of_one_session_is_checked_and_played_within_its_capacity(tmp_p
             return await asyncio.gather(play(1), play(2), play(3))
 
         assert asyncio.run(both()) == [1.0, 1.0, 1.0]  # three episodes, one at a time
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
