@@ -31,8 +31,10 @@ import contextlib
 import difflib
 import hashlib
 import json
+import math
 import random
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,6 +52,9 @@ from sandboxes.repo_pool import RepoPool, RepoPoolConfig, RepoSession
 
 
 def test_files(repo: Path) -> list[str]:
+    """The repository's test files (relative); an error when ``repo`` is no folder or has none."""
+    if not repo.is_dir():
+        raise EnvError(f"{repo} is not a folder: pass a local Python repository (a checkout or an unpacked sdist)")
     files = [str(p.relative_to(repo)) for p in sorted(repo.rglob("*.py"))
              if is_test_file(p.relative_to(repo)) and p.name != "conftest.py" and ".git" not in p.parts]
     if not files:
@@ -116,38 +121,40 @@ async def run_tests(session: RepoSession, tests: list[str], timeout_s: float) ->
     return out.output.decode(errors="replace") + ("\nTimeout" if out.timed_out else "")
 
 
-async def try_candidates(pool: RepoPool, spec: ContainerSpec, cfg: GenerateConfig, repo: Path, tests: list[str],
+async def try_candidates(pool: RepoPool, spec: ContainerSpec, cfg: GenerateConfig, tests: list[str],
                          passed: set[str], todo: list[Candidate]) -> list[Outcome]:
     """Every candidate run in one of ``concurrency`` worker containers; the kept ones, in ``todo``'s order."""
     queue = list(enumerate(todo))
     kept: dict[int, Outcome] = {}
+    done = [0]
 
     async def worker() -> None:
         async with pool.episode(spec) as session:
             while queue:
                 i, cand = queue.pop(0)
-                original = (repo / cand.path).read_bytes()
                 await session.write_file(f"/testbed/{cand.path}", cand.buggy.encode())
                 try:
                     log = await run_tests(session, tests, cfg.test_timeout_s)
                 finally:
-                    await session.write_file(f"/testbed/{cand.path}", original)
+                    await session.write_file(f"/testbed/{cand.path}", cand.fixed.encode())
                 now = {t for t, s in statuses(log).items() if s == "PASSED"}
                 f2p, p2p = sorted(passed - now), sorted(passed & now)
                 if f2p and p2p and len(f2p) <= cfg.max_fail_to_pass:
                     kept[i] = Outcome(cand, f2p, p2p, log)
+                done[0] += 1
+                if done[0] % 10 == 0 or done[0] == len(todo):
+                    print(f"{cfg.name}: {done[0]}/{len(todo)} candidates tried, {len(kept)} kept", file=sys.stderr, flush=True)
 
     await asyncio.gather(*[worker() for _ in range(min(cfg.concurrency, len(todo)) or 1)])
     return [kept[i] for i in sorted(kept)]
 
 
-def make_row(cfg: GenerateConfig, repo: Path, tests: list[str], image: str, base: str, kept: Outcome) -> dict[str, Any]:
+def make_row(cfg: GenerateConfig, tests: list[str], image: str, base: str, kept: Outcome) -> dict[str, Any]:
     cand = kept.candidate
     key = hashlib.sha256((cand.path + cand.buggy).encode()).hexdigest()[:8]
-    fixed = (repo / cand.path).read_text(encoding="utf-8")
     return {"instance_id": f"{cfg.name}__{cand.strategy}__{key}", "repo": cfg.name, "version": "", "base_commit": base,
             "problem_statement": problem_statement(cfg.name, kept.f2p, kept.log), "hints_text": "",
-            "patch": reverse_patch(cand.path, cand.buggy, fixed), "test_patch": "",
+            "patch": reverse_patch(cand.path, cand.buggy, cand.fixed), "test_patch": "",
             "FAIL_TO_PASS": json.dumps(kept.f2p), "PASS_TO_PASS": json.dumps(kept.p2p), "image": image,
             "eval_script": eval_script(base, tests), "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail",
             "module": cand.module, "file": cand.path, "strategy": cand.strategy}
@@ -167,17 +174,15 @@ def split(rows: list[dict[str, Any]], seed: int, share: float) -> set[str]:
     if len(modules) < 2:
         return set()
     random.Random(seed).shuffle(modules)
-    return set(modules[: min(len(modules) - 1, -(-int(share * 1000) * len(modules) // 1000))])
+    return set(modules[: min(len(modules) - 1, math.ceil(share * len(modules)))])
 
 
 async def generate(cfg: GenerateConfig) -> dict[str, Any]:
     """Run the recipe of the module docstring; the summary (also ``summary.json``)."""
-    repo, out, t0 = Path(cfg.repo).resolve(), Path(cfg.out), time.monotonic()
-    if not repo.is_dir():
-        raise EnvError(f"{repo} is not a folder: pass a local Python repository (a checkout or an unpacked sdist)")
-    tests = test_files(repo)
+    repo, out, t0 = Path(cfg.repo), Path(cfg.out), time.monotonic()
     pool = RepoPool(RepoPoolConfig(warm=0))
     try:
+        tests = await pool.in_thread(test_files, repo)
         image = await pool.in_thread(repo_image, repo, cfg.name, cfg.pip_specs)
         spec = ContainerSpec(image=image, workdir="/testbed", memory_mb=2048)
         async with pool.episode(spec) as session:
@@ -186,11 +191,11 @@ async def generate(cfg: GenerateConfig) -> dict[str, Any]:
         if not passed:
             raise EnvError(f"{repo}: no test passes at the base; the suite's output ends with: {log[-800:]}")
         todo = await pool.in_thread(candidates, repo, cfg.seed, cfg.prefixes, cfg.max_candidates)
-        kept = await try_candidates(pool, spec, cfg, repo, tests, passed, todo)
+        kept = await try_candidates(pool, spec, cfg, tests, passed, todo)
         rows = []
         for outcome in kept:
             tag, base = await pool.in_thread(instance_image, image, cfg.name, outcome.candidate.path, outcome.candidate.buggy)
-            rows.append(make_row(cfg, repo, tests, tag, base, outcome))
+            rows.append(make_row(cfg, tests, tag, base, outcome))
         ok = await _validate_all(pool, rows, cfg)
     finally:
         await pool.aclose()
@@ -202,12 +207,12 @@ async def generate(cfg: GenerateConfig) -> dict[str, Any]:
                "kept": len(rows), "validated": len(valid), "train": sum(r["split"] == "train" for r in valid),
                "heldout": len(valid) - sum(r["split"] == "train" for r in valid), "heldout_modules": sorted(held),
                "minutes": round((time.monotonic() - t0) / 60, 2)}
-    _write(out, cfg, valid, summary)
+    await asyncio.to_thread(_write, out, cfg, valid, summary)
     return summary
 
 
 async def _validate_all(pool: RepoPool, rows: list[dict[str, Any]], cfg: GenerateConfig) -> list[bool]:
-    gate = asyncio.Semaphore(max(1, cfg.concurrency // 2))
+    gate = asyncio.Semaphore(cfg.concurrency)
 
     async def one(row: dict[str, Any]) -> bool:
         async with gate:

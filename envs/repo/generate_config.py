@@ -15,6 +15,8 @@ from agentrl.config import check_options, option
 
 @dataclass
 class GenerateConfig:
+    """What ``agentrl tasks generate`` makes, from which repository, and how hard it tries."""
+
     repo: str = option(help="the local Python repository (a checkout or an unpacked sdist) with a pytest suite")
     out: str = option(help="folder the instances, the split and the Harbor task directories are written to")
     name: str = option("", help="the repository's name in ids and image tags; empty: the folder's name")
@@ -30,8 +32,8 @@ class GenerateConfig:
 
     def __post_init__(self) -> None:
         check_options(self)
-        self.name = re.sub(r"[^a-z0-9_.-]", "-", (self.name or Path(self.repo).resolve().name).lower())
-
+        self.repo = str(Path(self.repo).resolve())
+        self.name = re.sub(r"[^a-z0-9_.-]", "-", (self.name or Path(self.repo).name).lower())
 
     @property
     def prefixes(self) -> tuple[str, ...]:

@@ -3,8 +3,8 @@
 What it is: the second output of ``envs/repo/generate.py``. The directory holds
 ``instruction.md`` (the problem statement), ``task.toml`` (the instance's image, no network),
 ``tests/test.sh`` (the verifier: the repository's test files restored from the base commit,
-then the instance's FAIL_TO_PASS and PASS_TO_PASS tests by node id; reward 1 when they all
-pass) with ``tests/tests.txt`` (those ids), and ``solution/solve.sh`` (the gold patch).
+run with ``pytest -rA``; reward 1 when every FAIL_TO_PASS and PASS_TO_PASS test, named as swebench's
+``parse_log_pytest`` names them, passed) with ``tests/tests.txt`` (those ids), and ``solution/solve.sh`` (the gold patch).
 
 What it is not: a reader of the format (``envs/repo/tasks.py``).
 """
@@ -12,6 +12,7 @@ What it is not: a reader of the format (``envs/repo/tasks.py``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,23 @@ storage = "4G"
 allow_internet = false
 """
 TEST_SH = """#!/bin/bash
-# Harbor's verifier: the test files as at the base commit, then the instance's tests; reward in /logs/verifier.
+# Harbor's verifier: the test files as at the base commit, run with pytest -rA; reward 1 when every test
+# of tests.txt (named as swebench's parse_log_pytest names them) passed; in /logs/verifier.
 cd /testbed
 mkdir -p /logs/verifier
 git -c safe.directory=/testbed checkout {base} -- {files}
-mapfile -t ids < /tests/tests.txt
-if python3 -m pytest -q -p no:cacheprovider "${{ids[@]}}"; then
-    echo 1 > /logs/verifier/reward.txt
-else
-    echo 0 > /logs/verifier/reward.txt
-fi
+COLUMNS=200 python3 -m pytest -rA -p no:cacheprovider {files} > /logs/verifier/pytest.log 2>&1
+python3 - <<'EOF_VERIFY'
+passed = set()
+for line in open("/logs/verifier/pytest.log", errors="replace"):
+    words = line.split()
+    if len(words) > 1 and words[0] == "PASSED":
+        passed.add(words[1])
+wanted = [t for t in open("/tests/tests.txt").read().splitlines() if t]
+missing = [t for t in wanted if t not in passed]
+print(f"{{len(wanted) - len(missing)}} of {{len(wanted)}} tests passed", *missing[:20], sep="\\n")
+open("/logs/verifier/reward.txt", "w").write("1\\n" if wanted and not missing else "0\\n")
+EOF_VERIFY
 """
 
 
@@ -55,7 +63,7 @@ def write_task(task: Path, row: dict[str, Any]) -> None:
     (task / "solution").mkdir(exist_ok=True)
     (task / "instruction.md").write_text(row["problem_statement"] + "\nThe repository is at /testbed.\n")
     (task / "task.toml").write_text(TASK_TOML.format(repo=row["repo"], image=row["image"]))
-    files = " ".join(sorted({t.split("::", 1)[0] for t in json.loads(row["FAIL_TO_PASS"]) + json.loads(row["PASS_TO_PASS"])}))
+    files = re.search(r"pytest -rA -p no:cacheprovider (.*)", row["eval_script"]).group(1)  # the test files
     (task / "tests" / "test.sh").write_text(TEST_SH.format(base=row["base_commit"], files=files))
     ids = json.loads(row["FAIL_TO_PASS"]) + json.loads(row["PASS_TO_PASS"])
     (task / "tests" / "tests.txt").write_text("".join(f"{i}\n" for i in ids))

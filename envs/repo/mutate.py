@@ -34,7 +34,7 @@ SKIP_DIRS = {".git", ".tox", ".nox", "build", "dist", "docs", "doc", "examples",
 
 @dataclass(frozen=True)
 class Candidate:
-    """One rewrite of one function or class: ``path``'s whole buggy text."""
+    """One rewrite of one function or class: ``path``'s whole text, buggy and as it was."""
 
     path: str  # relative to the repository root
     entity: str
@@ -42,6 +42,7 @@ class Candidate:
     strategy: str  # swesmith's modifier name, e.g. func_pm_op_change
     explanation: str
     buggy: str
+    fixed: str  # the file as it is in the repository
 
     @property
     def module(self) -> str:
@@ -116,7 +117,7 @@ def candidates(repo: Path, seed: int, include: tuple[str, ...] = (), limit: int 
             if buggy == original or (str(rel), buggy) in seen or not _compiles(buggy):
                 continue
             seen.add((str(rel), buggy))
-            out.append(Candidate(str(rel), entity.name, entity.line_start, kind.name, bug.explanation, buggy))
+            out.append(Candidate(str(rel), entity.name, entity.line_start, kind.name, bug.explanation, buggy, original))
     return out
 
 

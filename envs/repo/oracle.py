@@ -2,7 +2,7 @@
 
 What it is: the check that generation and grading agree. For every row of a task set it plays
 one episode of the env with two replies in the env's own tool-call format: a ``bash`` call
-that applies the row's ``patch`` with ``git apply``, then ``submit``; the env grades the
+that applies the row's ``patch`` with ``git apply`` (a Harbor task: runs its ``solution/solve.sh``), then ``submit``; the env grades the
 repository as it then is (SWE-bench rows: swebench's grading in a fresh container). A sound
 task set is resolved 100%.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -30,6 +31,10 @@ def tool_call(name: str, **arguments: Any) -> str:
 
 
 def replies(row: dict[str, Any]) -> list[str]:
+    """SWE-bench rows: ``git apply`` of the gold patch; Harbor tasks: their ``solution/solve.sh``."""
+    if "task_dir" in row:
+        solve = (Path(row["task_dir"]) / "solution" / "solve.sh").read_text()
+        return [tool_call("bash", command=f"bash <<'EOF_GOLD_SOLVE'\n{solve}EOF_GOLD_SOLVE"), tool_call("submit")]
     return [tool_call("bash", command=f"git apply - <<'EOF_GOLD_PATCH'\n{row['patch']}EOF_GOLD_PATCH"), tool_call("submit")]
 
 
@@ -45,7 +50,7 @@ async def play(row: dict[str, Any], **env_kwargs: Any) -> dict[str, Any]:
                 break
     finally:
         await env.aclose()
-    return {"instance_id": row["instance_id"], "reward": float(reward), "resolved": bool(info.get("resolved"))}
+    return {"instance_id": row.get("instance_id") or Path(row["task_dir"]).name, "reward": float(reward), "resolved": bool(info.get("resolved"))}
 
 
 async def run_oracle(dataset: str, concurrency: int = 2, limit: int = 0, **env_kwargs: Any) -> dict[str, Any]:
