@@ -156,7 +156,12 @@ class RepoContainer:
         try:
             container.start()
             container.reload()
-            children = box.exec(["cat", "/proc/1/task/1/children"], timeout_s=30).output.split()
+            children: list[bytes] = []
+            for _ in range(50):  # init forks the keeper after the start returns: under load, later
+                children = box.exec(["cat", "/proc/1/task/1/children"], timeout_s=30).output.split()
+                if children:
+                    break
+                time.sleep(0.1)
             if len(children) != 1:
                 raise SandboxError(f"the container's init has {len(children)} children, expected the keeper alone")
             box.keeper_pid = int(children[0])

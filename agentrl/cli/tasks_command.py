@@ -25,7 +25,7 @@ def register(subparsers) -> None:
     from agentrl.config import add_arguments
     from agentrl.plugins import load_object
 
-    p = subparsers.add_parser("tasks", help="make repository tasks from a local Python repository, or check a set",
+    p = subparsers.add_parser("tasks", help="make SWE-bench and Harbor tasks from a repository",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(group_parser=p)
     sub = p.add_subparsers(dest="tasks_command", metavar="{generate,oracle}")

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import EnvError
+from agentrl.errors import EnvError, SandboxError
 from envs.repo import harbor_out
 from envs.repo.generate_config import GenerateConfig
 from envs.repo.grading import grade_swebench
@@ -122,31 +122,51 @@ async def run_tests(session: RepoSession, tests: list[str], timeout_s: float) ->
 
 
 async def try_candidates(pool: RepoPool, spec: ContainerSpec, cfg: GenerateConfig, tests: list[str],
-                         passed: set[str], todo: list[Candidate]) -> list[Outcome]:
-    """Every candidate run in one of ``concurrency`` worker containers; the kept ones, in ``todo``'s order."""
+                         passed: set[str], todo: list[Candidate]) -> tuple[list[Outcome], int]:
+    """Every candidate run in one of ``concurrency`` worker containers: the kept ones, in ``todo``'s
+    order, and the number lost to container failures (a candidate whose container failed is tried
+    once more, in a new one; three failures in a row end the generation)."""
     queue = list(enumerate(todo))
     kept: dict[int, Outcome] = {}
-    done = [0]
+    counts = {"done": 0, "lost": 0, "failures": 0}
+
+    async def judge(session: RepoSession, i: int, cand: Candidate) -> None:
+        await session.write_file(f"/testbed/{cand.path}", cand.buggy.encode())
+        try:
+            log = await run_tests(session, tests, cfg.test_timeout_s)
+        finally:
+            await session.write_file(f"/testbed/{cand.path}", cand.fixed.encode())
+        now = {t for t, s in statuses(log).items() if s == "PASSED"}
+        f2p, p2p = sorted(passed - now), sorted(passed & now)
+        if f2p and p2p and len(f2p) <= cfg.max_fail_to_pass:
+            kept[i] = Outcome(cand, f2p, p2p, log)
+        counts["done"] += 1
+        counts["failures"] = 0
+        if counts["done"] % 10 == 0 or counts["done"] == len(todo):
+            print(f"{cfg.name}: {counts['done']}/{len(todo)} candidates tried, {len(kept)} kept", file=sys.stderr,
+                  flush=True)
 
     async def worker() -> None:
-        async with pool.episode(spec) as session:
-            while queue:
-                i, cand = queue.pop(0)
-                await session.write_file(f"/testbed/{cand.path}", cand.buggy.encode())
-                try:
-                    log = await run_tests(session, tests, cfg.test_timeout_s)
-                finally:
-                    await session.write_file(f"/testbed/{cand.path}", cand.fixed.encode())
-                now = {t for t, s in statuses(log).items() if s == "PASSED"}
-                f2p, p2p = sorted(passed - now), sorted(passed & now)
-                if f2p and p2p and len(f2p) <= cfg.max_fail_to_pass:
-                    kept[i] = Outcome(cand, f2p, p2p, log)
-                done[0] += 1
-                if done[0] % 10 == 0 or done[0] == len(todo):
-                    print(f"{cfg.name}: {done[0]}/{len(todo)} candidates tried, {len(kept)} kept", file=sys.stderr, flush=True)
+        item, retried = None, False
+        while queue or item:
+            try:
+                async with pool.episode(spec) as session:
+                    while queue or item:
+                        item = item or queue.pop(0)
+                        await judge(session, *item)
+                        item, retried = None, False
+            except SandboxError as e:
+                counts["failures"] += 1
+                if counts["failures"] >= 3:
+                    raise
+                print(f"{cfg.name}: a worker container failed ({e}); a new one goes on", file=sys.stderr, flush=True)
+                if item is not None and retried:
+                    item, retried, counts["lost"] = None, False, counts["lost"] + 1
+                else:
+                    retried = item is not None
 
     await asyncio.gather(*[worker() for _ in range(min(cfg.concurrency, len(todo)) or 1)])
-    return [kept[i] for i in sorted(kept)]
+    return [kept[i] for i in sorted(kept)], counts["lost"]
 
 
 def make_row(cfg: GenerateConfig, tests: list[str], image: str, base: str, kept: Outcome) -> dict[str, Any]:
@@ -163,9 +183,15 @@ def make_row(cfg: GenerateConfig, tests: list[str], image: str, base: str, kept:
 async def validate(pool: RepoPool, row: dict[str, Any], timeout_s: float) -> bool:
     """The env's grading agrees: the gold patch resolves the instance, the empty patch does not."""
     task = read_task(row, ContainerSpec(image=row["image"]))
-    gold, empty = await asyncio.gather(grade_swebench(pool, task, row["patch"], timeout_s),
-                                       grade_swebench(pool, task, "", timeout_s))
-    return bool(gold["resolved"]) and not empty["resolved"]
+    for attempt in range(2):  # a container that fails to start is no verdict: once more
+        try:
+            gold, empty = await asyncio.gather(grade_swebench(pool, task, row["patch"], timeout_s),
+                                               grade_swebench(pool, task, "", timeout_s))
+            return bool(gold["resolved"]) and not empty["resolved"]
+        except SandboxError as e:
+            print(f"{row['instance_id']}: grading failed ({e})" + ("; once more" if not attempt else ""),
+                  file=sys.stderr, flush=True)
+    return False
 
 
 def split(rows: list[dict[str, Any]], seed: int, share: float) -> set[str]:
@@ -191,7 +217,7 @@ async def generate(cfg: GenerateConfig) -> dict[str, Any]:
         if not passed:
             raise EnvError(f"{repo}: no test passes at the base; the suite's output ends with: {log[-800:]}")
         todo = await pool.in_thread(candidates, repo, cfg.seed, cfg.prefixes, cfg.max_candidates)
-        kept = await try_candidates(pool, spec, cfg, tests, passed, todo)
+        kept, lost = await try_candidates(pool, spec, cfg, tests, passed, todo)
         rows = []
         for outcome in kept:
             tag, base = await pool.in_thread(instance_image, image, cfg.name, outcome.candidate.path, outcome.candidate.buggy)
@@ -204,7 +230,7 @@ async def generate(cfg: GenerateConfig) -> dict[str, Any]:
     for row in valid:
         row["split"] = "heldout" if row["module"] in held else "train"
     summary = {"repo": cfg.name, "seed": cfg.seed, "tests_passing": len(passed), "candidates": len(todo),
-               "kept": len(rows), "validated": len(valid), "train": sum(r["split"] == "train" for r in valid),
+               "lost_to_container_failures": lost, "kept": len(rows), "validated": len(valid), "train": sum(r["split"] == "train" for r in valid),
                "heldout": len(valid) - sum(r["split"] == "train" for r in valid), "heldout_modules": sorted(held),
                "minutes": round((time.monotonic() - t0) / 60, 2)}
     await asyncio.to_thread(_write, out, cfg, valid, summary)

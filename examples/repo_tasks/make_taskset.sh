@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-runs/repo_taskset}
 PY=${PY:-.venv/bin/python}
 SEED=${SEED:-0}
+MAX=${MAX:-}  # set: at most this many candidates per repository (a quicker, smaller set)
 mkdir -p "$OUT/sdist" "$OUT/src"
 grep -v '^#' "$here/packages.txt" | while read -r name spec include requirements max; do
     [ -n "$name" ] || continue
@@ -18,7 +19,7 @@ grep -v '^#' "$here/packages.txt" | while read -r name spec include requirements
     tar xzf "$sdist" -C "$OUT/src/$name.tmp" && rm -rf "$OUT/src/$name" && mv "$OUT/src/$name.tmp"/* "$OUT/src/$name"
     rm -rf "$OUT/src/$name.tmp"
     "$PY" -m agentrl tasks generate --repo "$OUT/src/$name" --out "$OUT/$name" --name "$name" --seed "$SEED" \
-        --include "$include" --requirements "$requirements" --max-candidates "$max"
+        --include "$include" --requirements "$requirements" --max-candidates "${MAX:-$max}"
 done
 for split in instances train heldout; do
     cat "$OUT"/*/"$split".jsonl > "$OUT/$split.jsonl"
