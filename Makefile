@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers repo-taskset
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ repo-images: sandbox-image install
 	@if docker/ensure-engine.sh; then $(BIN)/python docker/repo-task/build.py; \
 	elif [ -n "$$CI" ]; then echo "repo-images: CI is set and no Docker engine could be started" >&2; exit 1; \
 	else echo "repo-images: no Docker engine; the repository-task tests will skip" >&2; fi
+
+# The generated task set (docs/guides/task_generation.md): the sdists of the packages listed in
+# examples/repo_tasks/packages.txt from PyPI, `agentrl tasks generate` on each (SWE-bench instances,
+# Harbor task dirs, a train / held-out split by module), in runs/repo_taskset/. Not part of `make test`.
+repo-taskset: sandbox-image install
+	PY=$(BIN)/python examples/repo_tasks/make_taskset.sh
 
 # The deployment images of docker-compose.yml — agentrl-trainer:cpu and agentrl-sandbox-service —
 # built on the sandbox image's debootstrap base when no registry answers (docker/build-images.sh).

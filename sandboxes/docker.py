@@ -104,8 +104,9 @@ def remove_leftovers(client: Any, label: str) -> None:
     """Remove the containers labelled ``label`` whose owner (``<label>.owner``: host:pid) is a
     process of this host that is gone: what a killed run left behind."""
     host = socket.gethostname()
-    for c in client.containers.list(all=True, filters={"label": label}):
-        owner = c.labels.get(f"{label}.owner", "")
+    # sparse: no inspect per container (one removed meanwhile by another process would fail the listing)
+    for c in client.containers.list(all=True, sparse=True, filters={"label": label}):
+        owner = (c.attrs.get("Labels") or {}).get(f"{label}.owner", "")
         name, _, pid = owner.rpartition(":")
         if name == host and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
             with contextlib.suppress(Exception):
