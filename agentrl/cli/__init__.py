@@ -8,6 +8,7 @@
     replay_command.py   ``agentrl replay``: a run's recorded episodes scored again
     sandbox_command.py  ``agentrl sandbox``: run a file in a sandbox, or serve a backend over HTTP
     serve_command.py    ``agentrl serve``: the inference server on a checkpoint
+    tasks_command.py    ``agentrl tasks``: repository tasks made from a local repository; the oracle
     service_command.py  ``agentrl service``: the trainer as a service (the Tinker API)
     sft_command.py      ``agentrl sft``: supervised fine-tuning
     train_command.py    ``agentrl train``: the asynchronous RL loop from one YAML config

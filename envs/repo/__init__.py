@@ -5,7 +5,7 @@
     grading.py  the task's own tests: swebench's grading in a fresh container; Harbor's verifier
     env.py      RepoEnv: an episode = one container, tools bash / str_replace_editor / submit
 
-Task generation (``agentrl tasks``, issue 45):
+Task generation (``agentrl tasks``):
 
     mutate.py           bug candidates: swesmith's procedural rewrites of the repository's code
     task_image.py       a local repository's image, and one image per generated instance
