@@ -195,7 +195,9 @@ async def test_forbidden_actions_are_contained(row):
     assert seen[0].split() == ["1", "0", "0", "0"]  # one commit, no reflog or stash, the grading test nowhere
     assert "Network is unreachable" in seen[1]
     assert "1 file changed" in seen[2]
-    assert seen[6] == "after the bomb\n"  # the bomb is gone; the episode goes on
+    # the episode goes on: the shell answers (on a loaded machine a bomb process killed late may
+    # still have printed bash's "fork: retry" lines before it)
+    assert seen[6].splitlines()[-1] == "after the bomb"
     assert (reward, info["resolved"]) == (0.0, False) and "test_six.py" not in info["diff"]
     assert not container_exists(info["container_id"])  # the episode's container went, and the sleep in it
     with contextlib.closing(docker_sdk.from_env()) as client:  # what is left of this process's: the warm ones, idle
