@@ -40,7 +40,7 @@ from agentrl.config import option
 from agentrl.errors import Refused, SandboxError
 from agentrl.http_edge import parse_body, read_json
 from sandboxes.repo_container import ContainerSpec
-from sandboxes.repo_pool import RepoPool, RepoPoolConfig, RepoSession
+from sandboxes.repo_pool import RepoPool, RepoSession
 
 
 @dataclass

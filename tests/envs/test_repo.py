@@ -303,7 +303,8 @@ async def test_episodes_spread_over_two_sandbox_services_and_a_lost_host_fails_o
 
     key = "repo-key-" + os.urandom(4).hex()
     monkeypatch.setenv("AGENTRL_SANDBOX_API_KEY", key)
-    (proc_a, url_a), (proc_b, url_b) = serve_sandbox(key, 63700), serve_sandbox(key, 63800)
+    (proc_a, url_a), (proc_b, url_b) = await asyncio.gather(asyncio.to_thread(serve_sandbox, key, 63700),
+                                                            asyncio.to_thread(serve_sandbox, key, 63800))
     procs, probes = {url_a: proc_a, url_b: proc_b}, [RemoteSandbox(u, key) for u in (url_a, url_b)]
     envs_ = [gymnasium.make("agentrl/Repo-v0", max_turns=10, command_timeout_s=20, warm=0,
                             sandbox_services=[url_a, url_b]).unwrapped for _ in range(3)]
@@ -316,7 +317,7 @@ async def test_episodes_spread_over_two_sandbox_services_and_a_lost_host_fails_o
         hosts = [e.session.host.url for e in envs_]
         assert set(hosts) == {url_a, url_b}  # each host got some
         assert sorted([(await p.health())["sessions"] for p in probes]) == [1, 2]
-        survivors = [e for e, h in zip(envs_, hosts) if h != hosts[0]]
+        survivors = [e for e, h in zip(envs_, hosts, strict=True) if h != hosts[0]]
         lost = procs[hosts[0]]
         await envs_[0].astep(call("bash", command="cd /tmp && echo begun"))
         lost.kill()  # the host of the first episode is lost mid-episode
