@@ -46,6 +46,17 @@ def _rows(path: str) -> tuple[dict[str, Any], ...]:
     return tuple(load_tasks(path))
 
 
+def _services(sandbox: str | Sequence[str]) -> tuple[str, ...]:
+    """The sandbox services' URLs in ``sandbox`` (none: the local engine)."""
+    urls = [u.strip() for u in (sandbox.split(",") if isinstance(sandbox, str) else sandbox) if u.strip()]
+    if urls == ["docker"]:
+        return ()
+    if not all(u.startswith(("http://", "https://")) for u in urls):
+        raise EnvError(f"agentrl/Repo-v0 runs its containers on the Docker engine (sandbox: '' or 'docker') or on "
+                       f"sandbox services (sandbox: their http:// URLs), got {sandbox!r}")
+    return tuple(urls)
+
+
 class RepoEnv(TextEnv):
     """Change a repository in a container until its tests pass.
 
@@ -95,9 +106,10 @@ class RepoEnv(TextEnv):
     ``pids`` (256), ``disk_mb`` (4096) — Harbor tasks' own task.toml values win —,
     ``strip_git_history`` (True), ``tools`` (names of ``TOOLS``), ``extra_tools`` (functions or
     ``Tool``s added to the ToolBox), ``f2p_weight``, ``p2p_weight``, ``warm`` (1 idle container
-    per image), ``docker_host``, ``sandbox_services`` (URLs of ``agentrl sandbox serve``: the
-    containers run there, each episode on the least busy; a lost host fails its episodes with
-    ``SandboxError``; key from ``AGENTRL_SANDBOX_API_KEY``), ``tool_call_parser``, ``reasoning_parser``, ``max_tokens``,
+    per image), ``docker_host``, ``sandbox`` (URLs of ``agentrl sandbox serve``, a list or
+    comma-separated, as a run's ``sandbox.services`` gives them: the containers run there, each
+    episode on the least busy; a lost host fails its episodes with ``SandboxError``; key from
+    ``AGENTRL_SANDBOX_API_KEY``. Empty or "docker": the engine of ``docker_host``), ``tool_call_parser``, ``reasoning_parser``, ``max_tokens``,
     ``max_wall_s``, ``render_mode``: "ansi" or None.
 
     ## Version History
@@ -122,7 +134,7 @@ class RepoEnv(TextEnv):
         p2p_weight: float = 0.0,
         warm: int = 1,
         docker_host: str = "",
-        sandbox_services: Sequence[str] = (),
+        sandbox: str | Sequence[str] = "",
         tool_call_parser: str = DEFAULT_TOOL_PARSER,
         reasoning_parser: str | None = None,
         max_tokens: int | None = None,
@@ -144,7 +156,7 @@ class RepoEnv(TextEnv):
         self.strip_git_history = strip_git_history
         self.base_spec = ContainerSpec(image="", cpus=cpus, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb)
         self.pool_config = RepoPoolConfig(docker_host=docker_host, warm=warm, max_output=max_output)
-        self.sandbox_services = tuple(sandbox_services)
+        self.sandbox_services = _services(sandbox)
         offered = {"bash": self.bash, "str_replace_editor": self.str_replace_editor, "submit": self.submit}
         self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools] + list(extra_tools),
                                timeout_s=command_timeout_s + 120, max_result_chars=max_output + 200,

@@ -307,12 +307,18 @@ async def test_episodes_spread_over_two_sandbox_services_and_a_lost_host_fails_o
                                                             asyncio.to_thread(serve_sandbox, key, 63800))
     procs, probes = {url_a: proc_a, url_b: proc_b}, [RemoteSandbox(u, key) for u in (url_a, url_b)]
     envs_ = [gymnasium.make("agentrl/Repo-v0", max_turns=10, command_timeout_s=20, warm=0,
-                            sandbox_services=[url_a, url_b]).unwrapped for _ in range(3)]
+                            sandbox=f"{url_a},{url_b}").unwrapped for _ in range(3)]
     try:
         async with httpx.AsyncClient() as plain:  # every route needs the key
             spec = {"spec": {"image": row["image"]}}
             assert (await plain.post(f"{url_a}/repo/sessions", json=spec)).status_code == 401
             assert (await plain.post(f"{url_a}/repo/sessions/x/bash", json={"command": "id"})).status_code == 401
+            keyed = {"Authorization": f"Bearer {key}"}
+            big = {"spec": {"image": row["image"], "memory_mb": 1 << 20}}
+            refused = await plain.post(f"{url_a}/repo/sessions", json=big, headers=keyed)
+            assert refused.status_code == 422 and "max_memory_mb" in refused.json()["error"]["message"]
+            gone = await plain.post(f"{url_a}/repo/sessions/x/bash", json={"command": "id"}, headers=keyed)
+            assert gone.status_code == 404
         await asyncio.gather(*(e.areset(options={"task": row}) for e in envs_))
         hosts = [e.session.host.url for e in envs_]
         assert set(hosts) == {url_a, url_b}  # each host got some
