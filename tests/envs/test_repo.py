@@ -334,6 +334,11 @@ async def test_episodes_spread_over_two_sandbox_services_and_a_lost_host_fails_o
             obs, *_ = await env.astep(apply(row["patch"]))
             _, reward, terminated, _, info = await env.astep(call("submit"))
             assert (reward, terminated, info["resolved"]) == (1.0, True, True)
+        kept_url = next(h for h in hosts if h != hosts[0])
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as keyed_client:
+            opened = await keyed_client.post(f"{kept_url}/repo/sessions", json={"spec": {"image": row["image"]}},
+                                             timeout=120)  # left open: the service's shutdown destroys it
+            assert opened.status_code == 200 and opened.json()["workdir"]
     finally:
         for env in envs_:
             await env.aclose()
@@ -342,7 +347,6 @@ async def test_episodes_spread_over_two_sandbox_services_and_a_lost_host_fails_o
         for proc in procs.values():
             proc.terminate()
             proc.wait(timeout=60)
-    kept = procs[url_b if hosts[0] == url_a else url_a]
-    assert owned_containers(kept.pid) == []  # all destroyed at close and at the service's shutdown
+    assert owned_containers(procs[kept_url].pid) == []  # all destroyed at close and at the service's shutdown
     RepoPool(warm=0)._connect().close()  # the lost host's containers: its owner is gone, the reaper removes them
     assert owned_containers(lost.pid) == []
