@@ -22,6 +22,9 @@ Repository tasks (``agentrl/Repo-v0``, envs/repo/), not behind the Sandbox inter
     repo_shell.py      BashSession    the episode's persistent bash (markers, timeout, middle cut)
     repo_pool.py       RepoPool       warm containers per image, destroyed after each episode;
                                       RepoSession, the async handle an env holds
+    repo_routes.py     RepoRoutes     the sandbox service's routes for repository episodes
+    repo_remote.py     RepoFleet      their client: episodes spread over several services,
+                                      RemoteRepoSession with RepoSession's interface
 
 The core reaches these only through ``agentrl.plugins.make_sandbox("local"|"docker"|URL|"URL,URL")``.
 """

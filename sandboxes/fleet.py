@@ -8,6 +8,7 @@ skipped for that call and the next one is tried; a call that may have run is nev
 ``make_sandbox("http://a:8100,http://b:8100")`` builds one (``sandbox.services`` in a run's
 config). What it is not: a sandbox — isolation is each service's backend's — nor a health
 checker: a service that stays down is tried again by the next call.
+Repository episodes are spread the same way (``fleet.held``, ``sandboxes/repo_remote.py``).
 Main hooks: ``await SandboxFleet(urls).run(req)``, ``async with fleet.session() as s``.
 """
 
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 from agentrl.api import ExecRequest, ExecResult
 from agentrl.errors import SandboxUnavailable
 from sandboxes.remote import RemoteSandbox, RemoteSession
+
+T = TypeVar("T")
 
 
 class SandboxFleet:
@@ -55,13 +58,19 @@ class SandboxFleet:
                 self._inflight[i] -= 1
         raise SandboxUnavailable(f"no sandbox service of {self.urls} took the program; last: {error}")
 
+    def session(self) -> contextlib.AbstractAsyncContextManager[RemoteSession]:
+        return self.held(lambda member: member.session(), "opened a session")
+
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[RemoteSession]:
+    async def held(self, open_on: Callable[[RemoteSandbox], contextlib.AbstractAsyncContextManager[T]],
+                   what: str) -> AsyncIterator[T]:
+        """``open_on(member)`` entered on the least busy service that takes it, counted as in
+        flight there until the block exits (sessions, repository episodes)."""
         error: SandboxUnavailable | None = None
         for i in self._order():
             self._inflight[i] += 1
             try:
-                cm = self.members[i].session()
+                cm = open_on(self.members[i])
                 try:
                     session = await cm.__aenter__()
                 except SandboxUnavailable as e:
@@ -73,7 +82,7 @@ class SandboxFleet:
                 return
             finally:
                 self._inflight[i] -= 1
-        raise SandboxUnavailable(f"no sandbox service of {self.urls} opened a session; last: {error}")
+        raise SandboxUnavailable(f"no sandbox service of {self.urls} {what}; last: {error}")
 
     async def aclose(self) -> None:
         for m in self.members:

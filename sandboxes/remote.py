@@ -75,6 +75,8 @@ class RemoteSandbox:
                     raise SandboxUnavailable(f"sandbox service at {self.url} cannot be reached: {e}") from e
             except httpx.TimeoutException as e:
                 raise SandboxError(f"sandbox service at {self.url} did not answer in {limit_s:.0f} s") from e
+            except httpx.TransportError as e:  # the connection broke mid-call: it may have run, so not resent
+                raise SandboxError(f"sandbox service at {self.url} dropped the call: {e!r}") from e
             else:
                 if resp.status_code == 503 and attempt < self.retries:
                     pass  # queue full: nothing ran, safe to retry

@@ -14,7 +14,8 @@ Routes (JSON bodies are ``ExecRequest.to_dict()`` / ``ExecResult.to_dict()``):
     POST   /run                     ExecRequest -> ExecResult
     POST   /sessions                -> {"session_id"}   (holds a place until it ends)
     POST   /sessions/{id}/run       ExecRequest -> ExecResult (in that session's interpreter)
-    DELETE /sessions/{id}           ends the session
+    DELETE /sessions/{id}           ends the session (a repository session too)
+    POST   /repo/sessions[/{id}/...] repository episodes' containers (``sandboxes/repo_routes.py``)
     GET    /openapi.json            these routes, with the ExecRequest as JSON Schema within the
                                     ceilings (``exec_request_schema``; fuzzed from it by
                                     ``tests/sandboxes/test_fuzz.py``)
@@ -52,6 +53,7 @@ from agentrl.api import ExecRequest, ExecResult, Sandbox
 from agentrl.errors import Refused, SandboxError
 from agentrl.http_edge import ApiKey, body_schema, error_response, install_errors, json_body, read_body
 from sandboxes.admission import Admission, Ceilings, maxima, parse_request
+from sandboxes.repo_routes import RepoRoutes
 
 SESSION_IDLE_S = 600.0
 CLIENT_GONE = 499  # (nginx's code) the client closed the connection; nobody reads the reply
@@ -93,6 +95,7 @@ async def _end(s: _Session) -> None:
 class _Session:
     stack: contextlib.AsyncExitStack
     session: Any
+    kind: str = "python"  # or "repo": a repository episode's container (``sandboxes/repo_routes.py``)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
 
@@ -137,6 +140,7 @@ def build_app(sandbox: Sandbox, *, backend: str = "", api_key: str = "", max_con
     app.add_api_route("/sessions", service.open_session, methods=["POST"])
     app.add_api_route("/sessions/{sid}/run", service.session_run, methods=["POST"], openapi_extra=exec_body)
     app.add_api_route("/sessions/{sid}", service.close_session, methods=["DELETE"])
+    service.repo.install(app)
     return app
 
 
@@ -158,6 +162,7 @@ class _Service:
         self.max_concurrency, self.max_queue, self.max_sessions = max_concurrency, max_queue, max_sessions
         self.admission: Admission | None = None
         self.sessions: dict[str, _Session] = {}
+        self.repo = RepoRoutes(self)
 
     def gate(self) -> Admission:
         if self.admission is None:  # created in the server's event loop
@@ -182,6 +187,7 @@ class _Service:
             reaper.cancel()
             for sid in list(self.sessions):
                 await _end(self.sessions.pop(sid))
+            await self.repo.aclose()
             close = getattr(self.sandbox, "aclose", None)
             if close is not None:
                 await close()
@@ -209,25 +215,35 @@ class _Service:
             raise Refused(str(e), 422) from e
         return result.to_dict()
 
-    async def open_session(self) -> dict[str, Any]:
+    async def hold(self, opened: contextlib.AbstractAsyncContextManager, kind: str) -> tuple[str, Any]:
+        """Enter ``opened`` as a new session of ``kind`` holding a place in admission until it
+        ends; returns its id and the object it yielded."""
         if len(self.sessions) >= self.max_sessions:
             raise Refused(f"too many open sessions ({self.max_sessions}); retry later", 503)
         stack = contextlib.AsyncExitStack()
         try:
             await stack.enter_async_context(self.gate().slot())  # held until the session ends
-            session = await stack.enter_async_context(self.sandbox.session())
+            session = await stack.enter_async_context(opened)
         except BaseException:
             await stack.aclose()
             raise
         sid = uuid.uuid4().hex
-        self.sessions[sid] = _Session(stack, session)
+        self.sessions[sid] = _Session(stack, session, kind)
+        return sid, session
+
+    def held(self, sid: str, kind: str) -> _Session:
+        s = self.sessions.get(sid)
+        if s is None or s.kind != kind:
+            raise Refused(f"no session {sid!r} (it ended or expired after {SESSION_IDLE_S:.0f} s idle)", 404)
+        return s
+
+    async def open_session(self) -> dict[str, Any]:
+        sid, _ = await self.hold(self.sandbox.session(), "python")
         return {"session_id": sid}
 
     async def session_run(self, sid: str, request: Request) -> dict[str, Any]:
         req = await self._request(request)
-        s = self.sessions.get(sid)
-        if s is None:
-            raise Refused(f"no session {sid!r} (it ended or expired after {SESSION_IDLE_S:.0f} s idle)", 404)
+        s = self.held(sid, "python")
 
         async def call() -> ExecResult:
             async with s.lock:

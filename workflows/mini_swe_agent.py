@@ -69,6 +69,9 @@ class MiniSweAgentWorkflow(ExternalAgentWorkflow):
         async with self.envs.lease() as env:
             await self.envs.reset(env, row)
             raw = env.unwrapped
+            if not hasattr(raw.session, "box"):
+                raise ConfigError("mini-swe-agent runs `docker exec` in the episode's container on this machine's "
+                                  "engine: its episodes cannot run on sandbox services (leave sandbox.services empty)")
             task = {"task": dict(row), "instruction": raw.repo_task.instruction, "image": raw.repo_task.spec.image,
                     "container_id": raw.session.box.container.id, "workdir": raw.session.workdir}
             key = task["container_id"]

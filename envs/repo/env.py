@@ -2,7 +2,7 @@
 
 What it is: the env of repository tasks — SWE-bench instances and Harbor task directories,
 read unchanged (``envs/repo/tasks.py``). An episode holds one container of the task's image
-from the warm pool (``sandboxes/repo_pool.py``), destroyed when the episode ends; the model
+from the warm pool (``sandboxes/repo_pool.py``; or on sandbox services, ``sandboxes/repo_remote.py``), destroyed when the episode ends; the model
 works through the tools ``bash``, ``str_replace_editor`` (``envs/repo/editor.py``) and
 ``submit``, offered in its family's tool-call format (``ToolBox``; more tools can be added
 with ``extra_tools``). Grading (``envs/repo/grading.py``) runs the task's own tests: for
@@ -31,6 +31,7 @@ from envs.repo.grading import agent_diff, grade_harbor, grade_swebench
 from envs.repo.tasks import RepoTask, load_tasks, read_task
 from sandboxes.repo_container import ContainerSpec
 from sandboxes.repo_pool import RepoPool, RepoPoolConfig, RepoSession, shared_repo_pool
+from sandboxes.repo_remote import RemoteRepoSession, RepoFleet, shared_repo_fleet
 
 TOOLS = ("bash", "str_replace_editor", "submit")
 PROMPT = """{instruction}
@@ -43,6 +44,17 @@ edits files. Make the change the task asks for, then call `submit`."""
 @functools.lru_cache(maxsize=8)
 def _rows(path: str) -> tuple[dict[str, Any], ...]:
     return tuple(load_tasks(path))
+
+
+def _services(sandbox: str | Sequence[str]) -> tuple[str, ...]:
+    """The sandbox services' URLs in ``sandbox`` (none: the local engine)."""
+    urls = [u.strip() for u in (sandbox.split(",") if isinstance(sandbox, str) else sandbox) if u.strip()]
+    if urls == ["docker"]:
+        return ()
+    if not all(u.startswith(("http://", "https://")) for u in urls):
+        raise EnvError(f"agentrl/Repo-v0 runs its containers on the Docker engine (sandbox: '' or 'docker') or on "
+                       f"sandbox services (sandbox: their http:// URLs), got {sandbox!r}")
+    return tuple(urls)
 
 
 class RepoEnv(TextEnv):
@@ -94,7 +106,10 @@ class RepoEnv(TextEnv):
     ``pids`` (256), ``disk_mb`` (4096) — Harbor tasks' own task.toml values win —,
     ``strip_git_history`` (True), ``tools`` (names of ``TOOLS``), ``extra_tools`` (functions or
     ``Tool``s added to the ToolBox), ``f2p_weight``, ``p2p_weight``, ``warm`` (1 idle container
-    per image), ``docker_host``, ``tool_call_parser``, ``reasoning_parser``, ``max_tokens``,
+    per image), ``docker_host``, ``sandbox`` (URLs of ``agentrl sandbox serve``, a list or
+    comma-separated, as a run's ``sandbox.services`` gives them: the containers run there, each
+    episode on the least busy; a lost host fails its episodes with ``SandboxError``; key from
+    ``AGENTRL_SANDBOX_API_KEY``. Empty or "docker": the engine of ``docker_host``), ``tool_call_parser``, ``reasoning_parser``, ``max_tokens``,
     ``max_wall_s``, ``render_mode``: "ansi" or None.
 
     ## Version History
@@ -119,6 +134,7 @@ class RepoEnv(TextEnv):
         p2p_weight: float = 0.0,
         warm: int = 1,
         docker_host: str = "",
+        sandbox: str | Sequence[str] = "",
         tool_call_parser: str = DEFAULT_TOOL_PARSER,
         reasoning_parser: str | None = None,
         max_tokens: int | None = None,
@@ -140,12 +156,13 @@ class RepoEnv(TextEnv):
         self.strip_git_history = strip_git_history
         self.base_spec = ContainerSpec(image="", cpus=cpus, memory_mb=memory_mb, pids=pids, disk_mb=disk_mb)
         self.pool_config = RepoPoolConfig(docker_host=docker_host, warm=warm, max_output=max_output)
+        self.sandbox_services = _services(sandbox)
         offered = {"bash": self.bash, "str_replace_editor": self.str_replace_editor, "submit": self.submit}
         self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools] + list(extra_tools),
                                timeout_s=command_timeout_s + 120, max_result_chars=max_output + 200,
                                tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)
         self.repo_task: RepoTask | None = None
-        self.session: RepoSession | None = None
+        self.session: RepoSession | RemoteRepoSession | None = None
         self._editor: FileEditor | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._submitted = False
@@ -154,7 +171,10 @@ class RepoEnv(TextEnv):
         """The last grading's ``grade_s`` (seconds) and ``grade_log`` (the tests' output, its tail)."""
 
     @property
-    def pool(self) -> RepoPool:
+    def pool(self) -> RepoPool | RepoFleet:
+        if self.sandbox_services:  # the containers run on sandbox services, spread over them
+            return shared_repo_fleet(self.sandbox_services, warm=self.pool_config.warm,
+                                     max_output=self.pool_config.max_output)
         return shared_repo_pool(self.pool_config)
 
     # ---------------------------------------------------------------- the tools
@@ -194,7 +214,7 @@ class RepoEnv(TextEnv):
         self._submitted = True
         return "Submitted. The repository will now be graded by its tests."
 
-    def _live(self) -> RepoSession:
+    def _live(self) -> RepoSession | RemoteRepoSession:
         if self.session is None:
             raise EnvError("no episode is running: reset the env first")
         return self.session

@@ -274,3 +274,81 @@ def test_two_step_train_on_repository_tasks(row, tmp_path):
     trajectories = recorded_trajectories(tmp_path / "run")
     assert trajectories and all(t["status"] == "ok" for t in trajectories)
     assert all(t["reward"] == 0.0 for t in trajectories)  # the untrained tiny model fixes nothing
+
+
+# --------------------------------------------------------------------------- several hosts
+
+
+def serve_sandbox(api_key: str, uid_base: int):
+    """A real `agentrl sandbox serve` on 127.0.0.1 with a key: (process, url)."""
+    from agentrl.process.services import ServiceProcess
+
+    argv = [sys.executable, "-m", "agentrl.cli", "sandbox", "serve", "--backend", "local", "--port", "0",
+            "--api-key", api_key, "--max-concurrency", "8", "--uid-base", str(uid_base)]
+    service = ServiceProcess(argv, ready="agentrl sandbox serve: ready on ", startup_timeout=120, cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    return service.proc, service.url
+
+
+def owned_containers(pid: int) -> list[str]:
+    import socket
+
+    with contextlib.closing(docker_sdk.from_env()) as client:
+        owner = f"{LABEL}.owner={socket.gethostname()}:{pid}"
+        return [c.id for c in client.containers.list(all=True, filters={"label": owner})]
+
+
+async def test_episodes_spread_over_two_sandbox_services_and_a_lost_host_fails_only_its_own(row, monkeypatch):
+    import httpx
+
+    from sandboxes.remote import RemoteSandbox
+
+    key = "repo-key-" + os.urandom(4).hex()
+    monkeypatch.setenv("AGENTRL_SANDBOX_API_KEY", key)
+    (proc_a, url_a), (proc_b, url_b) = await asyncio.gather(asyncio.to_thread(serve_sandbox, key, 63700),
+                                                            asyncio.to_thread(serve_sandbox, key, 63800))
+    procs, probes = {url_a: proc_a, url_b: proc_b}, [RemoteSandbox(u, key) for u in (url_a, url_b)]
+    envs_ = [gymnasium.make("agentrl/Repo-v0", max_turns=10, command_timeout_s=20, warm=0,
+                            sandbox=f"{url_a},{url_b}").unwrapped for _ in range(3)]
+    try:
+        async with httpx.AsyncClient() as plain:  # every route needs the key
+            spec = {"spec": {"image": row["image"]}}
+            assert (await plain.post(f"{url_a}/repo/sessions", json=spec)).status_code == 401
+            assert (await plain.post(f"{url_a}/repo/sessions/x/bash", json={"command": "id"})).status_code == 401
+            keyed = {"Authorization": f"Bearer {key}"}
+            big = {"spec": {"image": row["image"], "memory_mb": 1 << 20}}
+            refused = await plain.post(f"{url_a}/repo/sessions", json=big, headers=keyed)
+            assert refused.status_code == 422 and "max_memory_mb" in refused.json()["error"]["message"]
+            gone = await plain.post(f"{url_a}/repo/sessions/x/bash", json={"command": "id"}, headers=keyed)
+            assert gone.status_code == 404
+        await asyncio.gather(*(e.areset(options={"task": row}) for e in envs_))
+        hosts = [e.session.host.url for e in envs_]
+        assert set(hosts) == {url_a, url_b}  # each host got some
+        assert sorted([(await p.health())["sessions"] for p in probes]) == [1, 2]
+        survivors = [e for e, h in zip(envs_, hosts, strict=True) if h != hosts[0]]
+        lost = procs[hosts[0]]
+        await envs_[0].astep(call("bash", command="cd /tmp && echo begun"))
+        lost.kill()  # the host of the first episode is lost mid-episode
+        lost.wait(timeout=30)
+        with pytest.raises(SandboxError, match="was lost"):  # that episode fails (data), not the run
+            await envs_[0].astep(call("bash", command="ls"))
+        for env in survivors:  # the other host's episodes finish: the gold patch resolves through it
+            obs, *_ = await env.astep(apply(row["patch"]))
+            _, reward, terminated, _, info = await env.astep(call("submit"))
+            assert (reward, terminated, info["resolved"]) == (1.0, True, True)
+        kept_url = next(h for h in hosts if h != hosts[0])
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as keyed_client:
+            opened = await keyed_client.post(f"{kept_url}/repo/sessions", json={"spec": {"image": row["image"]}},
+                                             timeout=120)  # left open: the service's shutdown destroys it
+            assert opened.status_code == 200 and opened.json()["workdir"]
+    finally:
+        for env in envs_:
+            await env.aclose()
+        for p in probes:
+            await p.aclose()
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert owned_containers(procs[kept_url].pid) == []  # all destroyed at close and at the service's shutdown
+    RepoPool(warm=0)._connect().close()  # the lost host's containers: its owner is gone, the reaper removes them
+    assert owned_containers(lost.pid) == []
