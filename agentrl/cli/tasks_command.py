@@ -23,6 +23,7 @@ CONFIG = "envs.repo.generate_config:GenerateConfig"
 
 def register(subparsers) -> None:
     from agentrl.config import add_arguments
+    from agentrl.errors import ConfigError
     from agentrl.plugins import load_object
 
     p = subparsers.add_parser("tasks", help="make SWE-bench and Harbor tasks from a repository",
@@ -30,13 +31,25 @@ def register(subparsers) -> None:
     p.set_defaults(group_parser=p)
     sub = p.add_subparsers(dest="tasks_command", metavar="{generate,oracle}")
     g = sub.add_parser("generate", help="SWE-bench instances and Harbor task dirs from the repository at PATH")
-    add_arguments(g, load_object(CONFIG))
-    g.set_defaults(func=generate)
+    try:
+        config_cls = load_object(CONFIG)
+    except ConfigError as e:  # an install without the env packages (the sandbox service's image): said when run
+        g.set_defaults(func=lambda args, why=str(e): missing(why))
+    else:
+        add_arguments(g, config_cls)
+        g.set_defaults(func=generate)
     o = sub.add_parser("oracle", help="apply every task's gold patch through the env's tools; report the resolve rate")
     o.add_argument("dataset", metavar="DATASET", help="a JSONL/Parquet of SWE-bench rows, or a folder of Harbor task dirs")
     o.add_argument("--concurrency", type=int, default=2, help="episodes at once (default 2)")
     o.add_argument("--limit", type=int, default=0, help="only the first N tasks (default: all)")
     o.set_defaults(func=oracle)
+
+
+def missing(why: str) -> int:
+    from agentrl.errors import ConfigError
+
+    raise ConfigError(f"agentrl tasks generate needs agentrl's envs package and the repo extra "
+                      f"(pip install -e '.[repo]' in a checkout): {why}")
 
 
 def generate(args) -> int:
