@@ -186,8 +186,9 @@ def test_code_docker_configs_run_the_sft_stage_then_rl_with_programs_run_in_cont
     output) writes a model, and RL on ToolUse-v0 with the Docker sandbox plays episodes in which
     the model's code block ran in a container and what it printed came back as a masked tool
     turn; the summary carries sandbox_runs, the Docker pool's own count of programs run."""
-    # 40 short SFT steps: the model writes a program in ~1 sample of 7 (30 steps: never)
-    model = sft("examples/code_docker_sft.yaml", tmp_path / "sft", "steps=40")
+    # 60 short SFT steps: the model writes a program in some samples (at 40 steps ~1 in 7, so the
+    # logged samples held none now and then; 30 steps: never)
+    model = sft("examples/code_docker_sft.yaml", tmp_path / "sft", "steps=60")
     summary, sampled = train("examples/code_docker.yaml", tmp_path / "run", f"model={model}", "eval.limit=8")
     ran = [r for r in sampled if r["num_turns"] > 1]
     assert ran, [r["num_turns"] for r in sampled]  # the model wrote a program in some episodes
