@@ -86,6 +86,14 @@ async def _body(service: Service, request: Request) -> dict[str, Any]:
     return await read_json(request, service.max_request_bytes, "--max-request-bytes")
 
 
+async def _model_body(service: Service, request: Request) -> tuple[dict[str, Any], str, Any]:
+    """A body naming a training client: the body, its ``model_id`` and the client's session
+    (an unknown client is refused by ``model_session``)."""
+    body = await _body(service, request)
+    model_id = body.get("model_id")
+    return body, model_id, service.state.model_session(model_id)
+
+
 def _client_routes(app: FastAPI, service: Service) -> None:
     state = service.state
 
@@ -167,9 +175,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/get_info")
     async def get_info(request: Request):
-        body = await _body(service, request)
-        model_id = body.get("model_id")
-        state.model_session(model_id)
+        body, model_id, _ = await _model_body(service, request)
         s = learner.settings[model_id]
         return {"type": "get_info", "model_id": model_id, "is_lora": True, "lora_rank": s.rank,
                 "model_name": state.base_model,
@@ -194,9 +200,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request):
-        body = await _body(service, request)
-        model_id = body.get("model_id")
-        state.model_session(model_id)
+        body, model_id, _ = await _model_body(service, request)
         given = body.get("adam_params")
         if not isinstance(given, dict):
             raise Refused("optim_step needs adam_params (tinker.AdamParams): this service's optimizer is AdamW")
@@ -213,9 +217,7 @@ def _checkpoint_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request):
-        body = await _body(service, request)
-        model_id = body.get("model_id")
-        state.model_session(model_id)
+        body, model_id, _ = await _model_body(service, request)
         path, directory = state.checkpoint(model_id, "weights", body.get("path"))
         if directory.exists() and not body.get("overwrite"):
             raise Refused(f"a checkpoint {path!r} exists; pick another name or pass overwrite=True", 409)
@@ -231,9 +233,7 @@ def _checkpoint_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request):
-        body = await _body(service, request)
-        model_id = body.get("model_id")
-        session = state.model_session(model_id)
+        body, model_id, session = await _model_body(service, request)
         path, directory = state.checkpoint(model_id, "sampler_weights", body.get("path"))
         if directory.exists():
             raise Refused(f"a checkpoint {path!r} exists; pick another name", 409)
