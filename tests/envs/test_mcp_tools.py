@@ -228,6 +228,23 @@ async def test_a_fastmcp_server_of_our_own_structured_results_errors_and_a_crash
         await env.aclose()
 
 
+async def test_a_fastmcp_server_over_the_older_http_sse_transport(tmp_path):
+    """Harbor's default MCP transport (and many servers' still): a GET event stream and POSTs."""
+    script = tmp_path / "server.py"
+    script.write_text(FASTMCP_SERVER.replace("mcp.run()", 'mcp.settings.port = int(os.environ["PORT"])\nmcp.run("sse")'))
+    port = free_port()
+    with ServiceProcess([sys.executable, str(script)], ready="INFO:     Uvicorn running on ", startup_timeout=60,
+                        env={**os.environ, "PORT": str(port)}):
+        env = env_with({"name": "ours", "url": f"http://127.0.0.1:{port}/sse", "sse": True, "tools": ["word_count"]})
+        try:
+            _, info = await env.areset(seed=0)
+            assert [t["function"]["name"] for t in info["tools"]] == ["word_count"]
+            obs, *_ = await env.astep(call("word_count", {"text": "over the event stream"}))
+            assert obs[0]["content"] == "4"
+        finally:
+            await env.aclose()
+
+
 def test_the_tool_turn_of_each_kind_of_content_and_the_offered_schema():
     from mcp import types
 
@@ -252,6 +269,8 @@ def test_the_tool_turn_of_each_kind_of_content_and_the_offered_schema():
         MCPServerConfig.of({"name": "x", "comand": "node"})
     with pytest.raises(ConfigError, match="scope"):
         MCPServerConfig(name="x", url="http://127.0.0.1:1/mcp", scope="process")
+    with pytest.raises(ConfigError, match="sse is a url's transport"):
+        MCPServerConfig(name="x", command="node", sse=True)
 
 
 async def test_a_call_an_agent_runs_outside_its_replies_counts_as_the_envs_own():
