@@ -158,21 +158,25 @@ for line in sys.stdin:
 
 async def test_a_harbor_tasks_stdio_mcp_server_runs_in_the_episodes_container_beside_bash(harbor_dir, tmp_path):
     """Harbor hands a task's [[environment.mcp_servers]] to an agent inside the task's container:
-    the stdio server runs there (docker exec), its tool is offered beside bash and the editor."""
+    the stdio server runs there (docker exec), its tool is offered beside bash, the editor and
+    the run's own MCP servers (``mcp_servers``: the example's calculator, on this machine)."""
     task_dir = tmp_path / "six-with-mcp"
     shutil.copytree(harbor_dir, task_dir)
     with (task_dir / "task.toml").open("a") as f:
         f.write('\n[[environment.mcp_servers]]\nname = "where"\ntransport = "stdio"\ncommand = "python3"\n'
                 f"args = [\"-c\", '''{WHERE_SERVER}''']\n")
-    env = gymnasium.make("agentrl/Repo-v0", command_timeout_s=20).unwrapped
+    calculator = {"name": "calculator", "command": "python", "args": [str(REPO / "examples" / "mcp_calculator.py")]}
+    env = gymnasium.make("agentrl/Repo-v0", command_timeout_s=20, mcp_servers=[calculator]).unwrapped
     try:
         _, info = await env.areset(options={"task": {"task_dir": str(task_dir)}})
-        assert [t["function"]["name"] for t in info["tools"]] == ["bash", "str_replace_editor", "submit", "where"]
+        assert [t["function"]["name"] for t in info["tools"]] == ["bash", "str_replace_editor", "submit", "calculator",
+                                                                  "where"]
         [server] = [p for p in psutil.Process().children() if p.cmdline()[:2] == ["docker", "exec"]]
         assert env.session.box.container.id in server.cmdline()
-        obs, _, terminated, _, _ = await env.astep(call("where") + call("bash", command="echo $(hostname) $(pwd)"))
-        where, shell = (m["content"] for m in obs)
-        assert not terminated and where == shell.splitlines()[0] == "repo /testbed"
+        obs, _, terminated, _, _ = await env.astep(call("where") + call("bash", command="echo $(hostname) $(pwd)")
+                                                   + call("calculator", expression="6*7"))
+        where, shell, product = (m["content"] for m in obs)
+        assert not terminated and where == shell.splitlines()[0] == "repo /testbed" and product == "42"
         await env.astep("done")  # graded; the episode's servers end with it
         assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
     finally:
