@@ -32,6 +32,7 @@ from envs.repo.env import harbor_mcp_configs
 from envs.repo.tasks import harbor_task
 from sandboxes.repo_container import LABEL, ContainerSpec
 from sandboxes.repo_pool import RepoPool, RepoPoolConfig, shared_repo_pool
+from sandboxes.repo_remote import RemoteRepoSession
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -226,6 +227,13 @@ def test_harbor_mcp_servers_are_read_as_harbor_defines_them_and_mapped_for_an_ep
         "docker", ["exec", "-i", "-w", "/app", "c0ffee", "mcp-files", "--root", "/app"], "tcp://127.0.0.1:2375")
     assert (search.url, search.sse) == ("http://search.internal:8000/sse", True)  # Harbor's default transport
     assert (api.url, api.sse) == ("https://api.example.com/mcp", False)
+    env = gymnasium.make("agentrl/Repo-v0").unwrapped  # an episode on a sandbox service: no docker exec there
+    env.repo_task, env.session = task, RemoteRepoSession(host=None, session_id="s1", workdir="/app")
+    with pytest.raises(EnvError, match=r"declares stdio MCP servers.*run this task on the local engine"):
+        env._task_servers()
+    env.repo_task.mcp_servers = task.mcp_servers[1:]  # URLs alone are called from here, wherever the container is
+    assert [c.name for c in env._task_servers()] == ["search", "api"]
+    env.session = None
     for i, (entry, message) in enumerate(BAD_HARBOR_SERVERS.items()):
         with pytest.raises(EnvError, match=re.escape(message)):
             harbor_task(write_harbor_task(tmp_path / f"bad{i}", f"[[environment.mcp_servers]]\n{entry}\n"),
