@@ -3,12 +3,14 @@
 What it is: the proof that ordinary OpenAI-style agent code trains. Each episode hands
 ``ToolAgent.run`` — plain ``chat.completions.create`` / ``tool_calls`` / tool-result code, as
 one writes it for ``openai.AsyncOpenAI`` — a ``ChatClient`` over the inference client. The
-agent runs the env's tools itself (``env.toolbox``: the calculator, the price lookup, the
-code sandbox's ``python``), answering each ``tool_call`` with a ``role: tool`` message; a
-reply without tool calls is its answer, which the env grades (and may answer, as MathRetry
-does, with another user turn). The ChatClient records every call's exact tokens, so the
-trajectories are what the model saw and sampled — one per segment when the agent's
-re-sent history does not render as sampled (counted in ``segments_per_episode``).
+agent runs the env's tools itself through ``TextEnv.call_tool`` (the calculator, the price
+lookup, the code sandbox's ``python``, an MCP server's tools), so the env counts each call
+as its own, as it does the calls of a reply in ``EnvWorkflow``; it answers each
+``tool_call`` with a ``role: tool`` message. A reply without tool calls is its answer,
+which the env grades (and may answer, as MathRetry does, with another user turn). The
+ChatClient records every call's exact tokens, so the trajectories are what the model saw
+and sampled — one per segment when the agent's re-sent history does not render as sampled
+(counted in ``segments_per_episode``).
 
 Rewards: each env step's reward goes to the call whose answer it graded; ``discount``
 spreads returns over earlier calls (default 1). Failures are data (env, sandbox, inference,
@@ -34,7 +36,7 @@ from openai import NOT_GIVEN
 from agentrl.api import InferenceClient, SamplingParams, Trajectory
 from agentrl.rollout.chat_client import ChatClient
 from agentrl.rollout.episode import EnvEpisodes, step_metrics
-from agentrl.toolcalls import DEFAULT_TOOL_PARSER, ToolCall
+from agentrl.toolcalls import DEFAULT_TOOL_PARSER
 
 
 class ToolAgent:
@@ -103,7 +105,8 @@ class ToolAgentWorkflow(EnvEpisodes):
         async with self.envs.lease() as env:
             self.read_replies(env)
             obs, info = await self.envs.reset(env, row)
-            toolbox = getattr(env, "toolbox", None)
+            played = getattr(env, "unwrapped", env)
+            toolbox = getattr(played, "toolbox", None)
 
             async def run_tool(name: str, arguments: str) -> str:
                 nonlocal tool_calls
@@ -112,7 +115,8 @@ class ToolAgentWorkflow(EnvEpisodes):
                     args = json.loads(arguments)
                 except json.JSONDecodeError as e:
                     return f"error: the arguments are not JSON ({e.msg})"
-                content, _ = await toolbox.run(ToolCall(name, args if isinstance(args, dict) else {}))
+                # the env's own tool path (TextEnv.call_tool): its MCP servers' tools, its counts and facts
+                content, _ = await played.call_tool(name, args if isinstance(args, dict) else {})
                 return content
 
             async def answer(text: str, completion_id: str) -> dict[str, Any]:

@@ -1,13 +1,14 @@
 """Tools from MCP servers: a server's ``tools/list`` offered to the model, its ``tools/call`` run on a call.
 
-What it is: ``MCPServerConfig`` (one server: a stdio command or a streamable-HTTP URL, which
-of its tools, per episode or shared, a call timeout) and ``MCPTools``, the ``ToolSource`` a
-``ToolBox`` opens at each episode's start (``ToolBox(..., sources=[MCPTools(cfg)])``; envs
-take ``mcp_servers=[{...}]`` and do this). Each offered tool is a ``Tool`` whose schema is
-the server's ``inputSchema`` (JSON-schema ``title``/``$schema`` annotations dropped: the model
-reads names and descriptions) and whose function sends ``tools/call`` through the official
-``mcp`` client SDK, so calls are parsed, checked, timed out and bounded by the ToolBox like
-any Python tool's.
+What it is: ``MCPServerConfig`` (one server: a stdio command, or a URL speaking streamable
+HTTP or the older HTTP+SSE; which of its tools, per episode or shared, a call timeout) and
+``MCPTools``, the ``ToolSource`` a ``ToolBox`` opens at each episode's start
+(``ToolBox(..., sources=[MCPTools(cfg)])``; envs take ``mcp_servers=[{...}]`` and do this;
+a task's own servers join for one episode, ``ToolBox.add_episode_sources``). Each offered
+tool is a ``Tool`` whose schema is the server's ``inputSchema`` (JSON-schema
+``title``/``$schema`` annotations dropped: the model reads names and descriptions) and whose
+function sends ``tools/call`` through the official ``mcp`` client SDK, so calls are parsed,
+checked, timed out and bounded by the ToolBox like any Python tool's.
 
 What comes back: text blocks and embedded text resources as they are, joined by newlines;
 ``structuredContent`` as JSON when no text came with it; images, audio, binary resources and
@@ -62,8 +63,10 @@ class MCPServerConfig:
     env: dict[str, str] = option({}, help="stdio: environment variables added to the SDK's safe defaults "
                                           "(HOME, PATH, ...); nothing else of ours is passed on")
     cwd: str | None = option(None, help="stdio: the server's working directory (None: ours)")
-    url: str | None = option(None, help="streamable HTTP: the server's endpoint (e.g. http://127.0.0.1:3001/mcp)")
-    headers: dict[str, str] = option({}, help="streamable HTTP: headers of every request (e.g. Authorization)")
+    url: str | None = option(None, help="HTTP: the server's endpoint (e.g. http://127.0.0.1:3001/mcp)")
+    headers: dict[str, str] = option({}, help="HTTP: headers of every request (e.g. Authorization)")
+    sse: bool = option(False, help="url: the server speaks MCP's older HTTP+SSE transport (a GET stream, "
+                                   "e.g. http://127.0.0.1:8000/sse), not streamable HTTP")
     tools: list[str] | None = option(None, help="offer only these of the server's tools (None: all it lists)")
     prefix: str = option("", help="prepended to the server's tool names (two servers with the same names)")
     scope: Literal["episode", "worker"] = option("episode", help="episode: a fresh process/session per episode "
@@ -79,8 +82,10 @@ class MCPServerConfig:
         except ValueError as e:
             raise ConfigError(f"MCP server {self.name!r}: {e}") from None
         if (self.command is None) == (self.url is None):
-            raise ConfigError(f"MCP server {self.name!r}: give either command (stdio) or url (streamable HTTP), "
+            raise ConfigError(f"MCP server {self.name!r}: give either command (stdio) or url (HTTP), "
                               f"not {'both' if self.command else 'neither'}")
+        if self.sse and self.url is None:
+            raise ConfigError(f"MCP server {self.name!r}: sse is a url's transport; a command speaks stdio")
 
     @classmethod
     def of(cls, entry: MCPServerConfig | Mapping[str, Any]) -> MCPServerConfig:
@@ -89,7 +94,8 @@ class MCPServerConfig:
 
     def key(self) -> str:
         """What identifies a shared connection: everything that reaches the server."""
-        return json.dumps([self.command, self.args, self.env, self.cwd, self.url, self.headers], sort_keys=True)
+        return json.dumps([self.command, self.args, self.env, self.cwd, self.url, self.headers, self.sse],
+                          sort_keys=True)
 
 
 def mcp_sources(entries: Sequence[MCPServerConfig | Mapping[str, Any]] | None) -> list[MCPTools]:
@@ -157,6 +163,10 @@ class MCPConnection:
             params = mcp.StdioServerParameters(command=command, args=list(cfg.args), cwd=cfg.cwd,
                                                env={**get_default_environment(), **cfg.env})
             return stdio_client(params, errlog=self._stderr)
+        if cfg.sse:
+            from mcp.client.sse import sse_client
+
+            return sse_client(cfg.url, headers=dict(cfg.headers), timeout=cfg.connect_timeout_s)
         import httpx
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client

@@ -293,6 +293,7 @@ class ToolBox:
         self.tools = {t.name: t for t in declared}
         self.own = dict(self.tools)  # the declared tools; sources add theirs per episode
         self.sources = list(sources)
+        self.episode_sources: list[ToolSource] = []  # this episode's alone (add_episode_sources)
         self.read_as(tool_call_parser, reasoning_parser)
         self.timeout_s = timeout_s
         self.max_calls = max_calls
@@ -306,22 +307,31 @@ class ToolBox:
     async def begin_episode(self) -> None:
         """Open the sources and offer their tools beside the declared ones (ToolError on a clash)."""
         await self.end_episode()
-        tools = dict(self.own)
         for source in self.sources:
-            for t in await source.open():
-                if t.name in tools:
-                    raise ToolError(f"two tools are named {t.name!r}; give an MCP server a prefix or a tools filter")
-                tools[t.name] = t
-        self.tools = tools
+            self._offer(await source.open())
+
+    async def add_episode_sources(self, sources: Sequence[ToolSource]) -> None:
+        """Open sources for this episode alone (a task's own MCP servers) and offer their tools;
+        they are closed for good when the episode ends."""
+        for source in sources:
+            self.episode_sources.append(source)  # before opening: a half-opened one is closed too
+            self._offer(await source.open())
+
+    def _offer(self, tools: Sequence[Tool]) -> None:
+        for t in tools:
+            if t.name in self.tools:
+                raise ToolError(f"two tools are named {t.name!r}; give an MCP server a prefix or a tools filter")
+            self.tools[t.name] = t
 
     async def end_episode(self) -> None:
         """Release what the sources hold for the episode (every source, even when one fails)."""
         self.tools = dict(self.own)
-        await _each([s.end for s in self.sources])
+        once, self.episode_sources = self.episode_sources, []
+        await _each([s.end for s in self.sources] + [s.aclose for s in once])
 
     async def aclose(self) -> None:
         """Release the sources for good (the env closed)."""
-        self.tools = dict(self.own)
+        await self.end_episode()
         await _each([s.aclose for s in self.sources])
 
     def schemas(self) -> list[dict[str, Any]]:

@@ -5,7 +5,9 @@ read unchanged (``envs/repo/tasks.py``). An episode holds one container of the t
 from the warm pool (``sandboxes/repo_pool.py``; or on sandbox services, ``sandboxes/repo_remote.py``), destroyed when the episode ends; the model
 works through the tools ``bash``, ``str_replace_editor`` (``envs/repo/editor.py``) and
 ``submit``, offered in its family's tool-call format (``ToolBox``; more tools can be added
-with ``extra_tools``). Grading (``envs/repo/grading.py``) runs the task's own tests: for
+with ``extra_tools`` and MCP servers' with ``mcp_servers``; a Harbor task's own
+``[[environment.mcp_servers]]`` join for its episodes, a stdio one run inside the episode's
+container: ``harbor_mcp_configs``). Grading (``envs/repo/grading.py``) runs the task's own tests: for
 SWE-bench in a fresh container, for Harbor with the verifier copied in only after the agent.
 
 What it is not: an agent loop (``workflows.env:EnvWorkflow`` plays it reply by reply,
@@ -16,11 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Sequence
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentrl.api import Message
+from agentrl.env.mcp_tools import MCPServerConfig, mcp_sources
 from agentrl.env.rewards import Reward, Rubric, fact
 from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.env.tools import Tool, ToolBox
@@ -55,6 +60,28 @@ def _services(sandbox: str | Sequence[str]) -> tuple[str, ...]:
         raise EnvError(f"agentrl/Repo-v0 runs its containers on the Docker engine (sandbox: '' or 'docker') or on "
                        f"sandbox services (sandbox: their http:// URLs), got {sandbox!r}")
     return tuple(urls)
+
+
+def harbor_mcp_configs(servers: Sequence[dict[str, Any]], *, container: str, workdir: str,
+                       docker_host: str) -> list[MCPServerConfig]:
+    """A Harbor task's MCP servers (``RepoTask.mcp_servers``) for one episode. Harbor hands
+    them to an agent that runs inside the task's container, so a stdio server runs there too:
+    ``docker exec -i`` into the episode's ``container`` (the docker CLI, on ``docker_host``), its
+    stdin and stdout the protocol's. A URL (streamable HTTP or SSE) is called as given."""
+    out = []
+    for server in servers:
+        if server["transport"] != "stdio":
+            out.append(MCPServerConfig(name=server["name"], url=server["url"], sse=server["transport"] == "sse"))
+            continue
+        if shutil.which("docker") is None:
+            raise EnvError(f"the task's MCP server {server['name']!r} runs in its container through the docker CLI, "
+                           "which is not on PATH: install it (Debian: apt-get install docker.io)")
+        docker_env = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}  # the SDK passes no others
+        if docker_host:
+            docker_env["DOCKER_HOST"] = docker_host
+        out.append(MCPServerConfig(name=server["name"], command="docker", env=docker_env,
+                                   args=["exec", "-i", "-w", workdir, container, server["command"], *server["args"]]))
+    return out
 
 
 class RepoEnv(TextEnv):
@@ -92,7 +119,7 @@ class RepoEnv(TextEnv):
     graded: score 0).
 
     ## Information
-    Reset: ``tools`` (the OpenAI schemas), ``task_id``, ``format``. Step: ``turn``,
+    Reset: ``tools`` (the OpenAI schemas, MCP servers' included), ``task_id``, ``format``. Step: ``turn``,
     ``commands``, ``tool_errors``; on the graded step ``score``, ``resolved``, ``f2p_fixed``,
     ``p2p_kept``, ``patch_applied``, ``diff`` (SWE-bench), ``verifier_exit`` (Harbor), and
     ``rewards`` on the last step (the grading's time and log, not deterministic, are the env's
@@ -105,8 +132,10 @@ class RepoEnv(TextEnv):
     ``eval_timeout_s`` (1800, SWE-bench's eval script), ``cpus`` (1), ``memory_mb`` (2048),
     ``pids`` (256), ``disk_mb`` (4096) — Harbor tasks' own task.toml values win —,
     ``strip_git_history`` (True), ``tools`` (names of ``TOOLS``), ``extra_tools`` (functions or
-    ``Tool``s added to the ToolBox), ``f2p_weight``, ``p2p_weight``, ``warm`` (1 idle container
-    per image), ``docker_host``, ``sandbox`` (URLs of ``agentrl sandbox serve``, a list or
+    ``Tool``s added to the ToolBox), ``mcp_servers`` (entries of
+    ``agentrl.env.mcp_tools.MCPServerConfig``: their tools beside these in every episode;
+    a Harbor task's own servers join for its episodes), ``f2p_weight``, ``p2p_weight``,
+    ``warm`` (1 idle container per image), ``docker_host``, ``sandbox`` (URLs of ``agentrl sandbox serve``, a list or
     comma-separated, as a run's ``sandbox.services`` gives them: the containers run there, each
     episode on the least busy; a lost host fails its episodes with ``SandboxError``; key from
     ``AGENTRL_SANDBOX_API_KEY``. Empty or "docker": the engine of ``docker_host``), ``tool_call_parser``, ``reasoning_parser``, ``max_tokens``,
@@ -130,6 +159,7 @@ class RepoEnv(TextEnv):
         strip_git_history: bool = True,
         tools: Sequence[str] = TOOLS,
         extra_tools: Sequence[Callable[..., Any] | Tool] = (),
+        mcp_servers: Sequence[Mapping[str, Any] | MCPServerConfig] = (),
         f2p_weight: float = 0.0,
         p2p_weight: float = 0.0,
         warm: int = 1,
@@ -160,7 +190,8 @@ class RepoEnv(TextEnv):
         offered = {"bash": self.bash, "str_replace_editor": self.str_replace_editor, "submit": self.submit}
         self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools] + list(extra_tools),
                                timeout_s=command_timeout_s + 120, max_result_chars=max_output + 200,
-                               tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)
+                               tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+                               sources=mcp_sources(mcp_servers))
         self.repo_task: RepoTask | None = None
         self.session: RepoSession | RemoteRepoSession | None = None
         self._editor: FileEditor | None = None
@@ -234,9 +265,23 @@ class RepoEnv(TextEnv):
         self._stack = contextlib.AsyncExitStack()
         self.session = await self._stack.enter_async_context(pool.episode(self.repo_task.spec))
         self._editor = FileEditor(self.session)
+        if self.repo_task.mcp_servers:  # the Harbor task's own servers, for this episode
+            await self.toolbox.add_episode_sources(mcp_sources(self._task_servers()))
         self.start_facts = {"task_id": self.repo_task.task_id, "format": self.repo_task.kind}
         text = PROMPT.format(instruction=self.repo_task.instruction.strip(), workdir=self.session.workdir)
         return [{"role": "user", "content": text}]
+
+    def _task_servers(self) -> list[MCPServerConfig]:
+        task, session = self.repo_task, self._live()
+        assert task is not None
+        if not isinstance(session, RepoSession):
+            if any(s["transport"] == "stdio" for s in task.mcp_servers):
+                raise EnvError(f"Harbor task {task.task_id!r} declares stdio MCP servers, which run inside the "
+                               "episode's container through docker exec; episodes on sandbox services cannot do "
+                               "that yet: run this task on the local engine (sandbox: docker)")
+            return harbor_mcp_configs(task.mcp_servers, container="", workdir="", docker_host="")
+        return harbor_mcp_configs(task.mcp_servers, container=session.box.container.id, workdir=session.workdir,
+                                  docker_host=self.pool_config.docker_host)
 
     async def _turn(self, action: str) -> Turn:
         assert self.toolbox is not None

@@ -10,7 +10,8 @@ What it is: the reader of the two formats ``agentrl/Repo-v0`` plays.
   * **Harbor** task directories (the Terminal-Bench 2.0 format): ``instruction.md``,
     ``task.toml`` (``[environment]``: ``docker_image`` or an ``environment/Dockerfile``, built
     once and tagged by its content's hash; ``cpus``, ``memory`` / ``memory_mb``, ``storage`` /
-    ``storage_mb``, ``allow_internet``; ``[verifier]``: ``timeout_sec``, ``env``; ``[agent]``:
+    ``storage_mb``, ``allow_internet``, ``[[environment.mcp_servers]]`` (``harbor_mcp_servers``);
+    ``[verifier]``: ``timeout_sec``, ``env``; ``[agent]``:
     ``timeout_sec``), ``tests/`` (``test.sh`` writes ``/logs/verifier/reward.txt`` or
     ``reward.json``) and ``solution/solve.sh``. A row names one as ``{"task_dir": path}``.
 
@@ -21,12 +22,14 @@ Nothing of the ``harbor`` or ``swebench`` packages is needed to read a task.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agentrl.env.datasets import load_rows
 from agentrl.errors import EnvError
@@ -56,6 +59,7 @@ class RepoTask:
     task_dir: Path | None = None  # the Harbor directory
     verifier_timeout_s: float = 1800.0
     verifier_env: dict[str, str] = field(default_factory=dict)
+    mcp_servers: list[dict[str, Any]] = field(default_factory=list)  # Harbor's, checked (harbor_mcp_servers)
 
     @property
     def test_files(self) -> list[str]:
@@ -94,6 +98,52 @@ def _megabytes(value: Any, key: str) -> int:
     return max(1, int(float(m.group(1)) * scale))
 
 
+HARBOR_MCP_KEYS = ("name", "transport", "url", "command", "args")
+HARBOR_TRANSPORTS = ("sse", "streamable-http", "stdio")
+
+
+def _loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def harbor_mcp_servers(entries: Any, where: Path) -> list[dict[str, Any]]:
+    """``[[environment.mcp_servers]]`` as Harbor defines them (``name``; ``transport``: ``sse``,
+    the default, ``streamable-http`` or ``stdio``; ``url`` or ``command`` and ``args``), checked.
+    A URL is resolved inside the task's container in Harbor; the episode's calls come from
+    outside it, so a loopback URL (the container's own) is refused with what to do instead."""
+    if not isinstance(entries, list):
+        raise EnvError(f"{where}: [[environment.mcp_servers]] must be an array of tables, got {entries!r:.80}")
+    out = []
+    for i, entry in enumerate(entries):
+        at = f"{where}: environment.mcp_servers[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise EnvError(f"{at} needs a name (a table with name, transport, url or command and args)")
+        unknown = sorted(set(entry) - set(HARBOR_MCP_KEYS))
+        if unknown:
+            raise EnvError(f"{at} ({entry['name']}): unknown field(s) {unknown}; Harbor's are {list(HARBOR_MCP_KEYS)}")
+        server = {"transport": "sse", "args": [], **entry}
+        transport, url, command = server["transport"], server.get("url"), server.get("command")
+        if transport not in HARBOR_TRANSPORTS:
+            raise EnvError(f"{at} ({entry['name']}): transport {transport!r} is not one of {list(HARBOR_TRANSPORTS)}")
+        if transport == "stdio" and not (isinstance(command, str) and command):
+            raise EnvError(f"{at} ({entry['name']}): transport 'stdio' needs a command (and args)")
+        if not (isinstance(server["args"], list) and all(isinstance(a, str) for a in server["args"])):
+            raise EnvError(f"{at} ({entry['name']}): args must be a list of strings, got {server['args']!r:.80}")
+        if transport != "stdio":
+            if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+                raise EnvError(f"{at} ({entry['name']}): transport {transport!r} needs an http(s) url, got {url!r}")
+            if _loopback(url):
+                raise EnvError(f"{at} ({entry['name']}): {url} is the task container's own loopback, where Harbor's "
+                               "agent runs; agentrl calls the server from outside the container. Declare it as "
+                               "transport = \"stdio\" (run inside the container) or give a URL the trainer reaches")
+        out.append(server)
+    return out
+
+
 def harbor_task(task_dir: str | Path, base: ContainerSpec, build_image: Any = None) -> RepoTask:
     """The Harbor task in ``task_dir``; ``build_image(context_dir, tag)`` builds an
     ``environment/Dockerfile`` when ``task.toml`` names no ``docker_image``."""
@@ -126,7 +176,8 @@ def harbor_task(task_dir: str | Path, base: ContainerSpec, build_image: Any = No
                    network=bool(env.get("allow_internet", base.network)))
     return RepoTask("harbor", path.name, (path / "instruction.md").read_text(), spec, task_dir=path,
                     verifier_timeout_s=float(verifier.get("timeout_sec", 1800.0)),
-                    verifier_env={str(k): str(v) for k, v in verifier.get("env", {}).items()})
+                    verifier_env={str(k): str(v) for k, v in verifier.get("env", {}).items()},
+                    mcp_servers=harbor_mcp_servers(env.get("mcp_servers", []), path / "task.toml"))
 
 
 def read_task(row: dict[str, Any], base: ContainerSpec, *, strip_history: bool = True, build_image: Any = None) -> RepoTask:

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = ROOT / ".mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 MCP_GIT = ROOT / ".venv-mcp-git/bin/mcp-server-git"
 HTTP_READY = "MCP Streamable HTTP Server listening on port "
+LOOPBACK = Path(__file__).with_name("node_loopback.cjs")  # it listens on every interface unless told a host
 TOOLS = ["echo", "get-sum", "get-tiny-image", "get-structured-content", "trigger-long-running-operation",
          "get-resource-links"]
 
@@ -42,12 +43,18 @@ def everything() -> Path:
 
 @pytest.fixture(scope="module")
 def everything_http(everything):
-    """server-everything over streamable HTTP on a free port (it listens on every interface:
-    its PORT is all it takes)."""
+    """server-everything over streamable HTTP on a free port of 127.0.0.1 (it takes only a PORT
+    and listens on every interface; ``node_loopback.cjs`` gives its listen call the host)."""
     port = free_port()
-    with ServiceProcess(["node", str(everything), "streamableHttp"], ready=HTTP_READY, startup_timeout=30,
+    with ServiceProcess(http_command(everything), ready=HTTP_READY, startup_timeout=30,
                         env={**os.environ, "PORT": str(port)}) as proc:
+        assert {c.laddr.ip for c in psutil.Process(proc.proc.pid).net_connections("tcp") if c.status == "LISTEN"} \
+            == {"127.0.0.1"}
         yield f"http://127.0.0.1:{port}/mcp", proc
+
+
+def http_command(everything: Path) -> list[str]:
+    return ["node", "--require", str(LOOPBACK), str(everything), "streamableHttp"]
 
 
 def call(name: str, args: dict) -> str:
@@ -130,7 +137,7 @@ async def test_server_everything_over_streamable_http_shared_by_the_workers_envs
 
 async def test_a_dead_http_server_is_a_tool_error_and_a_missing_one_fails_the_reset(everything):
     port = free_port()
-    cmd, env_vars = ["node", str(everything), "streamableHttp"], {**os.environ, "PORT": str(port)}
+    cmd, env_vars = http_command(everything), {**os.environ, "PORT": str(port)}
     server = {"name": "everything", "url": f"http://127.0.0.1:{port}/mcp", "tools": ["echo"], "call_timeout_s": 2.0,
               "connect_timeout_s": 5.0}
     env = env_with(server)
@@ -221,6 +228,23 @@ async def test_a_fastmcp_server_of_our_own_structured_results_errors_and_a_crash
         await env.aclose()
 
 
+async def test_a_fastmcp_server_over_the_older_http_sse_transport(tmp_path):
+    """Harbor's default MCP transport (and many servers' still): a GET event stream and POSTs."""
+    script = tmp_path / "server.py"
+    script.write_text(FASTMCP_SERVER.replace("mcp.run()", 'mcp.settings.port = int(os.environ["PORT"])\nmcp.run("sse")'))
+    port = free_port()
+    with ServiceProcess([sys.executable, str(script)], ready="INFO:     Uvicorn running on ", startup_timeout=60,
+                        env={**os.environ, "PORT": str(port)}):
+        env = env_with({"name": "ours", "url": f"http://127.0.0.1:{port}/sse", "sse": True, "tools": ["word_count"]})
+        try:
+            _, info = await env.areset(seed=0)
+            assert [t["function"]["name"] for t in info["tools"]] == ["word_count"]
+            obs, *_ = await env.astep(call("word_count", {"text": "over the event stream"}))
+            assert obs[0]["content"] == "4"
+        finally:
+            await env.aclose()
+
+
 def test_the_tool_turn_of_each_kind_of_content_and_the_offered_schema():
     from mcp import types
 
@@ -245,6 +269,8 @@ def test_the_tool_turn_of_each_kind_of_content_and_the_offered_schema():
         MCPServerConfig.of({"name": "x", "comand": "node"})
     with pytest.raises(ConfigError, match="scope"):
         MCPServerConfig(name="x", url="http://127.0.0.1:1/mcp", scope="process")
+    with pytest.raises(ConfigError, match="sse is a url's transport"):
+        MCPServerConfig(name="x", command="node", sse=True)
 
 
 async def test_a_call_an_agent_runs_outside_its_replies_counts_as_the_envs_own():

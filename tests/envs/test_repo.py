@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,15 +20,19 @@ import sys
 from pathlib import Path
 
 import gymnasium
+import psutil
 import pytest
 
 import docker as docker_sdk
 import envs  # noqa: F401  (registers the ids)
 from agentrl.env.checks import check_text_env
-from agentrl.errors import SandboxError
+from agentrl.errors import EnvError, SandboxError
 from envs.repo.editor import FileEditor
+from envs.repo.env import harbor_mcp_configs
+from envs.repo.tasks import harbor_task
 from sandboxes.repo_container import LABEL, ContainerSpec
 from sandboxes.repo_pool import RepoPool, RepoPoolConfig, shared_repo_pool
+from sandboxes.repo_remote import RemoteRepoSession
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,6 +130,114 @@ async def test_harbor_solution_passes_and_a_noop_fails(harbor_dir, row, tmp_path
     assert from_dockerfile == 1.0
     with contextlib.closing(docker_sdk.from_env()) as client:
         assert any(t.startswith("agentrl-harbor-six-from-dockerfile:") for i in client.images.list() for t in i.tags)
+
+
+# --------------------------------------------------------------------------- a Harbor task's MCP servers
+
+# An MCP server of the standard library alone (the task image has no `mcp` package and no network):
+# newline-delimited JSON-RPC on stdin/stdout, one tool that says where it runs.
+WHERE_SERVER = """
+import json, os, socket, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, reply = msg["method"], {"jsonrpc": "2.0", "id": msg["id"]}
+    if method == "initialize":
+        reply["result"] = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "where", "version": "1"}}
+    elif method == "tools/list":
+        reply["result"] = {"tools": [{"name": "where", "description": "Where this server runs.",
+                                      "inputSchema": {"type": "object", "properties": {}}}]}
+    elif method == "tools/call":
+        reply["result"] = {"content": [{"type": "text", "text": socket.gethostname() + " " + os.getcwd()}]}
+    else:
+        reply["error"] = {"code": -32601, "message": "no method " + method}
+    print(json.dumps(reply), flush=True)
+"""
+
+
+async def test_a_harbor_tasks_stdio_mcp_server_runs_in_the_episodes_container_beside_bash(harbor_dir, tmp_path):
+    """Harbor hands a task's [[environment.mcp_servers]] to an agent inside the task's container:
+    the stdio server runs there (docker exec), its tool is offered beside bash, the editor and
+    the run's own MCP servers (``mcp_servers``: the example's calculator, on this machine)."""
+    task_dir = tmp_path / "six-with-mcp"
+    shutil.copytree(harbor_dir, task_dir)
+    with (task_dir / "task.toml").open("a") as f:
+        f.write('\n[[environment.mcp_servers]]\nname = "where"\ntransport = "stdio"\ncommand = "python3"\n'
+                f"args = [\"-c\", '''{WHERE_SERVER}''']\n")
+    calculator = {"name": "calculator", "command": "python", "args": [str(REPO / "examples" / "mcp_calculator.py")]}
+    env = gymnasium.make("agentrl/Repo-v0", command_timeout_s=20, mcp_servers=[calculator]).unwrapped
+    try:
+        _, info = await env.areset(options={"task": {"task_dir": str(task_dir)}})
+        assert [t["function"]["name"] for t in info["tools"]] == ["bash", "str_replace_editor", "submit", "calculator",
+                                                                  "where"]
+        [server] = [p for p in psutil.Process().children() if p.cmdline()[:2] == ["docker", "exec"]]
+        assert env.session.box.container.id in server.cmdline()
+        obs, _, terminated, _, _ = await env.astep(call("where") + call("bash", command="echo $(hostname) $(pwd)")
+                                                   + call("calculator", expression="6*7"))
+        where, shell, product = (m["content"] for m in obs)
+        assert not terminated and where == shell.splitlines()[0] == "repo /testbed" and product == "42"
+        await env.astep("done")  # graded; the episode's servers end with it
+        assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    finally:
+        await env.aclose()
+
+
+def write_harbor_task(folder: Path, servers: str) -> Path:
+    folder.mkdir()
+    (folder / "instruction.md").write_text("Do it.\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (folder / "task.toml").write_text(f'[environment]\ndocker_image = "img"\n{servers}')
+    return folder
+
+
+HARBOR_SERVERS = """
+[[environment.mcp_servers]]
+name = "files"
+transport = "stdio"
+command = "mcp-files"
+args = ["--root", "/app"]
+
+[[environment.mcp_servers]]
+name = "search"
+url = "http://search.internal:8000/sse"
+
+[[environment.mcp_servers]]
+name = "api"
+transport = "streamable-http"
+url = "https://api.example.com/mcp"
+"""
+BAD_HARBOR_SERVERS = {
+    'name = "x"\ntransport = "stdio"\ncommand = "c"\nenv = {A = "1"}': "unknown field(s) ['env']; Harbor's are",
+    'name = "x"\ntransport = "websocket"\nurl = "ws://h/mcp"': "transport 'websocket' is not one of ['sse', ",
+    'name = "x"\ntransport = "streamable-http"': "transport 'streamable-http' needs an http(s) url, got None",
+    'name = "x"\ntransport = "stdio"': "transport 'stdio' needs a command",
+    'name = "x"\nurl = "http://127.0.0.1:3847/mcp"': "is the task container's own loopback",
+    'transport = "stdio"\ncommand = "c"': "needs a name",
+}
+
+
+def test_harbor_mcp_servers_are_read_as_harbor_defines_them_and_mapped_for_an_episode(tmp_path):
+    task = harbor_task(write_harbor_task(tmp_path / "ok", HARBOR_SERVERS), ContainerSpec(image=""))
+    files, search, api = harbor_mcp_configs(task.mcp_servers, container="c0ffee", workdir="/app",
+                                            docker_host="tcp://127.0.0.1:2375")
+    assert (files.command, files.args, files.env["DOCKER_HOST"]) == (
+        "docker", ["exec", "-i", "-w", "/app", "c0ffee", "mcp-files", "--root", "/app"], "tcp://127.0.0.1:2375")
+    assert (search.url, search.sse) == ("http://search.internal:8000/sse", True)  # Harbor's default transport
+    assert (api.url, api.sse) == ("https://api.example.com/mcp", False)
+    env = gymnasium.make("agentrl/Repo-v0").unwrapped  # an episode on a sandbox service: no docker exec there
+    env.repo_task, env.session = task, RemoteRepoSession(host=None, session_id="s1", workdir="/app")
+    with pytest.raises(EnvError, match=r"declares stdio MCP servers.*run this task on the local engine"):
+        env._task_servers()
+    env.repo_task.mcp_servers = task.mcp_servers[1:]  # URLs alone are called from here, wherever the container is
+    assert [c.name for c in env._task_servers()] == ["search", "api"]
+    env.session = None
+    for i, (entry, message) in enumerate(BAD_HARBOR_SERVERS.items()):
+        with pytest.raises(EnvError, match=re.escape(message)):
+            harbor_task(write_harbor_task(tmp_path / f"bad{i}", f"[[environment.mcp_servers]]\n{entry}\n"),
+                        ContainerSpec(image=""))
 
 
 # --------------------------------------------------------------------------- the shell and the editor

@@ -34,7 +34,8 @@ from workflows.external_agent import ExternalAgentWorkflow
 from workflows.single_turn import SingleTurnWorkflow
 from workflows.tool_agent import ToolAgentWorkflow
 
-AGENT = [sys.executable, str(Path(__file__).resolve().parents[2] / "examples" / "external_agent.py")]
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = [sys.executable, str(ROOT / "examples" / "external_agent.py")]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the Code envs' local sandbox builds its jail as root")
 SUM_TASK = {"question": "Read two integers and print their sum.",
             "inputs": ["1 2\n", "10 -3\n"], "outputs": ["3\n", "7\n"]}
@@ -160,18 +161,27 @@ async def test_agent_workflows_on_every_env(kind, env_id, engine, renderer, tiny
         await wf.aclose()
 
 
-async def test_the_tool_agent_runs_the_envs_tools_between_calls(engine, renderer, tiny_model_dir):
-    """Greedy on calculator tasks: the trained model calls the tool, the agent runs it and sends
-    the result back as a tool message, the model answers; one exact stream per episode."""
-    wf = ToolAgentWorkflow("agentrl/ToolUse-v0", tiny_model_dir, {"max_new_tokens": 100, "temperature": 0.0},
-                           {"kinds": ["calc"]})
+MCP_CALCULATOR = {"tools": [], "mcp_servers": [{"name": "calculator", "command": "python",
+                                                 "args": [str(ROOT / "examples" / "mcp_calculator.py")],
+                                                 "scope": "worker"}]}
+
+
+@pytest.mark.parametrize("tools", ["python", "mcp"])
+async def test_the_tool_agent_runs_the_envs_tools_between_calls(tools, engine, renderer, tiny_model_dir):
+    """Greedy on calculator tasks: the trained model calls the tool (a Python function, or the
+    same calculator from an MCP server), the agent runs it through the env's own tool path and
+    sends the result back as a tool message, the model answers; one exact stream per episode,
+    rewarded as the env rewards the same replies in its own loop (its counts of calls and
+    errors included)."""
+    kwargs = {"kinds": ["calc"], **(MCP_CALCULATOR if tools == "mcp" else {})}
+    wf = ToolAgentWorkflow("agentrl/ToolUse-v0", tiny_model_dir, {"max_new_tokens": 100, "temperature": 0.0}, kwargs)
     rows = [make_task(random.Random(100 + i), "calc") for i in range(6)]
     results = await asyncio.gather(*(wf.arun_episode(engine, row) for row in rows))
     called = [(row, t) for row, [t] in zip(rows, results, strict=True) if t.metrics["tool_calls"] >= 1]
     assert called, [renderer.decode(t.input_ids) for [t] in results]
     for row, t in called:
         assert t.num_turns >= 2 and t.metrics["segments_per_episode"] == 1.0
-        env_return, ended = await replay("agentrl/ToolUse-v0", {"kinds": ["calc"]}, row, t, renderer)
+        env_return, ended = await replay("agentrl/ToolUse-v0", kwargs, row, t, renderer)
         assert ended and t.reward == env_return
     await wf.aclose()
 
