@@ -101,3 +101,11 @@ def test_the_teacher_engines_are_the_clients():
     from agentrl.trainer.distill import TEACHER_ENGINES
 
     assert set(TEACHER_ENGINES) == {AUTO, *ENGINES}
+
+
+def test_distillation_alone_refuses_a_filter_on_the_task_reward():
+    from agentrl.run.run_config import RunConfig, check_objective
+
+    cfg = load_config(RunConfig, "examples/distill_arith.yaml", ["rollout.filter_equal_rewards=true"])
+    with pytest.raises(ConfigError, match="rollout.filter_equal_rewards"):
+        check_objective(cfg)
