@@ -104,9 +104,9 @@ def test_the_teacher_engines_are_the_clients():
 
 
 def test_distillation_alone_refuses_a_filter_on_the_task_reward():
-    from agentrl.run.run_config import RunConfig, check_objective
-
     from pathlib import Path
+
+    from agentrl.run.run_config import RunConfig, check_objective
 
     example = Path(__file__).resolve().parents[2] / "examples" / "distill_arith.yaml"
     cfg = load_config(RunConfig, example, ["rollout.filter_equal_rewards=true"])
