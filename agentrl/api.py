@@ -57,6 +57,8 @@ class Trajectory:
       * token ids are >= 0; ``loss_mask`` holds only 0/1 and ``versions`` is ``NOT_SAMPLED``
         exactly where ``loss_mask`` is 0 (and a version >= 0 where it is 1);
       * ``logprobs`` are finite and <= 0 on sampled tokens and 0.0 elsewhere;
+      * ``teacher_logprobs``, when set, has one float per token: a log-probability on sampled
+        tokens, 0.0 elsewhere;
       * ``reward`` is a finite number, ``num_turns`` an int >= 0, ids and ``error`` strings,
         ``metrics`` a dict of str to numbers, ``record`` a dict (JSON-like) or None.
 

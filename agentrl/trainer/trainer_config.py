@@ -2,7 +2,8 @@
 
 What it is: the ``trainer:`` section of a run's YAML (loaded with ``agentrl.config``), split
 into the loss, the advantages, the optimization and how weights reach the servers
-(``weight_sync``). What it is not: the rollout side's settings (concurrency, sampling), which
+(``weight_sync``); on-policy distillation's section (``distill``) lives beside its math in
+``agentrl.trainer.distill``. What it is not: the rollout side's settings (concurrency, sampling), which
 live beside the rollout executor; ``max_staleness`` (η) is here because the trainer enforces
 it on every batch.
 """
