@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers repo-taskset
+.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers repo-taskset distill
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -269,6 +269,20 @@ demo-code: model sandbox-image
 	rm -rf runs/code_docker_sft runs/code_docker
 	$(BIN)/agentrl sft examples/code_docker_sft.yaml
 	$(BIN)/agentrl train examples/code_docker.yaml
+
+# On-policy distillation (examples/distill_arith.yaml): the teacher is the demo model after the demo's
+# RL (runs/distill_teacher/, its last published weights copied to runs/distill_teacher/model), served
+# by `agentrl serve` on 127.0.0.1:30100 with a fresh key while the student distills from it
+# (runs/distill/); the server is stopped when the run ends. About 5 minutes on 2 quiet cores.
+distill: model
+	rm -rf runs/distill_teacher runs/distill
+	$(BIN)/agentrl train examples/arith_grpo.yaml run_dir=runs/distill_teacher eval.every_steps=0
+	cp -r "$$(ls -d runs/distill_teacher/weights/v* | tail -n 1)" runs/distill_teacher/model
+	export AGENTRL_TEACHER_API_KEY=$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); \
+	AGENTRL_SERVE_API_KEY=$$AGENTRL_TEACHER_API_KEY $(BIN)/agentrl serve --model runs/distill_teacher/model \
+	  --port 30100 --threads 1 > runs/distill_teacher/serve.log 2>&1 & pid=$$!; trap "kill $$pid" EXIT; \
+	until grep -q "ready on" runs/distill_teacher/serve.log; do kill -0 $$pid || exit 1; sleep 1; done; \
+	$(BIN)/agentrl train examples/distill_arith.yaml
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) $(TINKER_VENV) $(MCP_GIT_VENV) $(MCP_SERVERS) build *.egg-info

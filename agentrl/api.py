@@ -57,6 +57,8 @@ class Trajectory:
       * token ids are >= 0; ``loss_mask`` holds only 0/1 and ``versions`` is ``NOT_SAMPLED``
         exactly where ``loss_mask`` is 0 (and a version >= 0 where it is 1);
       * ``logprobs`` are finite and <= 0 on sampled tokens and 0.0 elsewhere;
+      * ``teacher_logprobs``, when set, has one float per token: a log-probability on sampled
+        tokens, 0.0 elsewhere;
       * ``reward`` is a finite number, ``num_turns`` an int >= 0, ids and ``error`` strings,
         ``metrics`` a dict of str to numbers, ``record`` a dict (JSON-like) or None.
 
@@ -77,6 +79,8 @@ class Trajectory:
     error: str = ""  # what went wrong, when status is not OK
     record: dict[str, Any] | None = None  # the episode's environment inputs and outputs (agentrl.rollout.record),
     # on its first trajectory; None where nothing was recorded
+    teacher_logprobs: list[float] | None = None  # on-policy distillation (trainer.distill): the teacher's
+    # log-probability of each token, aligned with input_ids, 0.0 where loss_mask is 0; None: not scored
 
     def __post_init__(self) -> None:
         try:
@@ -90,6 +94,8 @@ class Trajectory:
                      (self.input_ids, self.loss_mask, self.logprobs, self.versions))
         if not _trajectory_tokens_ok(self.input_ids, self.loss_mask, self.logprobs, self.versions):
             _explain_trajectory(self.input_ids, self.loss_mask, self.logprobs, self.versions)
+        if self.teacher_logprobs is not None:
+            _check_teacher(self.teacher_logprobs, self.loss_mask)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -129,6 +135,17 @@ class Trajectory:
 
 
 _TOKEN_FIELDS = ("input_ids", "loss_mask", "logprobs", "versions")
+
+
+def _check_teacher(lps: Any, mask: list[int]) -> None:
+    """``Trajectory.teacher_logprobs``: one float per token, a log-probability on sampled tokens, 0.0 elsewhere."""
+    if not isinstance(lps, list) or len(lps) != len(mask):
+        raise TrajectoryError(f"Trajectory.teacher_logprobs must be a list of len(input_ids)={len(mask)} floats, "
+                              f"got {_shown(lps)}")
+    for i, (m, lp) in enumerate(zip(mask, lps, strict=True)):
+        if m == 1 and not _is_logprob(lp) or m == 0 and lp != 0.0:
+            raise TrajectoryError(f"Trajectory.teacher_logprobs[{i}]={lp!r}: expected a finite log-probability "
+                                  "<= 0 on a sampled token and 0.0 where loss_mask is 0")
 
 
 def _plain(value: Any) -> Any:

@@ -1,9 +1,13 @@
-"""The objectives and advantages of docs/guides/algorithms.md, each trained on the demo's recipe.
+"""The objectives and advantages of docs/guides/algorithms.md, each trained on an example's recipe.
 
-Every variant is ``agentrl train examples/arith_grpo.yaml`` (the committed tiny model on
-``agentrl/Arith-v0``, 16 prompts x 16 samples a step) with the same steps, seed and held-out
-evaluation (the demo's ``eval`` section: greedy pass@1 on ``--eval-limit`` problems of
-``envs.arith:eval_rows``, before and after, inside the run) and ``--mini-batches`` optimizer
+``--task arith`` (the default): every variant is ``agentrl train examples/arith_grpo.yaml`` (the
+committed tiny model on ``agentrl/Arith-v0``, 16 prompts x 16 samples a step). ``--task feedback``,
+the multi-turn one: ``agentrl train examples/feedback.yaml`` (``agentrl/ArithRetry-v0``: a wrong sum
+gets "Too low. The answer ends in 6." and a second answer, 16 prompts x 8 episodes a step) from its
+SFT stage's model (``agentrl sft examples/feedback_sft.yaml``, run once into the runs directory and
+shared by every variant and seed). Each variant with the same steps, seed and held-out
+evaluation (the example's ``eval`` section: greedy pass@1 — feedback: success at the last answer —
+on ``--eval-limit`` problems of ``envs.arith:eval_rows``, before and after, inside the run) and ``--mini-batches`` optimizer
 steps per batch (4; the demo takes 1, where π_θ = π_prox at the only update, so no ratio is ever
 clipped and cispo's gradient is decoupled PPO's), changed only by its overrides:
 
@@ -26,8 +30,8 @@ to stderr; the last line is one JSON object with every variant's figures and ``r
 tiny model's held-out figure by a few points: read a difference smaller than the spread of the
 seeds as none.
 
-    .venv/bin/python benchmarks/algorithms.py [--steps 80] [--mini-batches 4] [--seeds 2] [--eval-limit 1000] [--only gspo,rloo]
-                                              [--runs-dir DIR]
+    .venv/bin/python benchmarks/algorithms.py [--task arith|feedback] [--steps 80] [--mini-batches 4] [--seeds 2]
+                                              [--eval-limit 1000] [--only gspo,rloo] [--runs-dir DIR]
 """
 
 from __future__ import annotations
@@ -41,8 +45,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "examples" / "arith_grpo.yaml"
 AGENTRL = Path(sys.executable).parent / "agentrl"
+TASKS: dict[str, tuple[str, str | None]] = {
+    "arith": ("examples/arith_grpo.yaml", None),
+    "feedback": ("examples/feedback.yaml", "examples/feedback_sft.yaml"),
+}
+"""--task: (the RL config, the SFT stage whose model it starts from, if any)."""
 
 VARIANTS: dict[str, list[str]] = {
     "decoupled_ppo": [],
@@ -62,13 +70,31 @@ def mean_of(rows: list[dict], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def run_variant(runs_dir: Path, name: str, seed: int, args: argparse.Namespace) -> dict:
-    """Train one variant (or reuse its finished run in ``runs_dir``) and read its figures."""
-    run_dir = runs_dir / f"{name}-seed{seed}"
+def sft_stage(runs_dir: Path, task: str) -> list[str]:
+    """The overrides that start a ``task`` run from its SFT stage's model (run once, then reused)."""
+    sft = TASKS[task][1]
+    if sft is None:
+        return []
+    run_dir = runs_dir / f"{task}-sft"
+    if not (run_dir / "model" / "config.json").is_file():
+        if run_dir.exists():
+            raise SystemExit(f"{run_dir} holds an unfinished SFT stage; remove it or give another --runs-dir")
+        out = subprocess.run([str(AGENTRL), "sft", sft, f"run_dir={run_dir}"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=3600)
+        if out.returncode != 0:
+            raise SystemExit(f"the SFT stage of {task} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return [f"model={run_dir / 'model'}"]
+
+
+def run_variant(runs_dir: Path, name: str, seed: int, args: argparse.Namespace, start: list[str]) -> dict:
+    """Train one variant (or reuse its finished run in ``runs_dir``) and read its figures; ``start``:
+    the overrides of the task's starting model."""
+    run_dir = runs_dir / f"{args.task}-{name}-seed{seed}"
     if not finished(run_dir, args.steps):
         if run_dir.exists():
             raise SystemExit(f"{run_dir} holds an unfinished run; remove it or give another --runs-dir")
-        cmd = [str(AGENTRL), "train", str(CONFIG), f"run_dir={run_dir}", f"seed={seed}", f"steps={args.steps}",
+        cmd = [str(AGENTRL), "train", TASKS[args.task][0], *start, f"run_dir={run_dir}", f"seed={seed}",
+               f"steps={args.steps}",
                f"trainer.total_steps={args.steps * args.mini_batches}",
                f"trainer.num_mini_batches={args.mini_batches}", "max_minutes=null", "eval.every_steps=0",
                f"eval.limit={args.eval_limit}", "checkpoint.every_steps=0", "logging.tensorboard=false",
@@ -130,6 +156,9 @@ def table(results: dict[str, dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="arith", choices=list(TASKS),
+                        help="arith: single-turn (examples/arith_grpo.yaml); feedback: multi-turn (examples/feedback.yaml "
+                             "after its SFT stage)")
     parser.add_argument("--steps", type=int, default=80, help="train steps of every run (the demo's 80)")
     parser.add_argument("--mini-batches", type=int, default=4, help="optimizer steps per train step, every variant")
     parser.add_argument("--seeds", type=int, default=2, help="seeds 0 .. N-1 for every variant")
@@ -146,8 +175,9 @@ def main() -> None:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-algorithms-") as tmp:
         runs_dir = Path(args.runs_dir or tmp)
+        start = sft_stage(runs_dir, args.task)
         for name in names:
-            runs = [run_variant(runs_dir, name, seed, args) for seed in range(args.seeds)]
+            runs = [run_variant(runs_dir, name, seed, args, start) for seed in range(args.seeds)]
             results[name] = aggregate(runs)
             print(f"{name}: gain {results[name]['gain']:+.1f} points, per seed {results[name]['per_seed_gain']}",
                   file=sys.stderr, flush=True)
@@ -157,7 +187,7 @@ def main() -> None:
         r["ratio_steps_per_min"] = (r["steps_per_min"] / base["steps_per_min"]
                                     if r["steps_per_min"] and base["steps_per_min"] else None)
     print(table(results), file=sys.stderr)
-    print(json.dumps({"benchmark": "algorithms", "baseline": BASELINE, "steps": args.steps, "seeds": args.seeds,
+    print(json.dumps({"benchmark": "algorithms", "task": args.task, "baseline": BASELINE, "steps": args.steps, "seeds": args.seeds,
                       "mini_batches": args.mini_batches,
                       "eval_limit": args.eval_limit, "variants": results}))
 

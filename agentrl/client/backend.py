@@ -69,7 +69,7 @@ class Servers:
 class EngineBackend(Protocol):
     """One engine's side of every call a client makes (see the module docstring).
 
-    Generation: ``sampling_params``, ``generate``. Control, as (route, body) for every server:
+    Generation: ``sampling_params``, ``generate``; scoring: ``prompt_logprobs``, ``tokenize``. Control, as (route, body) for every server:
     ``pause``, ``resume``, ``release_memory``, ``occupy_memory``, ``leave_group``; the routes of
     the probe (``version_route``) and of adapters (``lora_routes``). Weights from disk:
     ``load_weights`` (every server), ``reload_server`` (one that came back), ``stage_weights``.
@@ -96,6 +96,13 @@ class EngineBackend(Protocol):
     async def generate(self, server: Any, prompt: list[int], each: list[SamplingParams],
                        rid: str | None) -> list[Sample]:
         """``len(each)`` samples of ``prompt`` from ``server`` (``each`` alike unless seeded)."""
+
+    async def prompt_logprobs(self, server: Any, input_ids: list[int]) -> list[float | None]:
+        """Scoring, no generation (a teacher's, ``agentrl.rollout.teacher``): the log-probability
+        of each of ``input_ids`` given the ones before it (None for the first)."""
+
+    async def tokenize(self, server: Any, text: str) -> list[int]:
+        """The token ids the server's tokenizer gives ``text`` (special tokens added as it adds them)."""
 
     def pause(self) -> Call: ...
     def resume(self) -> Call: ...

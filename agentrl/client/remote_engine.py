@@ -9,7 +9,7 @@ adapters by name. ``await generate(input_ids, sampling)`` returns a ``Completion
 tokens, their logprobs, the policy version of every token, the finish reason — interruption
 hidden (an aborted request is resumed as prompt + tokens so far; ``ResumeLimit`` after
 ``max_resumes``). ``generate_group(input_ids, sampling, n)`` asks for ``n`` samples in one
-request. The publishing side calls ``pause()``, ``update_weights(path, version)``, ``resume()``
+request; ``prompt_logprobs(input_ids)`` scores tokens without generating (a teacher's). The publishing side calls ``pause()``, ``update_weights(path, version)``, ``resume()``
 (DESIGN.md §4 "Weight update"), or the torch.distributed calls (``init_weights_update_group``,
 ``update_weights_from_distributed``, ``commit_staged_weights``; SGLang and agentrl serve only),
 or, for a LoRA run's adapters by name, ``load_lora_adapter(path, version)`` before the pause and
@@ -240,6 +240,37 @@ class RemoteEngine:
         for (tokens, logprobs, versions, reason), sp in zip(results, each, strict=True):
             jobs.append(self._complete(prompt, sp, Completion(tokens, logprobs, versions, "abort"), server, reason))
         return list(await asyncio.gather(*jobs))
+
+    async def prompt_logprobs(self, input_ids: Sequence[int]) -> list[float | None]:
+        """Score, not generate: the log-probability of each of ``input_ids`` given the ones before it
+        (None for the first), in the engine's form (``EngineBackend.prompt_logprobs``). A
+        transport error or a 5xx is retried (on the least loaded healthy server) up to ``max_retries``."""
+        prompt = _prompt(input_ids)
+        return await self._scoring(lambda backend, server: backend.prompt_logprobs(server, prompt))
+
+    async def tokenize(self, text: str) -> list[int]:
+        """The token ids the servers' tokenizer gives ``text`` (``EngineBackend.tokenize``)."""
+        return await self._scoring(lambda backend, server: backend.tokenize(server, text))
+
+    async def _scoring(self, call: Callable[[EngineBackend, _Server], Any]) -> Any:
+        backend = await self._resolve()
+        failures = 0
+        while True:
+            server = await self._pick()
+            server.inflight += 1
+            try:
+                return await call(backend, server)
+            except (*_TRANSPORT_ERRORS, ServerError) as e:
+                if failures >= self.max_retries:
+                    raise ServerUnavailable(f"scoring failed on {server.address} after {failures + 1} tries ({e!r}); "
+                                            "check that the server is up") from e
+                if isinstance(e, _TRANSPORT_ERRORS) and not await self._alive(server):
+                    self._mark_down(server, e)
+                self.stats["retries"] += 1
+                await asyncio.sleep(self.backoff * 2 ** failures)
+                failures += 1
+            finally:
+                server.inflight -= 1
 
     async def _submit(self, server: _Server, prompt: list[int], each: list[SamplingParams],
                       rid: str | None = None) -> list[Sample]:

@@ -3,7 +3,8 @@
 What it is: the ``EngineBackend`` of a server that speaks SGLang's native routes. Its wire
 vocabulary: ``sampling_params`` (the one mapping of ``SamplingParams`` onto SGLang's names:
 ``seed`` → ``sampling_seed``; only what differs from the defaults is sent), ``POST /generate``
-in its plain and batch forms (``generate_body``; the short requests of one event-loop tick
+in its plain and batch forms (``generate_body``; with no new tokens and prompt logprobs,
+``score_body``, a teacher's scoring; the short requests of one event-loop tick
 share one through ``GroupBatcher``) and its answer (``parse_generate``: ``meta_info``'s
 ``output_token_logprobs`` triples and version spans); the control routes
 ``/pause_generation``, ``/continue_generation``, ``/update_weights_from_disk``,
@@ -78,6 +79,32 @@ def generate_body(groups: list[Group], n: int) -> dict[str, Any]:
     return body
 
 
+def score_body(input_ids: list[int] | None = None, text: str | None = None) -> dict[str, Any]:
+    """``/generate``'s body that generates nothing and returns the log-probability of every prompt
+    token (``logprob_start_len: 0``): of ``input_ids``, or of ``text`` as the server tokenizes it."""
+    prompt: dict[str, Any] = {"input_ids": input_ids} if text is None else {"text": text}
+    return {**prompt, "sampling_params": {"max_new_tokens": 0, "temperature": 0.0}, "return_logprob": True,
+            "logprob_start_len": 0}
+
+
+def parse_scores(data: Any, input_ids: list[int] | None) -> tuple[list[int], list[float | None]]:
+    """The prompt's (token ids, log-probabilities) of a ``score_body`` answer: ``meta_info``'s
+    ``input_token_logprobs`` triples (the first log-probability null); checked against ``input_ids``."""
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    try:
+        triples = data["meta_info"]["input_token_logprobs"]
+        ids = [int(t[1]) for t in triples]
+        lps = [None if t[0] is None else float(t[0]) for t in triples]
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise ServerError(f"{GENERATE} answered an unexpected shape for prompt logprobs ({e!r}): "
+                          f"{str(data)[:300]}") from e
+    if input_ids is not None and ids != input_ids:
+        raise ServerError(f"{GENERATE} scored other tokens than it was sent ({len(ids)} ids for {len(input_ids)}); "
+                          "does the server honour logprob_start_len: 0?")
+    return ids, lps
+
+
 def parse_generate(data: Any, as_version: Any) -> Sample:
     """One result object of a ``/generate`` answer: ``meta_info``'s ``output_token_logprobs``
     (logprob, token id, text) triples, its ``finish_reason`` and its version (``weight_version``,
@@ -134,6 +161,14 @@ class SGLangBackend:
                 meta["weight_version"] = str(version)
                 meta.pop("weight_versions", None)
         return data
+
+    async def prompt_logprobs(self, server: Any, input_ids: list[int]) -> list[float | None]:
+        data = await self._servers.post(server, GENERATE, score_body(input_ids), self._servers.timeout)
+        return parse_scores(data, input_ids)[1]
+
+    async def tokenize(self, server: Any, text: str) -> list[int]:
+        data = await self._servers.post(server, GENERATE, score_body(text=text), self._servers.timeout)
+        return parse_scores(data, None)[0]
 
     # ------------------------------------------------------------------ control
 

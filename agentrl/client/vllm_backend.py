@@ -8,7 +8,8 @@ control routes of ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=ab
 ``/resume``, ``/update_weight_version``, ``/weight_info``, ``/sleep``, ``/wake_up``) and
 ``/collective_rpc`` (``reload_weights`` from a checkpoint directory, through agentrl's worker
 extension where the server has it, and the extension's methods that receive weights over
-torch.distributed), and runtime LoRA (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``;
+torch.distributed), scoring for a teacher (``/v1/completions`` with ``prompt_logprobs``,
+``/tokenize``), and runtime LoRA (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``;
 a request names its adapter in ``model``). vLLM loads what it is given, so a checkpoint is
 checked against the served one here before any server loads it (``checkpoint_check``).
 
@@ -114,6 +115,30 @@ def parse_generate(data: Any, n: int, as_version: Callable[[Any], int]) -> list[
         raise ServerError(f"{GENERATE} answered an unexpected shape ({e!r}): {str(data)[:300]}") from e
 
 
+COMPLETIONS = "/v1/completions"
+TOKENIZE = "/tokenize"
+
+
+def score_body(input_ids: list[int]) -> dict[str, Any]:
+    """``/v1/completions``' body that returns the log-probability of every prompt token
+    (``prompt_logprobs: 0``: the given token's only; vLLM generates at least one token, ignored)."""
+    return {"prompt": input_ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+
+
+def parse_scores(data: Any, input_ids: list[int]) -> list[float | None]:
+    """The prompt's log-probabilities of a ``score_body`` answer: ``choices[0].prompt_logprobs``,
+    None first, then per position ``{token id: {"logprob", "rank", "decoded_token"}}``."""
+    try:
+        rows = data["choices"][0]["prompt_logprobs"]
+        if len(rows) != len(input_ids):
+            raise ValueError(f"{len(rows)} prompt positions for {len(input_ids)} tokens")
+        return [None if i == 0 and row is None else float(row[str(t)]["logprob"])
+                for i, (row, t) in enumerate(zip(rows, input_ids, strict=True))]
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise ServerError(f"{COMPLETIONS} answered an unexpected shape for prompt_logprobs ({e!r}): "
+                          f"{str(data)[:300]}") from e
+
+
 WORKER_DIR = Path(__file__).resolve().parent / "vllm_worker"
 """On the ``PYTHONPATH`` of a vLLM server agentrl starts: vLLM imports ``WORKER_EXTENSION`` from
 it, in vLLM's own environment (``vllm_worker/agentrl_vllm_worker.py``)."""
@@ -179,6 +204,17 @@ class VLLMBackend:
         if lora is None:
             return parsed
         return [(toks, lps, [lora[1]] * len(toks), reason) for toks, lps, _, reason in parsed]
+
+    async def prompt_logprobs(self, server: Any, input_ids: list[int]) -> list[float | None]:
+        data = await self._servers.post(server, COMPLETIONS, score_body(input_ids), self._servers.timeout)
+        return parse_scores(data, input_ids)
+
+    async def tokenize(self, server: Any, text: str) -> list[int]:
+        data = await self._servers.post(server, TOKENIZE, {"prompt": text}, self._servers.timeout)
+        try:
+            return [int(t) for t in data["tokens"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ServerError(f"{TOKENIZE} answered an unexpected shape ({e!r}): {str(data)[:300]}") from e
 
     # ------------------------------------------------------------------ control
 

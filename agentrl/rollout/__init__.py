@@ -23,6 +23,7 @@
     recorded.py      RecordedEpisodes: a run's recorded steps as another run's batches
     seeds.py         call_seed, SeededClient: a sampling seed per call of each episode
     evaluate.py      pass@k evaluation of a workflow
+    teacher.py       Teacher: a distillation teacher's server scores each batch's tokens (trainer.distill)
 
 Workflows (the ``workflows`` package) are built on these. This package sits between the run
 (``agentrl.run``) and the components (inference, env, trainer): it may import them, they never

@@ -105,6 +105,7 @@ class LocalRollout:
         self._owns_engine = False
         self._handed: deque[list] = deque()  # the groups of batches handed out and not yet trained on
         self._gateway = contextlib.AsyncExitStack()  # rollout.source gateway: the gateway, while it serves
+        self.teacher: Any = None  # trainer.distill: the teacher that scores each batch (agentrl.rollout.teacher)
 
     async def open(self, engine: Any, servers: dict[str, Any], version: int, resume_from: str | None, *,
                    owns_engine: bool = False) -> dict[str, int]:
@@ -139,6 +140,11 @@ class LocalRollout:
             self.executor.restore(state, version)
         else:
             self.executor.version = version
+        if cfg.trainer.distill.enabled:
+            from agentrl.rollout.teacher import Teacher
+
+            self.teacher = Teacher(cfg.trainer.distill.teacher, cfg.model)
+            await self.teacher.check_tokenizer()
         return {"pending": len(state["pending"]) if state is not None else 0, "logged": len(self.episode_log.keys())}
 
     async def start(self) -> str | None:
@@ -175,7 +181,12 @@ class LocalRollout:
         return f"gateway ready on {url} (sessions: POST {url}/v1/sessions)"
 
     async def next_batch(self) -> Any:
+        """The executor's next batch; with ``trainer.distill``, scored by the teacher first (here,
+        in the rollout's process: with ``rollout.worker: process`` while the trainer trains on the
+        batch before)."""
         batch = await self.executor.next_batch()
+        if self.teacher is not None:
+            await self.teacher.score(batch.trajectories)
         self._handed.append(batch.groups)
         return batch
 
@@ -209,7 +220,8 @@ class LocalRollout:
         ex = self.executor
         return {"metrics": {"rollout/groups_running": float(ex.running), "rollout/groups_ready": float(ex.ready),
                             **{f"rollout/{k}": float(v) for k, v in ex.counters.items()},
-                            **{f"sandbox/{k}": float(v) for k, v in sandbox_counters().items()}},
+                            **{f"sandbox/{k}": float(v) for k, v in sandbox_counters().items()},
+                            **(self.teacher.metrics() if self.teacher is not None else {})},
                 "busy_s": ex.generation_busy_s(), "needs_rejoin": bool(getattr(self.engine, "needs_rejoin", False))}
 
     async def checkpoint_state(self) -> dict[str, Any]:
@@ -239,6 +251,8 @@ class LocalRollout:
             self.episode_log.close()
         if self._owns_engine and self.engine is not None:
             await self.engine.aclose()
+        if self.teacher is not None:
+            await self.teacher.aclose()
         if self.workflow is not None:
             await close_workflow(self.workflow)
         return {"counters": dict(self.executor.counters) if self.executor is not None else {},

@@ -188,6 +188,11 @@ def check_objective(cfg: RunConfig) -> None:
         from agentrl.trainer.objective import resolve_objective
 
         resolve_objective(cfg.trainer.loss.kind)
+    distill = cfg.trainer.distill
+    if distill.enabled and distill.task_coef == 0 and cfg.rollout.filter_equal_rewards:
+        raise ConfigError("config key 'rollout.filter_equal_rewards': it drops groups by their task reward, which "
+                          "trainer.distill.task_coef: 0 leaves out of the update (every token still has the "
+                          "teacher's signal); set it to false, or give the task reward a weight")
 
 
 def check_model(cfg: RunConfig) -> None:

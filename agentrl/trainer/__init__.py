@@ -6,6 +6,8 @@
                        aggregation (pure functions)
     objective.py       trainer.loss.kind: LossInputs, a built-in objective or the user's module:function
     mismatch.py        engine–trainer mismatch weights, truncated (TIS) or masked (MIS) (pure function)
+    distill.py         DistillConfig (trainer.distill) and on-policy distillation's reverse KL to a
+                       teacher, as a reward or a loss term (pure functions)
     advantages.py      group_norm / RLOO / REINFORCE++ advantages, the overlong penalty, batch
                        normalisation (pure functions)
     staleness.py       the staleness bound: rollout capacity and the stale filter

@@ -309,8 +309,10 @@ class Actor:
                     total_loss_tokens=n_tokens,
                     # π_prox is a recomputation before the update: a forward pass of its own, or this one
                     token_staleness=(f["staleness"].to(self.device)
-                                     if "staleness" in f and (prox is not None or len(minis) == 1) else None))
-                loss, st = objective_loss(inputs, cfg.loss, ref_logprobs=ref_t, objective=self.objective)
+                                     if "staleness" in f and (prox is not None or len(minis) == 1) else None),
+                    teacher_logprobs=f["teacher_logprobs"].to(self.device) if "teacher_logprobs" in f else None)
+                loss, st = objective_loss(inputs, cfg.loss, ref_logprobs=ref_t, objective=self.objective,
+                                          distill=cfg.distill)
                 (loss * self.world_size).backward()
                 st["loss"] = loss.detach()
                 st["entropy"] = (ent * mask).sum() / n_tokens

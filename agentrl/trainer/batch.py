@@ -14,7 +14,8 @@ global batch; the actor picks each rank's share).
 Per kept trajectory, ``TrainBatch.sequences[i]`` holds 1-D tensors of its length:
 ``input_ids`` (long), ``loss_mask`` (float 0/1), ``behaviour_logprobs`` and ``advantages``
 (float32; the trajectory's advantage on loss tokens, 0 elsewhere), ``staleness`` (float32: how
-many versions behind the trainer the weights that sampled each loss token are, 0 elsewhere). The first token of a
+many versions behind the trainer the weights that sampled each loss token are, 0 elsewhere); with
+``trainer.distill``, ``teacher_logprobs`` (float32, 0 off the loss tokens; ``agentrl.trainer.distill``). The first token of a
 sequence cannot be predicted, so it never is a loss token (counted in
 ``first_token_unmasked`` if a trajectory claimed it).
 """
@@ -30,6 +31,7 @@ import torch
 
 from agentrl.api import Trajectory, TrajectoryStatus
 from agentrl.trainer.advantages import compute_advantages
+from agentrl.trainer.distill import distill_sequence
 from agentrl.trainer.staleness import split_stale
 from agentrl.trainer.trainer_config import TrainerConfig
 
@@ -113,7 +115,7 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
     adv, diag = compute_advantages([t.reward for t in kept], [t.group_id for t in kept], [t.episode_id for t in kept],
                                    [t.num_sampled for t in kept], config=config.advantages)
     stats.update({f"adv/{k}": v for k, v in diag.items()})
-    if diag["frac_groups_zero_std"] == 1.0 and config.advantages.kind != "reinforce_pp":
+    if diag["frac_groups_zero_std"] == 1.0 and config.advantages.kind != "reinforce_pp" and not config.distill.enabled:
         warnings.warn(
             f"all {int(diag['num_groups'])} groups got identical rewards within the group: every "
             "advantage is 0 and this step learns nothing. Check the reward function, or sample "
@@ -123,6 +125,7 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
     sequences = []
     first_unmasked = 0
     staleness = []
+    reverse_kl_sum = 0.0
     for t, a in zip(kept, adv.tolist(), strict=True):
         mask = torch.tensor(t.loss_mask, dtype=torch.float32)
         if mask[0] > 0:
@@ -135,6 +138,8 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
             "advantages": mask * a,
             "staleness": (version - torch.tensor(t.versions, dtype=torch.float32)) * mask,
         })
+        if config.distill.enabled:  # the teacher's log-probabilities, and the advantages of distill.mode
+            reverse_kl_sum += distill_sequence(sequences[-1], t.teacher_logprobs, config.distill)
         staleness.append(version - t.oldest_version)
     stats["first_token_unmasked"] = float(first_unmasked)
     stats["staleness_mean"] = sum(staleness) / len(staleness)
@@ -143,6 +148,8 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
     stats["seq_len_mean"] = sum(len(t) for t in kept) / len(kept)
     batch = TrainBatch(sequences, version, stats, list(kept))
     stats["num_loss_tokens"] = float(batch.num_loss_tokens)
+    if config.distill.enabled and stats["num_loss_tokens"]:  # k_t = log π_behav - log π_teacher, token mean
+        stats["distill_reverse_kl"] = reverse_kl_sum / stats["num_loss_tokens"]
     if stats["num_loss_tokens"] == 0:  # every sampled token was a first token
         return TrainBatch([], version, stats)
     return batch

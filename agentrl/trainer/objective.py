@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from agentrl.errors import ConfigError
+from agentrl.trainer.distill import DistillConfig, distill_loss
 from agentrl.trainer.losses import kl_k3, policy_loss
 from agentrl.trainer.mismatch import mismatch_gap, mismatch_weights
 from agentrl.trainer.trainer_config import LOSS_KINDS, LossConfig
@@ -59,6 +60,8 @@ class LossInputs:
         token_staleness: versions behind of the weights that sampled each token (0: the weights
             ``proximal_logprobs`` came from), or None when π_prox is not a recomputation before
             the update (then no gap is measured).
+        teacher_logprobs: a distillation teacher's log-probability of each token (``trainer.distill``),
+            or None.
     """
 
     logprobs: torch.Tensor
@@ -71,6 +74,7 @@ class LossInputs:
     total_loss_tokens: float
     behaviour_weights: torch.Tensor | None = None
     token_staleness: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None
 
 
 def builtin_objective(inputs: LossInputs, config: LossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -104,9 +108,11 @@ def resolve_objective(kind: str) -> Objective:
 
 
 def objective_loss(inputs: LossInputs, config: LossConfig, *, ref_logprobs: torch.Tensor | None = None,
-                   objective: Objective | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                   objective: Objective | None = None,
+                   distill: DistillConfig | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The behaviour–trainer gap (when ``inputs.token_staleness`` is given), the mismatch weights (when on), the objective (``objective`` or ``config.kind``'s), then
-    ``kl_coef · Σ_t a_t·KL_t`` against ``ref_logprobs``; returns ``(loss, diagnostics)``."""
+    ``kl_coef · Σ_t a_t·KL_t`` against ``ref_logprobs``, then the distillation loss term (``distill.mode:
+    loss`` and ``inputs.teacher_logprobs``: ``agentrl.trainer.distill.distill_loss``); returns ``(loss, diagnostics)``."""
     stats: dict[str, torch.Tensor] = {}
     if inputs.token_staleness is not None:
         stats.update(mismatch_gap(inputs.proximal_logprobs, inputs.behaviour_logprobs, inputs.loss_mask,
@@ -127,4 +133,9 @@ def objective_loss(inputs: LossInputs, config: LossConfig, *, ref_logprobs: torc
         kl = kl_k3(inputs.logprobs, ref_logprobs.detach().to(inputs.logprobs.dtype))
         loss = loss + config.kl_coef * (kl * inputs.token_weights.to(kl.dtype)).sum()
         stats["kl_ref"] = ((kl * mask).sum() / inputs.total_loss_tokens).detach().float()
+    if distill is not None and distill.mode == "loss" and inputs.teacher_logprobs is not None:
+        term, dstats = distill_loss(inputs.logprobs, inputs.teacher_logprobs, inputs.loss_mask, inputs.token_weights,
+                                    coef=distill.coef, total_loss_tokens=inputs.total_loss_tokens)
+        loss = loss + term
+        stats.update(dstats)
     return loss, stats

@@ -2,7 +2,8 @@
 
 What it is: the ``trainer:`` section of a run's YAML (loaded with ``agentrl.config``), split
 into the loss, the advantages, the optimization and how weights reach the servers
-(``weight_sync``). What it is not: the rollout side's settings (concurrency, sampling), which
+(``weight_sync``); on-policy distillation's section (``distill``) lives beside its math in
+``agentrl.trainer.distill``. What it is not: the rollout side's settings (concurrency, sampling), which
 live beside the rollout executor; ``max_staleness`` (η) is here because the trainer enforces
 it on every batch.
 """
@@ -15,6 +16,7 @@ from typing import Literal
 
 from agentrl.config import option
 from agentrl.errors import ConfigError
+from agentrl.trainer.distill import DistillConfig
 
 LossKind = Literal["decoupled_ppo", "ppo", "reinforce", "gspo", "cispo"]
 LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce", "gspo", "cispo")
@@ -222,6 +224,8 @@ class TrainerConfig:
     advantages: AdvantageConfig = option(AdvantageConfig, help="rewards to advantages")
     weight_sync: WeightSyncConfig = option(WeightSyncConfig, help="how new weights reach the inference servers")
     lora: LoraConfig = option(LoraConfig, help="LoRA adapters (off unless lora.rank > 0)")
+    distill: DistillConfig = option(DistillConfig, help="on-policy distillation from a teacher server (off unless "
+                                                        "distill.teacher.url is set)")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):

@@ -85,6 +85,35 @@ def test_the_sampled_tokens_and_logprobs_are_exact(vllm_server, hf_model):
     assert stop.matched_stop == greedy[0].tokens[1]
 
 
+def test_vllm_as_a_distillation_teacher_scores_the_sampled_tokens_as_sampled(vllm_server, tiny_model_dir, monkeypatch):
+    """On-policy distillation's teacher on vLLM (``/v1/completions`` with ``prompt_logprobs``,
+    ``/tokenize``): the server that sampled the tokens scores them as it sampled them (reverse KL
+    0 on every token), and its tokenizer passes the check against the student's."""
+    from agentrl.api import Trajectory
+    from agentrl.rollout.teacher import Teacher
+    from agentrl.trainer.distill import TeacherConfig
+
+    monkeypatch.setenv("AGENTRL_TEACHER_API_KEY", vllm_server.key)
+
+    async def main():
+        async with RemoteEngine(vllm_server.url, api_key=vllm_server.key) as engine:
+            done = await engine.generate(PROMPTS[0], SamplingParams(max_new_tokens=10, temperature=1.0, seed=1))
+        p = PROMPTS[0]
+        t = Trajectory(p + done.tokens, [0] * len(p) + [1] * len(done.tokens), [0.0] * len(p) + done.logprobs,
+                       [-1] * len(p) + done.versions)
+        teacher = Teacher(TeacherConfig(url=vllm_server.url, engine="vllm"), str(tiny_model_dir))
+        try:
+            await teacher.check_tokenizer()
+            await teacher.score([t])
+        finally:
+            await teacher.aclose()
+        return t
+
+    t = asyncio.run(main())
+    sampled = [(lp, tl) for m, lp, tl in zip(t.loss_mask, t.logprobs, t.teacher_logprobs, strict=True) if m]
+    assert sampled and all(tl == pytest.approx(lp, abs=1e-3) for lp, tl in sampled), sampled
+
+
 def test_weight_updates_with_requests_in_flight_lose_no_token(vllm_server, hf_model, tiny_model_dir, perturbed):
     """Five updates (pause, reload from disk, new version, reset the prefix cache, resume)
     while four 400-token requests run: every request ends with all 400 tokens, each tagged with
