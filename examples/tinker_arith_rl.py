@@ -10,9 +10,11 @@ tiny model was trained on, and a test set of the evaluation pool, which the RL p
 shares. The renderer is the tiny model's chat format (``examples/tinker_cookbook_tiny.py``).
 
 The cookbook's ``math_rl`` arithmetic env asks ``What is 17 + 72?`` after a few-shot turn that
-answers ``9`` with no box: the tiny model gets 3% of those right greedily (14% without the
-few-shot turn), against ~20% on its own format, so most groups of its samples hold no correct
-answer and the loss has nothing to push. Usage (every field of ``Run`` as ``key=value``)::
+answers ``9`` with no box: the tiny model answers 3% of those right greedily (14% without the
+few-shot turn), so most groups of its samples hold no correct answer and the loss has little to
+push. On its own format it starts at ~15% sampled. LoRA on a 1.2M-parameter model wants a small
+learning rate: 5e-4 made it worse within 10 steps, 1e-4 (the default here) learns. Usage (every
+field of ``Run`` as ``key=value``; ``terms=2`` trains ``a+b`` instead)::
 
     PYTHONPATH=$PWD TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=tml-... \\
         .venv-tinker/bin/python examples/tinker_arith_rl.py model_name=$PWD/examples/tiny-model \\
@@ -65,8 +67,8 @@ class ArithDataset(RLDataset):
     """Batches of ``groups`` problems, each a group of ``group_size`` samples."""
 
     def __init__(self, split: str, seed: int, batches: int, groups: int, group_size: int,
-                 renderer: renderers.Renderer) -> None:
-        self.problems = generate_problems(batches * groups, seed=seed, split=split)
+                 renderer: renderers.Renderer, terms: int = 3) -> None:
+        self.problems = generate_problems(batches * groups, seed=seed, split=split, num_terms=(terms,))
         self.groups, self.group_size, self.renderer, self.batches = groups, group_size, renderer, batches
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
@@ -88,20 +90,23 @@ class ArithBuilder(RLDatasetBuilder):
     group_size: int
     batches: int
     test_problems: int
+    terms: int = 3
     seed: int = 0
 
     async def __call__(self) -> tuple[RLDataset, RLDataset]:
         renderer = renderers.get_renderer(self.renderer_name, tokenizer=get_tokenizer(self.model_name))
         return (ArithDataset("rl", 1_000_003 + self.seed, self.batches, self.groups_per_batch, self.group_size,
-                             renderer),
-                ArithDataset("eval", 0, 1, self.test_problems, 1, renderer))
+                             renderer, self.terms),
+                ArithDataset("eval", 0, 1, self.test_problems, 1, renderer, self.terms))
 
 
 @chz.chz
 class Run:
+    """The run's settings; ``terms``: 3 for ``a+b+c`` (the demo task), 2 for ``a+b``."""
+
     model_name: str
     log_path: str
-    learning_rate: float = 5e-4
+    learning_rate: float = 1e-4
     lora_rank: int = 16
     group_size: int = 16
     groups_per_batch: int = 8
@@ -111,6 +116,7 @@ class Run:
     save_every: int = 10
     test_problems: int = 400
     loss_fn: str = "importance_sampling"
+    terms: int = 3
     seed: int = 0
 
 
@@ -118,7 +124,7 @@ def config(run: Run) -> train.Config:
     renderer = register()
     builder = ArithBuilder(model_name=run.model_name, renderer_name=renderer, groups_per_batch=run.groups_per_batch,
                            group_size=run.group_size, batches=run.max_steps, test_problems=run.test_problems,
-                           seed=run.seed)
+                           terms=run.terms, seed=run.seed)
     return train.Config(learning_rate=run.learning_rate, dataset_builder=builder, model_name=run.model_name,
                         recipe_name="agentrl_tiny_arith", max_tokens=run.max_tokens, log_path=run.log_path,
                         eval_every=run.eval_every, save_every=run.save_every, renderer_name=renderer,

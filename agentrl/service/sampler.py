@@ -31,14 +31,14 @@ from agentrl.service.proto import Sequence, sample_response
 class Sampler:
     """``/generate`` calls to one inference server at ``url`` (``key``: its API key)."""
 
+    load_route = "/load_lora_adapter"
+    """The inference server's route that loads an adapter by name (SGLang's)."""
+
     def __init__(self, url: str, key: str | None, *, timeout_s: float = 600.0) -> None:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s)
         self.loaded: dict[Path, str] = {}
         self.lock = asyncio.Lock()
-
-    load_route = "/load_lora_adapter"
-    """The inference server's route that loads an adapter by name (SGLang's)."""
 
     async def adapter(self, path: Path) -> str:
         """The server's name for the adapter at ``path``, loading it the first time."""

@@ -11,7 +11,15 @@ import math
 import pytest
 import torch
 
-from agentrl.trainer.tinker_losses import cispo, cross_entropy, dro, gspo, importance_sampling, ppo, tinker_loss
+from agentrl.trainer.tinker_losses import (
+    cispo,
+    cross_entropy,
+    dro,
+    gspo,
+    importance_sampling,
+    ppo,
+    tinker_loss,
+)
 
 T = [-1.0, -2.0, -0.5]
 Q = [-1.2, -1.5, -0.5]
