@@ -10,11 +10,10 @@ tiny model was trained on, and a test set of the evaluation pool, which the RL p
 shares. The renderer is the tiny model's chat format (``examples/tinker_cookbook_tiny.py``).
 
 The cookbook's ``math_rl`` arithmetic env asks ``What is 17 + 72?`` after a few-shot turn that
-answers ``9`` with no box: the tiny model answers 3% of those right greedily (14% without the
-few-shot turn), so most groups of its samples hold no correct answer and the loss has little to
-push. On its own format it starts at ~15% sampled. LoRA on a 1.2M-parameter model wants a small
-learning rate: 5e-4 made it worse within 10 steps, 1e-4 (the default here) learns. Usage (every
-field of ``Run`` as ``key=value``; ``terms=2`` trains ``a+b`` instead)::
+answers ``9`` with no box, a format the tiny model rarely answers right: most groups of its
+samples hold no correct answer and the loss has little to push. LoRA on a 1.2M-parameter model
+also wants a small learning rate (1e-4 here; figures in benchmarks/RESULTS.md, "The trainer as
+a service"). Usage (every field of ``Run`` as ``key=value``; ``terms=2`` trains ``a+b``)::
 
     PYTHONPATH=$PWD TINKER_BASE_URL=http://127.0.0.1:8000 TINKER_API_KEY=tml-... \\
         .venv-tinker/bin/python examples/tinker_arith_rl.py model_name=$PWD/examples/tiny-model \\
