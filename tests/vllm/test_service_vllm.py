@@ -44,7 +44,7 @@ def test_a_clients_adapter_samples_on_vllm_by_name(vllm_server, tiny_model_dir, 
     random_adapter(tiny_model_dir, tmp_path / "adapter", rank=8, seed=5)
     merged = AutoModelForCausalLM.from_pretrained(merge_adapter(tmp_path / "adapter", tmp_path / "merged",
                                                                 base_dir=tiny_model_dir), dtype=torch.float32).eval()
-    greedy = generate_params({"max_tokens": 8, "temperature": 0.0, "stop": []}, 1)  # vLLM: greedy takes n=1
+    argmax = generate_params({"max_tokens": 8, "temperature": 0.0, "stop": []}, 1)  # vLLM: greedy takes n=1
     sampled = generate_params({"max_tokens": 8, "stop": []}, 2)
 
     async def main():
@@ -53,9 +53,9 @@ def test_a_clients_adapter_samples_on_vllm_by_name(vllm_server, tiny_model_dir, 
         try:
             name = await sampler.adapter(tmp_path / "adapter")
             assert await sampler.adapter(tmp_path / "adapter") == name  # loaded once, then by name
-            tuned = await sampler.generate(PROMPT, greedy, True, name)
+            tuned = await sampler.generate(PROMPT, argmax, True, name)
             group = await sampler.generate(PROMPT, sampled, False, name)
-            base = await sampler.generate(PROMPT, greedy, False, None)
+            base = await sampler.generate(PROMPT, argmax, False, None)
             with pytest.raises(Refused, match="sampling_params"):
                 await sampler.generate(PROMPT, generate_params({"max_tokens": 4, "top_p": 0.0}, 1), False, name)
             return tuned, group, base
