@@ -5,7 +5,8 @@
 Many clients train LoRA adapters of one base model at once: each ``create_lora_training_client``
 gets its own adapter and AdamW (``agentrl.service.learner``); sampling goes to an ``agentrl
 serve`` the service starts on the same model (or to ``--sampler URL``: an ``agentrl serve`` or
-SGLang already running, with ``--sampler-key``), each request naming its client's adapter.
+SGLang already running, with ``--sampler-key``; or a vLLM server with ``--sampler-engine vllm``),
+each request naming its client's adapter.
 Point the SDK at it with ``TINKER_BASE_URL=http://127.0.0.1:PORT`` and ``TINKER_API_KEY=KEY``.
 The key must start with ``tml-`` (the SDK sends no other); it can come from
 $AGENTRL_SERVICE_API_KEY instead of the command line. Checkpoints go under ``--dir``.
@@ -41,6 +42,9 @@ def register(subparsers) -> None:
                    help="an inference server already running (agentrl serve or SGLang with LoRA enabled); "
                         "default: start agentrl serve on --model")
     p.add_argument("--sampler-key", default=None, help="that server's API key")
+    p.add_argument("--sampler-engine", default="sglang", choices=("sglang", "vllm"),
+                   help="the --sampler server's routes: sglang (agentrl serve's and SGLang's) or vllm (a vLLM "
+                        "server started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the agentrl serve it starts")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
@@ -60,12 +64,16 @@ def run(args) -> int:
     from agentrl.service.registry import ServiceState
     from agentrl.service.routes import Service, build_app
     from agentrl.service.sampler import Sampler
+    from agentrl.service.vllm_sampler import VllmSampler
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     key = args.api_key or os.environ.get(API_KEY_ENV)
     if not key or not key.startswith("tml-"):
         raise ConfigError(f"agentrl service needs an API key starting with 'tml-' (the tinker SDK sends no other): "
                           f"pass --api-key tml-SOMETHING or set ${API_KEY_ENV}")
+    if args.sampler is None and args.sampler_engine != "sglang":
+        raise ConfigError("--sampler-engine vllm needs --sampler URL (a vLLM server already running); without "
+                          "--sampler the service starts agentrl serve")
     try:
         sock = bind(args.host, args.port)
     except OSError as e:
@@ -81,9 +89,10 @@ def run(args) -> int:
         url, sampler_key = server.url, serve_key
     else:
         url, sampler_key = args.sampler, args.sampler_key
+    sampler = (VllmSampler if args.sampler_engine == "vllm" else Sampler)(url, sampler_key)
     try:
         state = ServiceState(args.dir, args.model_name or str(model_dir.resolve()), ttl_s=args.ttl)
-        service = Service(state=state, learner=learner, sampler=Sampler(url, sampler_key), futures=Futures(), key=key,
+        service = Service(state=state, learner=learner, sampler=sampler, futures=Futures(), key=key,
                           context_length=int(getattr(learner.base.config, "max_position_embeddings", 1024)))
         reaper: set[asyncio.Task] = set()
 

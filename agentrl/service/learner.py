@@ -36,7 +36,7 @@ from agentrl.api import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from agentrl.errors import ModelError, Refused
 from agentrl.service.proto import ForwardBackward
 from agentrl.trainer.lora import peft_module
-from agentrl.trainer.tinker_losses import REQUIRED, TINKER_LOSSES, tinker_loss
+from agentrl.trainer.tinker_losses import NOT_SERVED, REQUIRED, REQUIRED_CONFIG, TINKER_LOSSES, tinker_loss
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +156,15 @@ class Learner:
 
     def _check(self, fb: ForwardBackward) -> list[dict[str, torch.Tensor]]:
         """Each datum's loss inputs as tensors, or a ``Refused`` naming the first wrong one."""
+        if fb.loss_fn in NOT_SERVED:
+            raise Refused(f"loss_fn {fb.loss_fn!r} is not served here: {NOT_SERVED[fb.loss_fn]}")
         if fb.loss_fn not in TINKER_LOSSES:
             raise Refused(f"loss_fn {fb.loss_fn!r} is not served here; use one of {list(TINKER_LOSSES)} "
                           "(or forward_backward_custom, which runs on the client)")
+        for key in REQUIRED_CONFIG.get(fb.loss_fn, ()):
+            if not isinstance(fb.loss_fn_config.get(key), float):
+                raise Refused(f"loss {fb.loss_fn} needs a number in loss_fn_config[{key!r}] (e.g. "
+                              f"loss_fn_config={{{key!r}: 0.05}}), got {fb.loss_fn_config.get(key)!r}")
         if not fb.data:
             raise Refused("forward_backward got no data; send at least one Datum")
         out = []

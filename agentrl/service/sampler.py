@@ -31,6 +31,9 @@ from agentrl.service.proto import Sequence, sample_response
 class Sampler:
     """``/generate`` calls to one inference server at ``url`` (``key``: its API key)."""
 
+    load_route = "/load_lora_adapter"
+    """The inference server's route that loads an adapter by name (SGLang's)."""
+
     def __init__(self, url: str, key: str | None, *, timeout_s: float = 600.0) -> None:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s)
@@ -42,8 +45,8 @@ class Sampler:
         async with self.lock:
             if path not in self.loaded:
                 name = f"tinker{len(self.loaded) + 1}"
-                r = await self.http.post("/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)})
-                if r.status_code != 200 or not r.json().get("success", True):
+                r = await self.http.post(self.load_route, json={"lora_name": name, "lora_path": str(path)})
+                if r.status_code != 200 or not _succeeded(r):
                     raise Refused(f"the sampler could not load the adapter {path.name!r}: {r.text[:300]}", 400)
                 self.loaded[path] = name
             return self.loaded[path]
@@ -56,12 +59,22 @@ class Sampler:
         if request.get("target_prompt_logprobs") is not None:
             raise Refused("target_prompt_logprobs is not served by this service; leave it out")
         prompt = prompt_tokens(request.get("prompt"))
-        params = request.get("sampling_params") or {}
         n = request.get("num_samples", 1)
         if not isinstance(n, int) or not 1 <= n <= 1024:
             raise Refused(f"num_samples must be an integer in [1, 1024], got {n!r}")
         want_prompt = bool(request.get("prompt_logprobs"))
-        body = {"input_ids": prompt, "sampling_params": generate_params(params, n), "return_logprob": True,
+        params = generate_params(request.get("sampling_params") or {}, n)
+        sequences, prompt_lps = await self.generate(prompt, params, want_prompt, adapter)
+        last_n = request.get("prompt_logprobs_last_n")
+        if prompt_lps is not None and isinstance(last_n, int) and 0 < last_n < len(prompt_lps):
+            prompt_lps = [None] * (len(prompt_lps) - last_n) + prompt_lps[-last_n:]
+        return sample_response(sequences, prompt_lps)
+
+    async def generate(self, prompt: list[int], params: dict[str, Any], want_prompt: bool,
+                       adapter: str | None) -> tuple[list[Sequence], list[float | None] | None]:
+        """``params["n"]`` sequences from one ``/generate`` call, and with ``want_prompt`` every
+        prompt position's log-probability (the first None)."""
+        body = {"input_ids": prompt, "sampling_params": params, "return_logprob": True,
                 "logprob_start_len": 0 if want_prompt else -1}
         if adapter is not None:
             body["lora_path"] = adapter
@@ -74,16 +87,19 @@ class Sampler:
                               logprobs=[lp[0] for lp in x["meta_info"]["output_token_logprobs"]],
                               stop_reason="length" if (x["meta_info"].get("finish_reason") or {}).get("type") == "length"
                               else "stop") for x in results]
-        prompt_lps = None
-        if want_prompt:
-            prompt_lps = [lp[0] for lp in results[0]["meta_info"]["input_token_logprobs"]]
-            last_n = request.get("prompt_logprobs_last_n")
-            if isinstance(last_n, int) and 0 < last_n < len(prompt_lps):
-                prompt_lps = [None] * (len(prompt_lps) - last_n) + prompt_lps[-last_n:]
-        return sample_response(sequences, prompt_lps)
+        prompt_lps = [lp[0] for lp in results[0]["meta_info"]["input_token_logprobs"]] if want_prompt else None
+        return sequences, prompt_lps
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def _succeeded(r: httpx.Response) -> bool:
+    try:
+        body = r.json()
+    except ValueError:
+        return True  # vLLM answers its load route with plain text
+    return not isinstance(body, dict) or body.get("success", True)
 
 
 def prompt_tokens(prompt: Any) -> list[int]:

@@ -16,15 +16,21 @@ and ``r_t = exp(log p_θ - q)``:
                           GSPO (Zheng et al. 2025, arXiv:2507.18071): s_t = sg(s) · p_θ(x_t) /
                           sg(p_θ(x_t)), s = exp(mean over the ``sequence_ratio_mask`` tokens of
                           log p_θ - q): every token carries the sequence's ratio, with its own gradient
+    dro                   -Σ (log p_θ(x_t) · A_t - β/2 · (log p_θ(x_t) - q_t)²)   (Richemond et al.
+                          2024, arXiv:2405.19107: a quadratic penalty in place of a clip; β is
+                          ``loss_fn_config['beta']``, which has no default: Tinker's docs state none)
 
 ``lo``/``hi`` are ``loss_fn_config``'s ``clip_low_threshold`` and ``clip_high_threshold``
 (defaults 0.8 and 1.2: Tinker's ε = 0.2, documented for ppo; gspo takes the same defaults here,
 its own in Tinker were not found stated). Every loss returns its ``loss:sum`` (the SDK's metric
 name) through the caller, and the target log-probabilities are each datum's output.
 
-What it is not: ``dro``, ``stable_reinforce`` (its provenance spans need the sampler to
-record stability information) and ``custom`` (server-side custom losses): refused by name, with
-what to use instead. Nor the forward pass (``agentrl.service.learner``) or agentrl's own PPO
+What it is not: ``stable_reinforce`` and ``custom``, refused by name with what to use instead.
+StableReinforce's objective is not published: Tinker's docs (its "StableReinforce" page, alpha)
+say only that it uses "minimal additional information captured at sampling time" and that datums
+name their sampled sequences through provenance spans, so a loss written here under that name
+would be a guess. ``custom`` is server-side code, which the SDK's ``forward_backward_custom``
+does not need (it runs the loss on the client over ``forward``). Nor the forward pass (``agentrl.service.learner``) or agentrl's own PPO
 losses (``agentrl.trainer.losses``).
 """
 
@@ -34,15 +40,25 @@ from collections.abc import Mapping
 
 import torch
 
-TINKER_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "gspo")
+TINKER_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "gspo", "dro")
 """The loss names this service computes."""
 CLIP_DEFAULTS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 REQUIRED = {"cross_entropy": ("target_tokens", "weights"),
             "importance_sampling": ("target_tokens", "logprobs", "advantages"),
             "ppo": ("target_tokens", "logprobs", "advantages"),
             "cispo": ("target_tokens", "logprobs", "advantages"),
-            "gspo": ("target_tokens", "logprobs", "advantages", "sequence_ratio_mask")}
+            "gspo": ("target_tokens", "logprobs", "advantages", "sequence_ratio_mask"),
+            "dro": ("target_tokens", "logprobs", "advantages")}
 """Each loss's ``loss_fn_inputs`` (all of shape ``[N]``, N the datum's input length)."""
+REQUIRED_CONFIG = {"dro": ("beta",)}
+"""Each loss's ``loss_fn_config`` keys that have no default."""
+NOT_SERVED = {
+    "stable_reinforce": "its objective is not published (Tinker's docs describe only its inputs); train with "
+                        "loss_fn='ppo' or 'importance_sampling' (the cookbook's recipes take loss_fn=...)",
+    "custom": "server-side custom losses are not served; use forward_backward_custom, which computes the loss "
+              "on the client",
+}
+"""Loss names the SDK knows that this service refuses, with what to use instead."""
 
 
 def cross_entropy(target_logprobs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -87,6 +103,14 @@ def gspo(target_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, advanta
     return -torch.minimum(ratio * advantages, clipped * advantages).sum()
 
 
+def dro(target_logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, advantages: torch.Tensor, *,
+        beta: float) -> torch.Tensor:
+    """``-Σ (log p_θ · A - β/2 · (log p_θ - q)²)``: REINFORCE held near the sampler by a squared
+    log-ratio penalty (no ratio, no clip)."""
+    penalty = (target_logprobs - sampling_logprobs) ** 2
+    return -(target_logprobs * advantages - 0.5 * beta * penalty).sum()
+
+
 def tinker_loss(name: str, target_logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor],
                 config: Mapping[str, float | str]) -> torch.Tensor:
     """The loss ``name`` of one datum; ``inputs`` are its ``loss_fn_inputs`` as float tensors of
@@ -101,4 +125,6 @@ def tinker_loss(name: str, target_logprobs: torch.Tensor, inputs: Mapping[str, t
         return fn(target_logprobs, inputs["logprobs"], inputs["advantages"], **clip)
     if name == "gspo":
         return gspo(target_logprobs, inputs["logprobs"], inputs["advantages"], inputs["sequence_ratio_mask"], **clip)
+    if name == "dro":
+        return dro(target_logprobs, inputs["logprobs"], inputs["advantages"], beta=float(config["beta"]))
     raise ValueError(f"loss_fn must be one of {list(TINKER_LOSSES)}, got {name!r}")

@@ -13,6 +13,9 @@
    itself cannot run here: it loads ``HuggingFaceH4/no_robots`` from the Hub and looks its model
    up in the cookbook's table of named models.
 
+3. ``examples/tinker_arith_rl.py``: the cookbook's RL trainer (``rl/train.py``) on the tiny
+   model's own ``a+b+c`` task, with the cookbook's held-out evaluation, one step.
+
 Prints one JSON line: each run's metrics per step.
 """
 
@@ -24,7 +27,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "examples"), str(ROOT)]  # the examples; agentrl.model.arith_data for tinker_arith_rl
 from tinker_cookbook_tiny import register  # noqa: E402  (the renderer, registered with the cookbook)
 
 RENDERER = register()
@@ -65,7 +69,20 @@ def sl(model: str, out: Path) -> list[dict]:
     return metrics(out / "sl")
 
 
+def own(model: str, out: Path) -> list[dict]:
+    """examples/tinker_arith_rl.py: the cookbook's RL trainer on the tiny model's own task, with
+    its held-out evaluation, one step."""
+    import tinker_arith_rl
+    from tinker_cookbook.rl import train
+
+    run = tinker_arith_rl.Run(model_name=model, log_path=str(out / "own"), group_size=2, groups_per_batch=2,
+                              max_steps=1, eval_every=1, save_every=0, test_problems=4)
+    asyncio.run(train.main(tinker_arith_rl.config(run)))
+    return metrics(out / "own")
+
+
 if __name__ == "__main__":
     model_dir, out_dir = sys.argv[1], Path(sys.argv[2])
-    print(json.dumps({"rl": rl(model_dir, out_dir), "sl": sl(model_dir, out_dir)}), flush=True)
+    print(json.dumps({"rl": rl(model_dir, out_dir), "sl": sl(model_dir, out_dir), "own": own(model_dir, out_dir)}),
+          flush=True)
     os._exit(0)  # the SDK's background threads: see sdk_calls.py

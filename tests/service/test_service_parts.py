@@ -58,6 +58,13 @@ def test_clients_train_their_own_adapters_and_a_refused_datum_leaves_nothing(lea
     assert all(p.grad is None for p in learner._params("a"))  # refused before any forward pass
     with pytest.raises(Refused, match="token ids in"):
         learner.forward_backward(sft("a", seq=[1, 2, 9999]))
+    rl = {"logprobs": np.zeros(7, np.float32), "advantages": np.ones(7, np.float32)}
+    for loss, config, why in (("stable_reinforce", {}, "objective is not published"),
+                              ("dro", {}, r"needs a number in loss_fn_config\['beta'\]")):
+        fb = sft("a", **rl)
+        fb.loss_fn, fb.loss_fn_config = loss, config
+        with pytest.raises(Refused, match=why):
+            learner.forward_backward(fb)
     out, metrics = learner.forward_backward(sft("a"))
     assert out[0]["logprobs"].shape == (7,) and metrics["loss:sum"] == pytest.approx(-out[0]["logprobs"].sum(), rel=1e-5)
     learner.optim_step("a", ADAM)

@@ -125,3 +125,5 @@ def test_the_cookbooks_rl_and_sl_loops_train_through_the_service(service, tiny_m
     assert all(m["env/all/total_episodes"] == 8 for m in rl_steps)
     sl_nll = [m["train_mean_nll"] for m in got["sl"] if "train_mean_nll" in m]
     assert len(sl_nll) == 3 and sl_nll[-1] < sl_nll[0]  # the same batch each step: its loss falls
+    own = got["own"]  # the cookbook's RL trainer on the tiny model's own task: evaluated, trained
+    assert own[0]["env/all/total_episodes"] == 4 and own[0]["test/env/all/total_episodes"] == 4

@@ -11,7 +11,15 @@ import math
 import pytest
 import torch
 
-from agentrl.trainer.tinker_losses import cispo, cross_entropy, gspo, importance_sampling, ppo, tinker_loss
+from agentrl.trainer.tinker_losses import (
+    cispo,
+    cross_entropy,
+    dro,
+    gspo,
+    importance_sampling,
+    ppo,
+    tinker_loss,
+)
 
 T = [-1.0, -2.0, -0.5]
 Q = [-1.2, -1.5, -0.5]
@@ -89,6 +97,18 @@ def test_gspo_gives_every_token_the_sequences_ratio_and_its_own_gradient():
     assert t.grad.tolist() == pytest.approx([-s, 0.0, -s * 0.5])
 
 
+def test_dro_is_reinforce_minus_half_beta_times_the_squared_log_ratio():
+    t = leaf()
+    loss = dro(t, *args(), beta=0.5)
+    loss.backward()
+    # log-ratios t - q = [0.2, -0.5, 0]; Σ t·A = -1 + 4 - 0.25 = 2.75; Σ (t-q)² = 0.04 + 0.25 = 0.29
+    assert loss.item() == pytest.approx(-(2.75 - 0.25 * 0.29))
+    # d/dt = -(A - β·(t - q)): the penalty pulls each token back toward the sampler's log-prob
+    assert t.grad.tolist() == pytest.approx([-(1 - 0.5 * 0.2), -(-2 + 0.5 * 0.5), -0.5])
+    assert tinker_loss("dro", leaf(), {"logprobs": args()[0], "advantages": args()[1]}, {"beta": 0.5}).item() == \
+        pytest.approx(loss.item())
+
+
 def test_tinker_loss_reads_the_clip_thresholds_from_the_config_and_refuses_unknown_names():
     q, a = args()
     inputs = {"logprobs": q, "advantages": a}
@@ -97,4 +117,4 @@ def test_tinker_loss_reads_the_clip_thresholds_from_the_config_and_refuses_unkno
     assert tinker_loss("cispo", leaf(), inputs, wide).item() == pytest.approx(
         -sum(r * t * adv for r, t, adv in zip(R, T, A, strict=True)))
     with pytest.raises(ValueError, match="loss_fn must be one of"):
-        tinker_loss("dro", leaf(), inputs, {})
+        tinker_loss("stable_reinforce", leaf(), inputs, {})
