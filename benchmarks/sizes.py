@@ -167,11 +167,11 @@ def peak_rss_bytes() -> int:
 def trainer_side(side: str, model: str, work: Workload, threads: int) -> dict:
     """One side's tokens/s and peak RSS: ``actor`` (``Actor.train_step``) or ``bare`` (a plain step)."""
     import torch
+    from trainer import bare_step, demo_trajectories
 
     from agentrl.run.local_launcher import one_rank_group
     from agentrl.trainer.batch import prepare_batch
     from agentrl.trainer.trainer_config import TrainerConfig
-    from trainer import bare_step, demo_trajectories
 
     torch.set_num_threads(threads)
     trajectories = demo_trajectories(model, work.train_groups, work.train_group_size, seed=0)
