@@ -80,10 +80,10 @@ class Workload:
 
 
 WORKLOADS = {
-    "1m": Workload(16, 256, 256, 64, 16, 16, 3, 5),
-    "25m": Workload(16, 128, 128, 64, 16, 16, 3, 3),
-    "100m": Workload(8, 64, 96, 32, 8, 8, 2, 2),
-    "0.5b": Workload(4, 32, 64, 16, 2, 8, 1, 1),
+    "1m": Workload(16, 64, 128, 32, 16, 16, 3, 3),
+    "25m": Workload(8, 64, 128, 32, 8, 8, 2, 2),
+    "100m": Workload(4, 32, 64, 16, 4, 4, 1, 1),
+    "0.5b": Workload(2, 16, 48, 8, 2, 4, 1, 1),
 }
 QUICK = Workload(2, 16, 128, 8, 2, 4, 1, 1)
 
@@ -314,6 +314,56 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+# --------------------------------------------------------------------------- the loop at one size
+
+
+LOOP_OVERRIDES = (  # a few steps of the demo's recipe that fit 2 cores: small groups, LoRA, recomputed activations
+    "rollout.batch_size=4", "rollout.group_size=4", "inference.max_running_requests=16", "eval.dataset=null",
+    "checkpoint.every_steps=0", "trainer.lora.rank=16", "trainer.lr=1e-4", "trainer.gradient_checkpointing=true",
+    "max_minutes=30")
+
+
+def process_name(proc) -> str:
+    """A process's first words (the programs' names, then their first arguments) and its pid."""
+    words = [Path(c).name if c.startswith("/") else c for c in proc.cmdline()[:4]]
+    return f"{' '.join(words)[:80]} ({proc.pid})"
+
+
+def loop_part(size: str, steps: int, out: Path, tmp: Path) -> dict:
+    """``agentrl train`` on the demo recipe with a random ``size`` model for ``steps`` steps; each
+    process's peak RSS (``VmHWM``, read every half second) and the largest sum of them at one time."""
+    import psutil
+
+    model = tmp / size
+    params = build_model(size, model)
+    cmd = [str(Path(sys.executable).parent / "agentrl"), "train", str(ROOT / "examples" / "arith_grpo.yaml"),
+           f"model={model}", f"run_dir={out / f'loop-{size}'}", f"steps={steps}", f"trainer.total_steps={steps}",
+           *LOOP_OVERRIDES]
+    peaks: dict[str, int] = {}
+    total = 0
+    t0 = time.perf_counter()
+    with open(out / f"loop-{size}.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            now = 0
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    rss, name = p.memory_info().rss, process_name(p)
+                    hwm = next(int(line.split()[1]) * 1024 for line in open(f"/proc/{p.pid}/status")
+                               if line.startswith("VmHWM"))
+                    peaks[name], now = max(peaks.get(name, 0), hwm), now + rss
+            total = max(total, now)
+            time.sleep(0.5)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        sys.exit(f"benchmarks/sizes.py: agentrl train exited {proc.returncode}; see {out / f'loop-{size}.log'}")
+    summary = json.loads((out / f"loop-{size}" / "summary.json").read_text())
+    return {"benchmark": "sizes_loop", "size": size, "parameters": params, "steps": steps, "wall_s": round(wall, 1),
+            "overrides": list(LOOP_OVERRIDES), "peak_rss_bytes": peaks, "peak_total_rss_bytes": total,
+            "summary": {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
@@ -321,6 +371,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each engine and trainer (default 1)")
     ap.add_argument("--out", type=Path, default=None, help="where sizes.jsonl and sizes.png go "
                                                              "(default runs/sizes/<UTC time>)")
+    ap.add_argument("--loop", type=int, metavar="STEPS", help="instead: `agentrl train` the demo recipe with the "
+                    "first of --sizes for STEPS steps (LoRA, recomputed activations) and report each process's peak RSS")
     ap.add_argument("--child", choices=("trainer-actor", "trainer-bare", "publish"), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
@@ -339,7 +391,12 @@ def main() -> None:
     out = args.out or ROOT / "runs" / "sizes" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="agentrl-sizes-") as tmp:
+    from agentrl.process.services import exit_on_signals
+
+    with exit_on_signals("benchmarks/sizes.py"), tempfile.TemporaryDirectory(prefix="agentrl-sizes-") as tmp:
+        if args.loop:
+            print(json.dumps(loop_part(sizes[0], args.loop, out, Path(tmp))), flush=True)
+            return
         for size in sizes:
             row = one_size(size, QUICK if args.quick else WORKLOADS[size], args.threads, Path(tmp), args.quick)
             rows.append(row)
