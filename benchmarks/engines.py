@@ -89,11 +89,11 @@ async def measure(urls: dict[str, str], demo_prompts, long_prompts, lengths, rep
 
 
 @contextlib.contextmanager
-def both_servers(model: str, threads: int, max_running: int = 256,
-                 context_length: int | None = None) -> Iterator[dict[str, str]]:
-    """``agentrl serve`` and vLLM's CPU server on ``model``, each with ``threads`` torch threads and one
-    key (both servers and the clients take it), at most ``context_length`` tokens a request (default: each
-    engine's): yields their URLs by name, stops both after."""
+def both_servers(model: str, threads: int, max_running: int = 256, context_length: int | None = None,
+                 serve_args: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
+    """``agentrl serve`` (with ``serve_args`` too) and vLLM's CPU server on ``model``, each with ``threads``
+    torch threads and one key (both servers and the clients take it), at most ``context_length`` tokens a
+    request (default: each engine's): yields their URLs by name, stops both after."""
     limit = ([] if context_length is None else [f"inference.extra_args=[--max-model-len,{context_length}]"])
     cfg = load_config(RunConfig, None, [f"model={model}", "inference.engine=vllm", f"inference.threads={threads}",
                                         f"inference.max_running_requests={max_running}", *limit])
@@ -105,7 +105,7 @@ def both_servers(model: str, threads: int, max_running: int = 256,
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         ours = [] if context_length is None else ["--context-length", str(context_length)]
-        with ServerProcess(model, "--max-running-requests", str(max_running), *ours, threads=threads,
+        with ServerProcess(model, "--max-running-requests", str(max_running), *ours, *serve_args, threads=threads,
                            startup_timeout=600) as server:
             wait_healthy(f"http://127.0.0.1:{port}", proc, 600, Path(log.name), route="/health")
             yield {"agentrl": server.url, "vllm": f"http://127.0.0.1:{port}"}

@@ -148,8 +148,11 @@ def engine_part(model: Path, work: Workload, threads: int) -> dict:
     tok = AutoTokenizer.from_pretrained(model)
     demo, long = make_prompts(tok, work.demo_prompts, seed=1), make_prompts(tok, work.long_prompts, seed=2)
     lengths = log_uniform_lengths(work.long_prompts, 16, work.long_max, seed=2)
-    running = max(16 * work.demo_prompts, work.ttft_load + 4, 64)
-    with both_servers(str(model), threads, running, context_length=512) as urls:
+    running = max(16 * work.demo_prompts, work.ttft_load + 4)
+    # KV for `running` requests of 256 tokens each, and a prefix cache of 4,096 tokens (vLLM: 1 GiB of KV):
+    # at 0.5b, agentrl serve's defaults would hold 7.5 GiB of cache up front
+    with both_servers(str(model), threads, running, context_length=256,
+                      serve_args=("--prefix-cache-tokens", "4096")) as urls:
         result = asyncio.run(engine_rounds(urls, demo, long, lengths, work.reps))
         ttft = asyncio.run(ttft_rounds(urls, long, work.ttft_load, work.long_max, work.reps))
     for name in urls:
@@ -317,8 +320,10 @@ def plot(rows: list[dict], path: Path) -> None:
 # --------------------------------------------------------------------------- the loop at one size
 
 
-LOOP_OVERRIDES = (  # a few steps of the demo's recipe that fit 2 cores: small groups, LoRA, recomputed activations
+LOOP_OVERRIDES = (  # a few steps of the demo's recipe that fit 2 cores: small groups, LoRA, recomputed activations,
+    # and a server cache sized to the run (agentrl serve's defaults hold 7.5 GiB of KV up front at 0.5b)
     "rollout.batch_size=4", "rollout.group_size=4", "inference.max_running_requests=16", "eval.dataset=null",
+    "inference.extra_args=[--context-length,256,--prefix-cache-tokens,1024]",
     "checkpoint.every_steps=0", "trainer.lora.rank=16", "trainer.lr=1e-4", "trainer.gradient_checkpointing=true",
     "max_minutes=30")
 
