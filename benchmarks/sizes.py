@@ -353,10 +353,10 @@ def loop_part(size: str, steps: int, out: Path, tmp: Path) -> dict:
         while proc.poll() is None:
             now = 0
             for p in [root, *root.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
+                with contextlib.suppress(psutil.Error, OSError):
                     rss, name = p.memory_info().rss, process_name(p)
-                    hwm = next(int(line.split()[1]) * 1024 for line in open(f"/proc/{p.pid}/status")
-                               if line.startswith("VmHWM"))
+                    hwm = next((int(line.split()[1]) * 1024 for line in open(f"/proc/{p.pid}/status")
+                                if line.startswith("VmHWM")), 0)  # none once it has exited
                     peaks[name], now = max(peaks.get(name, 0), hwm), now + rss
             total = max(total, now)
             time.sleep(0.5)
@@ -378,6 +378,8 @@ def main() -> None:
                                                              "(default runs/sizes/<UTC time>)")
     ap.add_argument("--loop", type=int, metavar="STEPS", help="instead: `agentrl train` the demo recipe with the "
                     "first of --sizes for STEPS steps (LoRA, recomputed activations) and report each process's peak RSS")
+    ap.add_argument("--plot", nargs="+", type=Path, metavar="JSONL", help="instead: plot the rows of earlier runs' "
+                    "sizes.jsonl files (sizes measured in separate runs) into OUT/sizes.png")
     ap.add_argument("--child", choices=("trainer-actor", "trainer-bare", "publish"), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
@@ -395,6 +397,11 @@ def main() -> None:
         sys.exit(f"benchmarks/sizes.py: --sizes takes a comma-separated list of {', '.join(SHAPES)}; got {args.sizes!r}")
     out = args.out or ROOT / "runs" / "sizes" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
+    if args.plot:
+        rows = [json.loads(line) for f in args.plot for line in f.read_text().splitlines() if line.strip()]
+        plot(sorted(rows, key=lambda r: r["parameters"]), out / "sizes.png")
+        print(f"wrote {out / 'sizes.png'}", file=sys.stderr)
+        return
     rows = []
     from agentrl.process.services import exit_on_signals
 
