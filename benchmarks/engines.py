@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,8 +84,33 @@ async def measure(urls: dict[str, str], demo_prompts, long_prompts, lengths, rep
                 results[name]["long_tokens_per_s"].append(
                     round(await long_round(engines[name], long_prompts, lengths), 1))
         for name, engine in engines.items():
-            results[name]["api"] = engine._engine
+            results[name]["api"] = type(engine._backend).__name__  # the backend auto detected
     return results
+
+
+@contextlib.contextmanager
+def both_servers(model: str, threads: int, max_running: int = 256, context_length: int | None = None,
+                 serve_args: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
+    """``agentrl serve`` (with ``serve_args`` too) and vLLM's CPU server on ``model``, each with ``threads``
+    torch threads and one key (both servers and the clients take it), at most ``context_length`` tokens a
+    request (default: each engine's): yields their URLs by name, stops both after."""
+    limit = ([] if context_length is None else [f"inference.extra_args=[--max-model-len,{context_length}]"])
+    cfg = load_config(RunConfig, None, [f"model={model}", "inference.engine=vllm", f"inference.threads={threads}",
+                                        f"inference.max_running_requests={max_running}", *limit])
+    if vllm_python(cfg) is None:
+        sys.exit("benchmarks: vLLM is not installed; run `make vllm`")
+    port = free_port()
+    cmd, env = vllm_command(cfg, "127.0.0.1", port, 0, ensure_server_key())
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        ours = [] if context_length is None else ["--context-length", str(context_length)]
+        with ServerProcess(model, "--max-running-requests", str(max_running), *ours, *serve_args, threads=threads,
+                           startup_timeout=600) as server:
+            wait_healthy(f"http://127.0.0.1:{port}", proc, 600, Path(log.name), route="/health")
+            yield {"agentrl": server.url, "vllm": f"http://127.0.0.1:{port}"}
+    finally:
+        stop_process(proc)
 
 
 def main() -> None:
@@ -93,10 +119,6 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    cfg = load_config(RunConfig, None, [f"model={args.model}", "inference.engine=vllm",
-                                        f"inference.threads={args.threads}", "inference.max_running_requests=256"])
-    if vllm_python(cfg) is None:
-        sys.exit("benchmarks/engines.py: vLLM is not installed; run `make vllm`")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(args.model)
@@ -104,17 +126,8 @@ def main() -> None:
     lengths = log_uniform_lengths(256, 16, 256, seed=2)
 
     print(f"agentrl serve and vLLM ({args.threads} thread(s) each) ...", file=sys.stderr, flush=True)
-    port = free_port()
-    cmd, env = vllm_command(cfg, "127.0.0.1", port, 0, ensure_server_key())  # both servers and the clients take it
-    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        with ServerProcess(args.model, "--max-running-requests", "256", threads=args.threads) as server:
-            wait_healthy(f"http://127.0.0.1:{port}", proc, 300, Path(log.name), route="/health")
-            results = asyncio.run(measure({"agentrl": server.url, "vllm": f"http://127.0.0.1:{port}"},
-                                          demo_prompts, long_prompts, lengths, args.reps))
-    finally:
-        stop_process(proc)
+    with both_servers(args.model, args.threads) as urls:
+        results = asyncio.run(measure(urls, demo_prompts, long_prompts, lengths, args.reps))
     ours, theirs = results["agentrl"], results["vllm"]
     print(f"  agentrl serve: {ours}\n  vLLM: {theirs}", file=sys.stderr, flush=True)
     med = statistics.median

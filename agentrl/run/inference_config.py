@@ -3,8 +3,9 @@
 What it is: the typed settings of what the launchers start (``agentrl serve``, SGLang or vLLM
 servers, SGLang's router: ``agentrl.run.local_launcher``, ``agentrl.run.router``) and of the
 client every part of the run reaches them with (``inference.client``: the client package's
-``RemoteEngineConfig``), and ``check_engine``, the refusals by key of an engine that is not
-installed or cannot take what the trainer sends (a merged adapter, a broadcast adapter).
+``RemoteEngineConfig``), ``apply_auto_engine``, which turns ``engine: auto`` into an engine by the
+model's size (``auto_engine``, the rule, pure), and ``check_engine``, the refusals by key of an engine
+that is not installed or cannot take what the trainer sends (a merged adapter, a broadcast adapter).
 It sits in the run package because it joins two components that never import each other
 (the server's ``agentrl.inference`` and the client's ``agentrl.client``).
 What it is not: ``agentrl serve``'s own settings (``agentrl.inference.serve_config``) or the client.
@@ -23,6 +24,7 @@ from agentrl.config import option
 from agentrl.errors import ConfigError
 
 ROUTERS = ("client", "sglang")
+AUTO_ENGINE = "auto"
 
 
 @dataclass
@@ -31,10 +33,15 @@ class InferenceConfig:
 
     servers: list[str] = option([], help="URLs of running servers (SGLang, vLLM or agentrl serve); empty: start "
                                          "our own")
-    engine: str = option("agentrl", choices=ENGINES,
+    engine: str = option("agentrl", choices=(*ENGINES, AUTO_ENGINE),
                          help="what to start when servers is empty: agentrl serve (CPU or GPU), "
                               "python -m sglang.launch_server (needs the sglang extra and a GPU), or vLLM's "
-                              "OpenAI server (`make vllm` installs it in .venv-vllm; or inference.vllm_python)")
+                              "OpenAI server (`make vllm` installs it in .venv-vllm; or inference.vllm_python); "
+                              "auto: by the model's size (inference.auto_vllm_parameters), decided at start")
+    auto_vllm_parameters: int | None = option(
+        None, ge=1, help="engine auto on a CPU: a model of at least this many parameters starts vLLM (when "
+                         "installed and the run's weight sync allows it), a smaller one agentrl serve; null: "
+                         "agentrl serve at every size (benchmarks/sizes.py measures where the engines cross)")
     num_servers: int = option(1, ge=1, help="servers to start")
     threads: int = option(1, ge=1, help="agentrl serve and vLLM on CPU: torch threads of each server")
     max_running_requests: int = option(256, ge=1, help="agentrl serve and vLLM: requests decoded together")
@@ -72,6 +79,54 @@ class InferenceConfig:
     def served_by(self) -> str:
         """The engine that answers: ``vllm`` when either side says so, else ``engine``."""
         return "vllm" if "vllm" in (self.engine, self.client.engine) else self.engine
+
+
+def auto_engine(parameters: int, *, device: str, vllm_above: int | None, vllm_usable: str | None) -> tuple[str, str]:
+    """``engine: auto``'s choice and why: vLLM for a model of at least ``vllm_above`` parameters on a
+    CPU, unless ``vllm_usable`` says why it cannot serve this run; agentrl serve otherwise."""
+    size = f"{parameters / 1e6:,.1f} M parameters"
+    if device != "cpu":
+        return "agentrl", f"agentrl serve ({device}: the size rule is measured on CPUs only)"
+    if vllm_above is None or parameters < vllm_above:
+        limit = "no vLLM size is set" if vllm_above is None else f"below inference.auto_vllm_parameters={vllm_above:,}"
+        return "agentrl", f"agentrl serve ({size}, {limit})"
+    if vllm_usable is not None:
+        return "agentrl", f"agentrl serve ({size}, but {vllm_usable})"
+    return "vllm", f"vllm ({size}, at least inference.auto_vllm_parameters={vllm_above:,})"
+
+
+def apply_auto_engine(cfg: Any) -> str | None:
+    """``inference.engine: auto`` (``cfg``: a ``RunConfig`` whose model directory was checked) made the
+    engine ``auto_engine`` picks, counting the model's parameters from its safetensors headers; a line
+    to print, or None when the engine was named."""
+    inference = cfg.inference
+    if inference.engine != AUTO_ENGINE:
+        return None
+    from math import prod
+
+    from agentrl.client.checkpoint_check import read_headers
+
+    parameters = sum(prod(shape) for _, _, shape, _, _ in read_headers(cfg.model).values())
+    engine, why = auto_engine(parameters, device=cfg.device, vllm_above=inference.auto_vllm_parameters,
+                              vllm_usable=vllm_refusal(cfg))
+    cfg.inference = replace(inference, engine=engine)
+    return f"inference.engine auto: {why}"
+
+
+def vllm_refusal(cfg: Any) -> str | None:
+    """Why a started vLLM could not serve this run, or None."""
+    from agentrl.run.local_launcher import vllm_python
+
+    sync = cfg.trainer.weight_sync
+    if inference_servers := cfg.inference.servers:
+        return f"inference.servers lists {len(inference_servers)} running server(s)"
+    if cfg.deterministic:
+        return "deterministic mode needs agentrl serve"
+    if cfg.trainer.lora.enabled and (sync.adapters == "merge" or sync.transport == "distributed"):
+        return "vLLM cannot take this run's LoRA weight sync"
+    if vllm_python(cfg) is None:
+        return "vLLM is not installed (make vllm)"
+    return None
 
 
 def check_engine(cfg: Any) -> None:

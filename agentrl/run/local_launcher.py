@@ -75,6 +75,9 @@ class ManagedServer:
     def start(self) -> None:
         inf = self.cfg.inference
         log_path = self.log_dir / f"server-{self.index}.log"
+        if inf.engine == "auto":  # check_run_config decides it before anything starts
+            raise ConfigError("config key 'inference.engine': auto was not decided; call "
+                              "agentrl.run.run_config.check_run_config(cfg) before launching")
         if inf.engine == "agentrl":
             # a GPU of its own after the trainer ranks' when there is one; else it shares the first
             own = self.cfg.device == "cuda" and server_has_own_gpu(self.cfg, self.index, cuda_device_count())

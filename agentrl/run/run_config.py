@@ -34,7 +34,14 @@ from agentrl.rollout.record import RECORD_MAX_BYTES
 from agentrl.rollout.rollout_config import RolloutConfig
 from agentrl.rollout.workflow_inputs import WorkflowInputs, check_workflow_args
 from agentrl.rollout.workflow_inputs import build_workflow as build_workflow_from
-from agentrl.run.inference_config import ENGINES, ROUTERS, InferenceConfig, check_engine, check_vllm
+from agentrl.run.inference_config import (
+    ENGINES,
+    ROUTERS,
+    InferenceConfig,
+    apply_auto_engine,
+    check_engine,
+    check_vllm,
+)
 from agentrl.run.placement import (
     PLACEMENTS,
     apply_placement,
@@ -163,8 +170,11 @@ def check_weights(model: Path) -> None:
 
 
 def check_run_config(cfg: RunConfig) -> None:
-    """Refuse, before anything starts, what cannot work; each error names its config key."""
+    """Refuse, before anything starts, what cannot work; each error names its config key. An
+    ``inference.engine: auto`` is decided here, once the model is known (the line says which)."""
     check_model(cfg)
+    if (line := apply_auto_engine(cfg)) is not None:
+        print(f"agentrl: {line}", flush=True)
     check_rollout_worker(cfg)
     check_source(cfg)
     check_workflow(cfg)
