@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers repo-taskset distill
+.PHONY: install demo demo-tools demo-feedback demo-code demo-swe test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers repo-taskset distill
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -283,6 +283,16 @@ distill: model
 	  --port 30100 --threads 1 > runs/distill_teacher/serve.log 2>&1 & pid=$$!; trap "kill $$pid" EXIT; \
 	until grep -q "ready on" runs/distill_teacher/serve.log; do kill -0 $$pid || exit 1; sleep 1; done; \
 	$(BIN)/agentrl train examples/distill_arith.yaml
+
+# A software-engineering agent (examples/swe_agent.yaml): `agentrl sft` on scripted agents' episodes
+# on tiny generated repositories (runs/swe_agent_sft/), then GRPO on agentrl/Repo-v0, each episode
+# in a container and graded by hidden tests in a fresh one (runs/swe_agent/). The last line printed
+# is the run's summary as JSON (eval_before, eval_after, tested_before_submit_before/_after: the
+# share of resolved held-out episodes that ran the tests, containers_started, minutes).
+demo-swe: model sandbox-image
+	rm -rf runs/swe_agent_sft runs/swe_agent
+	$(BIN)/agentrl sft examples/swe_agent_sft.yaml
+	$(BIN)/agentrl train examples/swe_agent.yaml
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) $(VERIFIERS_VENV) $(TINKER_VENV) $(MCP_GIT_VENV) $(MCP_SERVERS) build *.egg-info

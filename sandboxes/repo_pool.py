@@ -274,5 +274,8 @@ def shared_repo_pool(config: RepoPoolConfig | None = None) -> RepoPool:
     config = config or RepoPoolConfig()
     key = tuple(sorted(dataclasses.asdict(config).items()))
     if key not in _SHARED:
+        from agentrl.plugins import SHARED_SANDBOXES
+
         _SHARED[key] = RepoPool(config)
+        SHARED_SANDBOXES[f"repo-pool:{key}"] = _SHARED[key]  # its counters reach the run's summary
     return _SHARED[key]

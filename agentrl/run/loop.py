@@ -450,6 +450,8 @@ class Leader:
         theirs = Counter() if isinstance(self.rollout, LocalRollout) else Counter(closed["sandbox"])
         if "runs" in (sandbox := sandbox_counters() + theirs):
             summary["sandbox_runs"] = sandbox["runs"]
+        if "containers_started" in sandbox:  # repository tasks' containers (sandboxes/repo_pool.py)
+            summary["containers_started"] = sandbox["containers_started"]
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         plot_curves(self.run_dir)
         return summary

@@ -13,4 +13,5 @@ Task generation (``agentrl tasks``):
     generate.py         candidates kept when some tests fail and the rest pass; rows, split, validation
     harbor_out.py       a generated instance written as a Harbor task directory
     oracle.py           the scripted agent that applies each task's gold patch (generation and grading agree)
+    tiny_repos.py       tiny generated repositories with one bug each, one shared image (a tiny model's tasks)
 """

@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +30,11 @@ from agentrl.api import Message
 from agentrl.env.mcp_tools import MCPServerConfig, mcp_sources
 from agentrl.env.rewards import Reward, Rubric, fact
 from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
-from agentrl.env.tools import Tool, ToolBox
+from agentrl.env.tools import Tool, ToolBox, tool
 from agentrl.errors import EnvError
 from agentrl.toolcalls import DEFAULT_TOOL_PARSER
 from envs.repo.editor import Command, FileEditor
-from envs.repo.grading import agent_diff, grade_harbor, grade_swebench
+from envs.repo.grading import agent_diff, grade_harbor, grade_swebench, place_files
 from envs.repo.tasks import RepoTask, load_tasks, read_task
 from sandboxes.repo_container import ContainerSpec
 from sandboxes.repo_pool import RepoPool, RepoPoolConfig, RepoSession, shared_repo_pool
@@ -44,6 +46,8 @@ PROMPT = """{instruction}
 You are working in a repository at {workdir} inside a Linux container. Use the tools: `bash` runs one shell
 command (the working directory and environment persist between calls), `str_replace_editor` views, creates and
 edits files. Make the change the task asks for, then call `submit`."""
+TEST_PATTERN = r"\bpytest\b|\btox\b|\bnox\b|unittest|manage\.py test|\bmake (test|check)\b"
+"""What a ``bash`` command that runs tests looks like (the ``ran_tests`` fact)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -105,13 +109,15 @@ class RepoEnv(TextEnv):
 
     ## Starting State
     ``options["task"]``: a SWE-bench row or ``{"task_dir": path}``; else a row of
-    ``dataset`` drawn with the seeded ``np_random``. The container comes from a warm pool.
+    ``dataset`` drawn with the seeded ``np_random``. The container comes from a warm pool; a
+    row's ``files`` are written into it and committed then (``envs/repo/tasks.py``).
 
     ## Rewards
     ``resolved`` (weight 1): the ``score`` fact — SWE-bench: 1.0 when swebench's grading says
     resolved (every FAIL_TO_PASS test fixed, every PASS_TO_PASS kept); Harbor: the verifier's
     reward. ``f2p_fixed`` and ``p2p_kept`` (weights ``f2p_weight``, ``p2p_weight``, default 0):
-    the shares of FAIL_TO_PASS tests fixed and PASS_TO_PASS tests kept.
+    the shares of FAIL_TO_PASS tests fixed and PASS_TO_PASS tests kept. ``ran_tests`` (weight
+    0, reported only): 1.0 when a ``bash`` command matching ``test_pattern`` ran before grading.
 
     ## Episode End
     Terminated by ``submit`` or a reply without tool calls (graded then). Truncated after
@@ -120,7 +126,7 @@ class RepoEnv(TextEnv):
 
     ## Information
     Reset: ``tools`` (the OpenAI schemas, MCP servers' included), ``task_id``, ``format``. Step: ``turn``,
-    ``commands``, ``tool_errors``; on the graded step ``score``, ``resolved``, ``f2p_fixed``,
+    ``commands``, ``tool_errors``; on the graded step ``score``, ``resolved``, ``ran_tests``, ``f2p_fixed``,
     ``p2p_kept``, ``patch_applied``, ``diff`` (SWE-bench), ``verifier_exit`` (Harbor), and
     ``rewards`` on the last step (the grading's time and log, not deterministic, are the env's
     ``last_grade``). A failure of the
@@ -139,7 +145,11 @@ class RepoEnv(TextEnv):
     comma-separated, as a run's ``sandbox.services`` gives them: the containers run there, each
     episode on the least busy; a lost host fails its episodes with ``SandboxError``; key from
     ``AGENTRL_SANDBOX_API_KEY``. Empty or "docker": the engine of ``docker_host``), ``tool_call_parser``, ``reasoning_parser``, ``max_tokens``,
-    ``max_wall_s``, ``render_mode``: "ansi" or None.
+    ``max_wall_s``, ``render_mode``: "ansi" or None, ``prompt`` (the first message, a template
+    of ``{instruction}`` and ``{workdir}``; default ``PROMPT``; a short one for small contexts),
+    ``test_pattern`` (a regular expression: the bash commands that count as running tests),
+    ``tool_descriptions`` (tool name -> the description offered instead of its docstring's; short
+    ones for small contexts).
 
     ## Version History
     * v0: initial version.
@@ -170,17 +180,30 @@ class RepoEnv(TextEnv):
         max_tokens: int | None = None,
         max_wall_s: float | None = None,
         render_mode: str | None = None,
+        prompt: str = PROMPT,
+        test_pattern: str = TEST_PATTERN,
+        tool_descriptions: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             rubric=Rubric([Reward("resolved", fact("score")), Reward("f2p_fixed", fact("f2p_fixed"), f2p_weight),
-                           Reward("p2p_kept", fact("p2p_kept"), p2p_weight)]),
+                           Reward("p2p_kept", fact("p2p_kept"), p2p_weight), Reward("ran_tests", fact("ran_tests"), 0.0)]),
             limits=EpisodeLimits(max_turns=max_turns, max_tokens=max_tokens, max_wall_s=max_wall_s),
             render_mode=render_mode,
         )
         if set(tools) - set(TOOLS):
             raise EnvError(f"tools must name tools of {TOOLS}, got {list(tools)}")
+        described = dict(tool_descriptions or {})
+        if set(described) - set(tools):
+            raise EnvError(f"tool_descriptions must name offered tools ({list(tools)}), got {sorted(described)}")
         if command_timeout_s <= 0 or eval_timeout_s <= 0:
             raise EnvError(f"command_timeout_s and eval_timeout_s must be > 0, got {command_timeout_s}, {eval_timeout_s}")
+        if "{instruction}" not in prompt:
+            raise EnvError(f"prompt must contain {{instruction}} (the task's text), got {prompt[:80]!r}")
+        try:
+            self.test_pattern = re.compile(test_pattern)
+        except re.error as e:
+            raise EnvError(f"test_pattern must be a regular expression, got {test_pattern!r} ({e})") from e
+        self.prompt = prompt
         self.dataset = str(dataset) if dataset is not None else None
         self.command_timeout_s, self.eval_timeout_s = command_timeout_s, eval_timeout_s
         self.strip_git_history = strip_git_history
@@ -188,7 +211,9 @@ class RepoEnv(TextEnv):
         self.pool_config = RepoPoolConfig(docker_host=docker_host, warm=warm, max_output=max_output)
         self.sandbox_services = _services(sandbox)
         offered = {"bash": self.bash, "str_replace_editor": self.str_replace_editor, "submit": self.submit}
-        self.toolbox = ToolBox([offered[name] for name in TOOLS if name in tools] + list(extra_tools),
+        own = [replace(tool(offered[name]), description=described[name]) if name in described else offered[name]
+               for name in TOOLS if name in tools]
+        self.toolbox = ToolBox(own + list(extra_tools),
                                timeout_s=command_timeout_s + 120, max_result_chars=max_output + 200,
                                tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
                                sources=mcp_sources(mcp_servers))
@@ -196,7 +221,7 @@ class RepoEnv(TextEnv):
         self.session: RepoSession | RemoteRepoSession | None = None
         self._editor: FileEditor | None = None
         self._stack: contextlib.AsyncExitStack | None = None
-        self._submitted = False
+        self._submitted = self._tested = False
         self._commands = self._errors = 0
         self.last_grade: dict[str, Any] = {}
         """The last grading's ``grade_s`` (seconds) and ``grade_log`` (the tests' output, its tail)."""
@@ -218,6 +243,7 @@ class RepoEnv(TextEnv):
             command: the command line to run (one command; chain with && or ;).
         """
         self._commands += 1
+        self._tested = self._tested or bool(self.test_pattern.search(command))
         result = await self._live().bash(command, self.command_timeout_s)
         return result.text()
 
@@ -261,14 +287,15 @@ class RepoEnv(TextEnv):
         pool = self.pool
         self.repo_task = await pool.in_thread(read_task, task, self.base_spec, strip_history=self.strip_git_history,
                                               build_image=pool.build_image)
-        self._submitted, self._commands, self._errors = False, 0, 0
+        self._submitted, self._tested, self._commands, self._errors = False, False, 0, 0
         self._stack = contextlib.AsyncExitStack()
         self.session = await self._stack.enter_async_context(pool.episode(self.repo_task.spec))
+        await place_files(self.session, self.repo_task)
         self._editor = FileEditor(self.session)
         if self.repo_task.mcp_servers:  # the Harbor task's own servers, for this episode
             await self.toolbox.add_episode_sources(mcp_sources(self._task_servers()))
         self.start_facts = {"task_id": self.repo_task.task_id, "format": self.repo_task.kind}
-        text = PROMPT.format(instruction=self.repo_task.instruction.strip(), workdir=self.session.workdir)
+        text = self.prompt.format(instruction=self.repo_task.instruction.strip(), workdir=self.session.workdir)
         return [{"role": "user", "content": text}]
 
     def _task_servers(self) -> list[MCPServerConfig]:
@@ -290,6 +317,7 @@ class RepoEnv(TextEnv):
         facts: dict[str, Any] = {"commands": self._commands, "tool_errors": self._errors}
         finished = self._submitted or not handled.attempted
         if finished or self._turns >= self.limits.max_turns:
+            facts["ran_tests"] = float(self._tested)
             facts.update(await self.grade())
             self.last_grade = {k: facts.pop(k) for k in ("grade_s", "grade_log") if k in facts}  # not deterministic
         return Turn([] if finished else handled.messages, done=finished, facts=facts)

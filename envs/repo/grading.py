@@ -2,6 +2,9 @@
 
 What it is:
 
+  * ``place_files``: a row's ``files`` written into the container's workdir and committed
+    (``tasks.FILES_COMMIT``), checked to give the row's ``base_commit``; for the episode's
+    container and the grading's fresh one alike.
   * ``agent_diff``: the agent's change as SWE-bench takes it — everything in the working tree
     (new files included) against ``base_commit``, the files of ``test_patch`` left out.
   * ``grade_swebench``: that diff applied in a *fresh* container of the task's image with
@@ -29,7 +32,7 @@ import time
 from typing import Any
 
 from agentrl.errors import EnvError
-from envs.repo.tasks import RepoTask
+from envs.repo.tasks import FILES_COMMIT, RepoTask
 from sandboxes.repo_pool import RepoPool, RepoSession
 
 
@@ -40,6 +43,21 @@ def _swebench() -> Any:
     except ImportError as e:
         raise EnvError("grading SWE-bench instances needs swebench 5.x (pip install 'agentrl[repo]')") from e
     return grading, utils, GIT_APPLY_CMDS
+
+
+async def place_files(session: RepoSession, task: RepoTask) -> None:
+    """Write ``task.files`` into the session's workdir as one commit (nothing when there are none)."""
+    files = task.files
+    if not files:
+        return
+    await session.put_tree(session.workdir, {path: text.encode() for path, text in files.items()})
+    done = await session.exec(["sh", "-c", f'cd "$0" && {FILES_COMMIT}', session.workdir, *sorted(files)],
+                              timeout_s=120)
+    commit = done.output.decode(errors="replace").strip()
+    if done.exit_code != 0 or commit != task.row.get("base_commit"):
+        raise EnvError(f"{task.task_id}: its files committed in the container gave {commit[-300:]!r} (exit "
+                       f"{done.exit_code}), not the row's base_commit {task.row.get('base_commit')!r}; make "
+                       "base_commit with envs.repo.tiny_repos.files_commit")
 
 
 async def agent_diff(session: RepoSession, task: RepoTask) -> str:
@@ -62,6 +80,7 @@ async def grade_swebench(pool: RepoPool, task: RepoTask, diff: str, timeout_s: f
     t0 = time.monotonic()
     facts: dict[str, Any] = {"resolved": False, "f2p_fixed": 0.0, "p2p_kept": 0.0, "patch_applied": False}
     async with pool.episode(task.spec) as fresh:
+        await place_files(fresh, task)
         if diff.strip():
             await fresh.write_file("/tmp/patch.diff", diff.encode())
             for i, apply in enumerate(apply_cmds):

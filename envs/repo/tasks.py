@@ -7,6 +7,11 @@ What it is: the reader of the two formats ``agentrl/Repo-v0`` plays.
     ``PASS_TO_PASS``, ``image``, ``eval_script``, ``log_parser``; ``version`` and
     ``eval_type`` default to ``""`` and ``pass_and_fail``), from JSONL or Parquet (SWE-Gym,
     SWE-smith and R2E-Gym rows in that schema too). The repository is at ``/testbed``.
+    One field of ours, optional: ``files`` (relative path -> text), the repository itself
+    for instances that share one image (``envs/repo/tiny_repos.py``): written into
+    ``/testbed`` when the episode's (and the grading's) container is handed out and
+    committed as one commit (``FILES_COMMIT``: fixed author and dates), whose hash must be
+    the row's ``base_commit``.
   * **Harbor** task directories (the Terminal-Bench 2.0 format): ``instruction.md``,
     ``task.toml`` (``[environment]``: ``docker_image`` or an ``environment/Dockerfile``, built
     once and tagged by its content's hash; ``cpus``, ``memory`` / ``memory_mb``, ``storage`` /
@@ -33,6 +38,7 @@ from urllib.parse import urlsplit
 
 from agentrl.env.datasets import load_rows
 from agentrl.errors import EnvError
+from envs.repo.task_image import GIT_ENV
 from sandboxes.repo_container import ContainerSpec
 
 SWEBENCH_KEYS = ("instance_id", "base_commit", "problem_statement", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS",
@@ -45,6 +51,9 @@ STRIP_HISTORY = (  # what the episode's repository keeps: the base commit and it
     "git for-each-ref --format='%(refname)' | while read -r ref; do "
     "[ \"$ref\" = \"$head\" ] || git update-ref -d \"$ref\"; done; "
     "git stash clear 2>/dev/null; git reflog expire --expire=now --all && git gc -q --prune=now")
+FILES_COMMIT = (  # a row's ``files`` made a repository of one commit; the same hash wherever it runs
+    f"chmod 644 -- \"$@\" && rm -rf .git && git init -q && git add -A && env {GIT_ENV} "
+    "git -c commit.gpgsign=false -c core.hooksPath=/dev/null commit -q -m 'the task files' && git rev-parse HEAD")
 
 
 @dataclass
@@ -60,6 +69,11 @@ class RepoTask:
     verifier_timeout_s: float = 1800.0
     verifier_env: dict[str, str] = field(default_factory=dict)
     mcp_servers: list[dict[str, Any]] = field(default_factory=list)  # Harbor's, checked (harbor_mcp_servers)
+
+    @property
+    def files(self) -> dict[str, str]:
+        """The row's ``files`` (relative path -> text), written into the workdir at the start; {} when none."""
+        return dict(self.row.get("files") or {})
 
     @property
     def test_files(self) -> list[str]:
@@ -82,8 +96,14 @@ def swebench_task(row: dict[str, Any], base: ContainerSpec, strip_history: bool 
                 raise EnvError(f"{row['instance_id']}: {key} must be a JSON list of test names, got {value[:80]!r}") from e
         if not isinstance(value, list):
             raise EnvError(f"{row['instance_id']}: {key} must be a list of test names, got {type(value).__name__}")
+    files = row.get("files") or {}
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and not k.startswith("/")
+                                              and ".." not in Path(k).parts for k, v in files.items()):
+        raise EnvError(f"{row['instance_id']}: files must map relative paths (no '..') to their text, "
+                       f"got {str(files)[:120]!r}")
     row = {"version": "", "eval_type": "pass_and_fail", "repo": "", **row}
-    spec = replace(base, image=row["image"], workdir=SWEBENCH_WORKDIR, prepare=STRIP_HISTORY if strip_history else "")
+    strip = strip_history and not files  # files are committed afresh: there is no history to strip
+    spec = replace(base, image=row["image"], workdir=SWEBENCH_WORKDIR, prepare=STRIP_HISTORY if strip else "")
     return RepoTask("swebench", row["instance_id"], row["problem_statement"], spec, row=row)
 
 

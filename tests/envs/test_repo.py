@@ -101,7 +101,7 @@ async def test_swebench_gold_resolves_empty_and_breaking_patches_do_not(row):
         play(row, [apply(row["patch"]), break_b, call("submit")]))  # the fix, and six.b broken
     assert (gold, gold_info["resolved"], gold_info["f2p_fixed"], gold_info["p2p_kept"]) == (1.0, True, 1.0, 1.0)
     assert "ensure_text" in gold_info["diff"] and "test_six.py" not in gold_info["diff"]
-    assert gold_info["rewards"] == {"resolved": 1.0, "f2p_fixed": 1.0, "p2p_kept": 1.0}  # the shares weigh 0 by default
+    assert gold_info["rewards"] == {"resolved": 1.0, "f2p_fixed": 1.0, "p2p_kept": 1.0, "ran_tests": 0.0}  # the shares weigh 0 by default
     assert (empty_info["resolved"], empty_info["f2p_fixed"], empty_info["p2p_kept"]) == (False, 0.0, 1.0)
     assert empty == 0.25  # the shares' weights are configurable: 0.5 * 0.0 + 0.25 * 1.0
     assert 'return s.encode("utf-8")' in seen[-1]

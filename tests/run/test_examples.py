@@ -203,6 +203,38 @@ def test_code_docker_configs_run_the_sft_stage_then_rl_with_programs_run_in_cont
     assert "code_use_rate_after" in summary and "code_use_rate_before" in summary  # None when nothing was right
 
 
+def test_swe_agent_configs_run_the_sft_stage_then_rl_on_repositories_in_containers(tmp_path, docker_ready):
+    """Issue 45's software-engineering example, short: its SFT stage (scripted agents' episodes on
+    tiny repositories) writes a model, and RL on agentrl/Repo-v0 from that model plays episodes in
+    containers whose bash output is a masked tool turn, graded by hidden tests in a fresh container;
+    the summary carries the containers started and tested_before_submit (before, after)."""
+    # 10 steps of 4 conversations, no held-out loss: a model that writes tool calls (its fixes come later)
+    model = sft("examples/swe_agent_sft.yaml", tmp_path / "sft", "steps=10", "batch_size=4", "heldout=[]",
+                "heldout_fraction=0")
+    out = subprocess.run([str(Path(sys.executable).parent / "agentrl"), "train", "examples/swe_agent.yaml",
+                          f"run_dir={tmp_path / 'run'}", f"model={model}", "steps=1", "rollout.batch_size=2",
+                          "rollout.group_size=2", "eval.limit=2", "logging.trajectories_per_step=4",
+                          "checkpoint.every_steps=0", "logging.tensorboard=false"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 1 and summary["counters"]["episodes_failed"] == 0, summary
+    assert summary["eval_before"] is not None and "tested_before_submit_after" in summary, summary
+    # each episode holds a container and each grading a fresh one: at least two per episode played
+    assert summary["containers_started"] >= 2 * summary["counters"]["episodes_finished"], summary
+    # every episode of the step, whole (the logged samples skip a step whose rewards are all equal)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    played = [json.loads(line) for line in (tmp_path / "run" / "record" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(played) == 4 and all(r["status"] == "ok" and "reward/ran_tests" in r["metrics"] for r in played), played
+    for r in played:  # the model's calls are its own text; what the container answered is never trained on
+        r["tokens"] = [tok.decode([i]) for i in r["input_ids"]]
+        assert "<|tool|>" not in text(r, 1), text(r, 1)
+        assert r["num_turns"] == 1 or "<|tool|>" in text(r, 0), text(r, 0)
+    assert any("<tool_call>" in text(r, 1) for r in played), [text(r, 1) for r in played]
+
+
 def test_every_example_config_is_run_by_a_test():
     """Issue 31: "a test runs each" example config; examples/arith_retry.yaml had none. A test
     runs one when a line of it names the file and the command (train or sft)."""
