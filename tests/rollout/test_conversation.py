@@ -11,7 +11,8 @@ import pytest
 from agentrl.api import NOT_SAMPLED, ChatAPI, Completion, SamplingParams
 from agentrl.errors import RequestRejected, RolloutError
 from agentrl.rollout.chat_client import ChatClient
-from agentrl.rollout.conversation import TokenConversation, sampled_spans
+from agentrl.api import sampled_spans
+from agentrl.rollout.conversation import TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
 
 

@@ -26,7 +26,7 @@ from agentrl.client.checkpoint_check import check_checkpoint
 from agentrl.client.vllm_backend import VLLMBackend, sampling_params
 from agentrl.errors import RequestRejected
 from agentrl.process.services import ServiceProcess
-from agentrl.rollout.conversation import sampled_spans
+from agentrl.api import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.trainer.publish import DistributedTransport, StagedTensors
 

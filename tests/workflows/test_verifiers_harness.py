@@ -13,7 +13,7 @@ import pytest
 from agentrl.api import TrajectoryStatus
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.errors import ConfigError
-from agentrl.rollout.conversation import sampled_spans
+from agentrl.api import sampled_spans
 from workflows.verifiers_harness import VerifiersWorkflow
 
 from ..short_runs import recorded_trajectories, short_train

@@ -26,7 +26,7 @@ from agentrl.client.remote_engine import RemoteEngine
 from agentrl.model.arith_data import generate_problems
 from agentrl.model.tokenizer import CHAT_TEMPLATE
 from agentrl.process.services import free_port
-from agentrl.rollout.conversation import sampled_spans
+from agentrl.api import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer, load_tokenizer
 from envs.tool_use import make_task
 from workflows.env import EnvWorkflow
