@@ -152,6 +152,7 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
         }
         if config.advantages.kind == "gae":  # the critic fills the advantages (agentrl.trainer.critic)
             seq["token_rewards"] = token_rewards(mask, a, t.turn_rewards, scale=config.advantages.reward_scale)
+            seq["advantages"] = torch.zeros_like(mask)
         sequences.append(seq)
         staleness.append(version - t.oldest_version)
     stats["first_token_unmasked"] = float(first_unmasked)
