@@ -14,6 +14,10 @@ clipped and cispo's gradient is decoupled PPO's), changed only by its overrides:
     rloo            advantages.kind=rloo
     reinforce_pp    advantages.kind=reinforce_pp
     tis             loss.mismatch.mode=tis (token level, C = 2)
+    gae             advantages.kind=gae, λ 0.95, batch-normalized: a value model trained beside the
+                    policy (its learning rate the policy's)
+
+``advantages.kind: turn`` is no variant here: on the demo's one-turn episodes it is group_norm.
 
 Runs go one after another (never two at once), each with ``--seeds`` seeds (0 .. N-1). Per
 variant: the held-out gain (after - before, points of pass@1; mean over seeds and each seed's),
@@ -53,6 +57,8 @@ VARIANTS: dict[str, list[str]] = {
     "rloo": ["trainer.advantages.kind=rloo"],
     "reinforce_pp": ["trainer.advantages.kind=reinforce_pp"],
     "tis": ["trainer.loss.mismatch.mode=tis"],
+    "gae": ["trainer.advantages.kind=gae", "trainer.advantages.lam=0.95", "trainer.advantages.batch_normalize=true",
+            "trainer.critic.lr=2e-5"],
 }
 BASELINE = "decoupled_ppo"
 

@@ -177,9 +177,8 @@ class Trainer:
         return path
 
     def restore(self, path: Path) -> dict:
-        from agentrl.trainer.checkpoint import load_checkpoint
-
         from agentrl.errors import CheckpointError
+        from agentrl.trainer.checkpoint import load_checkpoint
 
         meta = load_checkpoint(self.actor, path / "trainer")
         if self.critic is not None:

@@ -21,12 +21,11 @@ import gymnasium
 import pytest
 
 import envs  # noqa: F401
-from agentrl.api import NOT_SAMPLED, SamplingParams, TrajectoryStatus
+from agentrl.api import NOT_SAMPLED, SamplingParams, TrajectoryStatus, sampled_spans
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.model.arith_data import generate_problems
 from agentrl.model.tokenizer import CHAT_TEMPLATE
 from agentrl.process.services import free_port
-from agentrl.api import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer, load_tokenizer
 from envs.tool_use import make_task
 from workflows.env import EnvWorkflow
