@@ -63,12 +63,13 @@ def main() -> None:
     critic = Critic(actor, gae_cfg)
     parts: dict[str, list[float]] = {"values_gae": [], "actor_update": [], "critic_update": []}
 
+    # every step trains on the same batch as if fresh (sampled by the step's own weights: staleness 0)
     def plain_step() -> None:
-        plain.train_step(prepare_batch(trajectories, version=plain.version, config=plain_cfg))
+        plain.train_step(prepare_batch(trajectories, version=0, config=plain_cfg))
 
     def critic_step() -> None:
         t0 = time.perf_counter()
-        batch = prepare_batch(trajectories, version=actor.version, config=gae_cfg)
+        batch = prepare_batch(trajectories, version=0, config=gae_cfg)
         critic.assign_advantages(batch)
         t1 = time.perf_counter()
         actor.train_step(batch)

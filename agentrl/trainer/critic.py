@@ -98,8 +98,10 @@ class Critic:
         """V_old, GAE and the returns for this rank's sequences (a collective); the advantages go
         into ``batch.sequences``. Returns reduced diagnostics (``critic/adv_mean`` ...)."""
         adv_cfg = self.config.advantages
-        self.model.eval()
         self.values, self.returns = {}, {}
+        if len(batch) == 0:  # every rank holds the same batch: all of them return here
+            return {}
+        self.model.eval()
         for mb in self.actor._iter_rank_micro_batches(batch):
             if not mb:
                 self.actor._dummy_forward(self.model)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.trainer.actor import Actor
-from agentrl.trainer.batch import prepare_batch
+from agentrl.trainer.batch import TrainBatch, prepare_batch
 from agentrl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.trainer.critic import Critic
 from agentrl.trainer.gae import gae
@@ -60,6 +60,8 @@ def test_values_are_a_plain_value_models_and_gae_fills_the_batch(pair):
         expected, _ = gae(seq["token_rewards"], v, seq["loss_mask"])
         torch.testing.assert_close(seq["advantages"], expected, atol=1e-5, rtol=0)
     assert stats["critic/adv_std"] > 0
+    empty = TrainBatch([], 0)  # every trajectory dropped (stale, failed): no pass, no step, no crash
+    assert critic.assign_advantages(empty) == {} and critic.train_step(empty) == {}
 
 
 def test_the_update_lowers_the_value_loss_and_a_checkpoint_restores_it(pair, tmp_path):

@@ -67,3 +67,17 @@ def test_a_trajectory_refuses_turn_lists_of_the_wrong_length():
         _traj([0, 1, 1], 1.0, turn_states=["a", "b"])
     t = _traj([0, 1, 0, 1], 1.0, turn_rewards=[0.5, 0.5], turn_states=["a", "b"])
     assert Trajectory.from_dict(t.to_dict()) == t
+
+
+def test_prepare_batch_lays_the_turn_advantages_on_their_tokens():
+    from agentrl.trainer.batch import prepare_batch
+    from agentrl.trainer.trainer_config import TrainerConfig
+
+    a = _traj([0, 1, 0, 1], 1.0, turn_rewards=[0.0, 1.0], turn_states=["start", "left"])
+    b = _traj([0, 1, 0, 1], 0.0, turn_rewards=[0.0, 0.0], turn_states=["start", "right"])
+    cfg = TrainerConfig(advantages=AdvantageConfig(kind="turn", gamma=0.5, turn_weight=0.5))
+    batch = prepare_batch([a, b], version=0, config=cfg)
+    # the numbers of test_gigpo_pinned, with group_norm's 1e-6 in the episode part
+    torch.testing.assert_close(batch.sequences[0]["advantages"], torch.tensor([0, 1.5, 0, 1.0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(batch.sequences[1]["advantages"], torch.tensor([0, -1.5, 0, -1.0]), atol=1e-5, rtol=0)
+    assert batch.stats["adv/step_groups"] == 1.0 and batch.stats["adv/turns_grouped_frac"] == 0.5
