@@ -17,7 +17,14 @@ clipped and cispo's gradient is decoupled PPO's), changed only by its overrides:
     gae             advantages.kind=gae, λ 0.95, batch-normalized: a value model trained beside the
                     policy (its learning rate the policy's)
 
-``advantages.kind: turn`` is no variant here: on the demo's one-turn episodes it is group_norm.
+And on the multi-turn feedback example (``examples/feedback.yaml``: ``agentrl/ArithRetry-v0``, a
+wrong answer gets a hint and one more try; from the tiny model, without its SFT stage), against
+its own baseline:
+
+    feedback_group_norm   the example as it is, from examples/tiny-model (the baseline of the next)
+    feedback_turn         advantages.kind=turn with EnvWorkflow's turn_states (GiGPO's step groups)
+
+(``turn`` is no variant of the demo: on one-turn episodes it is group_norm.)
 
 Runs go one after another (never two at once), each with ``--seeds`` seeds (0 .. N-1). Per
 variant: the held-out gain (after - before, points of pass@1; mean over seeds and each seed's),
@@ -26,7 +33,7 @@ tokens (``train/clip_frac``), of tokens masked by the behaviour-weight cap or th
 correction, and the behaviour–trainer gap: mean |log π_prox/π_behav| over all loss tokens (policy
 lag included) and over the fresh ones alone (the engine–trainer mismatch). A markdown table goes
 to stderr; the last line is one JSON object with every variant's figures and ``ratio_gain`` and
-``ratio_steps_per_min`` against the baseline measured in the same invocation. Two seeds move a
+``ratio_steps_per_min`` against its example's baseline measured in the same invocation. Two seeds move a
 tiny model's held-out figure by a few points: read a difference smaller than the spread of the
 seeds as none.
 
@@ -61,6 +68,17 @@ VARIANTS: dict[str, list[str]] = {
             "trainer.critic.lr=2e-5"],
 }
 BASELINE = "decoupled_ppo"
+FEEDBACK = ROOT / "examples" / "feedback.yaml"
+VARIANTS |= {"feedback_group_norm": [],
+             "feedback_turn": ["trainer.advantages.kind=turn", "rollout.workflow_args.turn_states=true"]}
+EXAMPLE_OF = {"feedback_group_norm": (FEEDBACK, "feedback_group_norm", ["model=examples/tiny-model"]),
+              "feedback_turn": (FEEDBACK, "feedback_group_norm", ["model=examples/tiny-model"])}
+"""Variants of another example than the demo: (its config, the baseline its ratios are against,
+the overrides every variant of it takes)."""
+
+
+def example_of(name: str) -> tuple[Path, str, list[str]]:
+    return EXAMPLE_OF.get(name, (CONFIG, BASELINE, []))
 
 
 def mean_of(rows: list[dict], key: str) -> float | None:
@@ -74,7 +92,8 @@ def run_variant(runs_dir: Path, name: str, seed: int, args: argparse.Namespace) 
     if not finished(run_dir, args.steps):
         if run_dir.exists():
             raise SystemExit(f"{run_dir} holds an unfinished run; remove it or give another --runs-dir")
-        cmd = [str(AGENTRL), "train", str(CONFIG), f"run_dir={run_dir}", f"seed={seed}", f"steps={args.steps}",
+        config, _, common = example_of(name)
+        cmd = [str(AGENTRL), "train", str(config), *common, f"run_dir={run_dir}", f"seed={seed}", f"steps={args.steps}",
                f"trainer.total_steps={args.steps * args.mini_batches}",
                f"trainer.num_mini_batches={args.mini_batches}", "max_minutes=null", "eval.every_steps=0",
                f"eval.limit={args.eval_limit}", "checkpoint.every_steps=0", "logging.tensorboard=false",
@@ -140,7 +159,7 @@ def main() -> None:
     parser.add_argument("--mini-batches", type=int, default=4, help="optimizer steps per train step, every variant")
     parser.add_argument("--seeds", type=int, default=2, help="seeds 0 .. N-1 for every variant")
     parser.add_argument("--eval-limit", type=int, default=1000, help="held-out problems evaluated before and after")
-    parser.add_argument("--only", default="", help="comma-separated variants (the baseline always runs)")
+    parser.add_argument("--only", default="", help="comma-separated variants (their baselines always run)")
     parser.add_argument("--runs-dir", default=None, help="keep the runs here (default: a temporary directory); "
                                                          "a finished run found there is read, not run again")
     args = parser.parse_args()
@@ -148,7 +167,8 @@ def main() -> None:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"--only: unknown variant(s) {unknown}; expected among {list(VARIANTS)}")
-    names = [BASELINE] + [n for n in names if n != BASELINE]
+    baselines = list(dict.fromkeys(example_of(n)[1] for n in names))
+    names = baselines + [n for n in names if n not in baselines]
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="agentrl-algorithms-") as tmp:
         runs_dir = Path(args.runs_dir or tmp)
@@ -157,13 +177,13 @@ def main() -> None:
             results[name] = aggregate(runs)
             print(f"{name}: gain {results[name]['gain']:+.1f} points, per seed {results[name]['per_seed_gain']}",
                   file=sys.stderr, flush=True)
-    base = results[BASELINE]
-    for r in results.values():
+    for name, r in results.items():
+        base = results[example_of(name)[1]]
         r["ratio_gain"] = r["gain"] / base["gain"] if base["gain"] else None
         r["ratio_steps_per_min"] = (r["steps_per_min"] / base["steps_per_min"]
                                     if r["steps_per_min"] and base["steps_per_min"] else None)
     print(table(results), file=sys.stderr)
-    print(json.dumps({"benchmark": "algorithms", "baseline": BASELINE, "steps": args.steps, "seeds": args.seeds,
+    print(json.dumps({"benchmark": "algorithms", "baselines": baselines, "steps": args.steps, "seeds": args.seeds,
                       "mini_batches": args.mini_batches,
                       "eval_limit": args.eval_limit, "variants": results}))
 
