@@ -47,19 +47,23 @@ from agentrl.trainer.trainer_config import TrainerConfig
 
 
 class _ValueModel:
-    """``AutoModelForTokenClassification`` with one label: the loader the actor's ``_load`` calls."""
+    """``AutoModelForTokenClassification`` with one label and no dropout before its head (0.1 by
+    default there: the update's forward would then not see the values GAE used): the loader the
+    actor's ``_load`` calls."""
 
     @staticmethod
     def from_pretrained(path: str, **kwargs: Any) -> torch.nn.Module:
-        from transformers import AutoModelForTokenClassification
+        from transformers import AutoConfig, AutoModelForTokenClassification
 
-        return AutoModelForTokenClassification.from_pretrained(path, num_labels=1, **kwargs)
+        config = AutoConfig.from_pretrained(path, num_labels=1)
+        config.classifier_dropout = 0.0
+        return AutoModelForTokenClassification.from_pretrained(path, config=config, **kwargs)
 
     @staticmethod
     def from_config(config: Any, **kwargs: Any) -> torch.nn.Module:
         from transformers import AutoModelForTokenClassification
 
-        config.num_labels = 1
+        config.num_labels, config.classifier_dropout = 1, 0.0
         return AutoModelForTokenClassification.from_config(config, **kwargs)
 
 

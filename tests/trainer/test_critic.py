@@ -60,6 +60,9 @@ def test_values_are_a_plain_value_models_and_gae_fills_the_batch(pair):
         expected, _ = gae(seq["token_rewards"], v, seq["loss_mask"])
         torch.testing.assert_close(seq["advantages"], expected, atol=1e-5, rtol=0)
     assert stats["critic/adv_std"] > 0
+    # no dropout before the head (HF's default 0.1): the update's forward sees the values GAE used,
+    # and every rank computes the same ones (2 ranks had drifted from 1 with it)
+    assert all(m.p == 0 for m in critic.model.modules() if isinstance(m, torch.nn.Dropout))
     empty = TrainBatch([], 0)  # every trajectory dropped (stale, failed): no pass, no step, no crash
     assert critic.assign_advantages(empty) == {} and critic.train_step(empty) == {}
 
