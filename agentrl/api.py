@@ -81,6 +81,10 @@ class Trajectory:
     # on its first trajectory; None where nothing was recorded
     teacher_logprobs: list[float] | None = None  # on-policy distillation (trainer.distill): the teacher's
     # log-probability of each token, aligned with input_ids, 0.0 where loss_mask is 0; None: not scored
+    turn_rewards: list[float] | None = None  # one reward per turn (a run of sampled tokens, ``sampled_spans``),
+    # summing to at most ``reward``'s share of them; None: the reward comes at the end (``agentrl.trainer.turns``)
+    turn_states: list[str] | None = None  # one key per turn naming the state the turn acted in: turns of one
+    # group with equal keys are compared with each other (GiGPO's step groups); None: no state is shared
 
     def __post_init__(self) -> None:
         try:
@@ -96,6 +100,8 @@ class Trajectory:
             _explain_trajectory(self.input_ids, self.loss_mask, self.logprobs, self.versions)
         if self.teacher_logprobs is not None:
             _check_teacher(self.teacher_logprobs, self.loss_mask)
+        if self.turn_rewards is not None or self.turn_states is not None:
+            _check_turns(self)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -456,6 +462,35 @@ def _check_lists(owner: str, names: tuple[str, ...], values: tuple[Any, ...]) ->
     bad = {name: len(v) for name, v in zip(names[1:], values[1:], strict=True) if len(v) != n}
     if bad:
         raise TrajectoryError(f"{owner} fields must all have len({names[0]})={n}, got {bad}")
+
+
+def sampled_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of loss-mask-1 tokens: a trajectory's turns (in a concat
+    trajectory, one per call)."""
+    spans, start = [], None
+    for i, m in enumerate([*loss_mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+def _check_turns(t: Trajectory) -> None:
+    turns = len(sampled_spans(t.loss_mask))
+    if t.turn_rewards is not None and (not isinstance(t.turn_rewards, list) or len(t.turn_rewards) != turns
+                                       or not all(_is_number(r) and math.isfinite(r) for r in t.turn_rewards)):
+        raise TrajectoryError(f"Trajectory.turn_rewards must be {turns} finite floats, one per turn (run of "
+                              f"loss-mask 1 tokens), got {_shown(t.turn_rewards)}")
+    if t.turn_states is not None and (not isinstance(t.turn_states, list) or len(t.turn_states) != turns
+                                      or not all(isinstance(k, str) for k in t.turn_states)):
+        raise TrajectoryError(f"Trajectory.turn_states must be {turns} str keys, one per turn (run of "
+                              f"loss-mask 1 tokens), got {_shown(t.turn_states)}")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def _check_scalars(t: Trajectory) -> None:

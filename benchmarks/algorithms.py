@@ -18,6 +18,10 @@ clipped and cispo's gradient is decoupled PPO's), changed only by its overrides:
     rloo            advantages.kind=rloo
     reinforce_pp    advantages.kind=reinforce_pp
     tis             loss.mismatch.mode=tis (token level, C = 2)
+    gae             advantages.kind=gae, λ 0.95, batch-normalized: a value model trained beside the
+                    policy (its learning rate 2e-5)
+    turn            (feedback only) advantages.kind=turn with EnvWorkflow's turn_states (GiGPO's
+                    step groups); on one-turn episodes it is group_norm, so arith leaves it out
 
 Runs go one after another (never two at once), each with ``--seeds`` seeds (0 .. N-1). Per
 variant: the held-out gain (after - before, points of pass@1; mean over seeds and each seed's),
@@ -61,7 +65,11 @@ VARIANTS: dict[str, list[str]] = {
     "rloo": ["trainer.advantages.kind=rloo"],
     "reinforce_pp": ["trainer.advantages.kind=reinforce_pp"],
     "tis": ["trainer.loss.mismatch.mode=tis"],
+    "gae": ["trainer.advantages.kind=gae", "trainer.advantages.lam=0.95", "trainer.advantages.batch_normalize=true",
+            "trainer.critic.lr=2e-5"],
+    "turn": ["trainer.advantages.kind=turn", "rollout.workflow_args.turn_states=true"],
 }
+MULTI_TURN_ONLY = {"turn"}
 BASELINE = "decoupled_ppo"
 
 
@@ -167,7 +175,8 @@ def main() -> None:
     parser.add_argument("--runs-dir", default=None, help="keep the runs here (default: a temporary directory); "
                                                          "a finished run found there is read, not run again")
     args = parser.parse_args()
-    names = [n for n in args.only.split(",") if n] or list(VARIANTS)
+    names = [n for n in args.only.split(",") if n] or [
+        n for n in VARIANTS if args.task != "arith" or n not in MULTI_TURN_ONLY]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"--only: unknown variant(s) {unknown}; expected among {list(VARIANTS)}")

@@ -15,6 +15,11 @@ rather than re-tokenized. The reply the env sees is the sampled text without spe
 
 Rewards: each step's reward goes to the call that produced it and ``discount`` (default 1)
 spreads it back over earlier calls, so every segment of an episode carries its return.
+With ``turn_states=True`` each trajectory names the state each of its turns acted in
+(``Trajectory.turn_states``, for ``trainer.advantages.kind: turn``): the env's
+``info["state_key"]`` from the reset or the previous step when it gives one, else a digest of
+the conversation the turn answered (samples of one task share the first turn's state, and a
+later one's where they replied alike).
 Failures are data: an env, sandbox or inference failure, or a run past ``timeout_s``, comes
 back as one failed trajectory whose status says which. An episode that reaches
 ``max_context_tokens`` ends truncated (reward 0, ``truncated_by/context``).
@@ -30,11 +35,13 @@ Main hook (the training loop builds one from config and calls it concurrently)::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus
+from agentrl.api import InferenceClient, Message, SamplingParams, Trajectory, TrajectoryStatus, sampled_spans
 from agentrl.errors import EnvError
 from agentrl.inference.wire import output_text
 from agentrl.rollout.conversation import TokenConversation
@@ -51,7 +58,9 @@ class EnvWorkflow(EnvEpisodes):
     ``max_turns``: a cap on replies on top of the env's own limits (None: the env decides);
     ``max_context_tokens``: prompt + reply of one call (None: the server's limit applies);
     ``timeout_s``: wall time of one episode; ``discount``: γ for returns over calls;
-    ``chat_template_kwargs``: extra template variables; ``max_idle_envs``: envs kept for reuse.
+    ``chat_template_kwargs``: extra template variables; ``max_idle_envs``: envs kept for reuse;
+    ``turn_states``: fill ``Trajectory.turn_states`` (the turn-level estimator's step groups, module
+    docstring).
     """
 
     run_inputs: ClassVar[tuple[str, ...]] = ("tokenizer", "sampling", "env_kwargs", "tool_call_parser",
@@ -62,7 +71,8 @@ class EnvWorkflow(EnvEpisodes):
                  env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int | None = None,
                  max_context_tokens: int | None = None, timeout_s: float = 900.0, discount: float = 1.0,
                  chat_template_kwargs: Mapping[str, Any] | None = None, max_idle_envs: int = 256,
-                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None) -> None:
+                 tool_call_parser: str = DEFAULT_TOOL_PARSER, reasoning_parser: str | None = None,
+                 turn_states: bool = False) -> None:
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be >= 1 or None, got {max_turns}")
         if not 0.0 <= discount <= 1.0:
@@ -73,6 +83,7 @@ class EnvWorkflow(EnvEpisodes):
         self.max_turns = max_turns
         self.max_context_tokens = max_context_tokens
         self.discount = discount
+        self.turn_states = turn_states
 
     async def _play(self, client: InferenceClient, row: Mapping[str, Any]) -> list[Trajectory]:
         async with self.envs.lease() as env:
@@ -85,6 +96,7 @@ class EnvWorkflow(EnvEpisodes):
             tools = info.get("tools")
             messages: list[Message] = list(obs)
             conv = TokenConversation(self.renderer)
+            states: dict[str, str] = {}  # call id -> the state it acted in (turn_states)
             turns, terminated, truncated, out_of_context, step_info = 0, False, False, False, {}
             while True:
                 prompt = conv.prompt(await self.renderer.arender(messages, tools))
@@ -98,6 +110,8 @@ class EnvWorkflow(EnvEpisodes):
                     break
                 completion = await client.generate(prompt.ids, sampling)
                 call = conv.record(prompt, completion)
+                if self.turn_states:
+                    states[call.id] = state_key(info if turns == 0 else step_info, messages, tools)
                 reply = output_text(lambda ids: self.renderer.decode(ids, skip_special_tokens=not keep_special),
                                     completion.tokens, completion.finish_reason, completion.matched_stop,
                                     no_stop_trim=not keep_special)
@@ -115,6 +129,11 @@ class EnvWorkflow(EnvEpisodes):
         trajectories = conv.export("concat")
         for t in trajectories:
             t.metrics.update(metrics)
+        if self.turn_states:
+            for t, seg in zip(trajectories, [s for s in conv.segments if s.calls], strict=True):
+                keys = [states[c.id] for c in seg.calls]
+                if len(keys) == len(sampled_spans(t.loss_mask)):  # else a call left no sampled run of its own
+                    t.turn_states = keys
         return trajectories
 
     def _sampling_for(self, prompt_len: int) -> SamplingParams | None:
@@ -127,3 +146,13 @@ class EnvWorkflow(EnvEpisodes):
         if room >= self.sampling.max_new_tokens:
             return self.sampling
         return dataclasses.replace(self.sampling, max_new_tokens=room)
+
+
+def state_key(info: Mapping[str, Any], messages: list[Message], tools: Any) -> str:
+    """The state a turn acts in: the env's own ``info["state_key"]`` (from the reset or the step
+    before the turn) when it gives one, else a digest of everything the turn answered (the
+    messages so far and the tools): equal keys, equal states."""
+    if isinstance(info.get("state_key"), str):
+        return info["state_key"]
+    text = json.dumps([messages, tools], sort_keys=True, default=str)
+    return "history:" + hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -314,18 +314,6 @@ class TokenConversation:
         raise RolloutError(f"export style must be 'concat' or 'individual', got {style!r}")
 
 
-def sampled_spans(loss_mask: list[int]) -> list[tuple[int, int]]:
-    """(start, end) of each run of loss-mask-1 tokens: in a concat trajectory, one per call."""
-    spans, start = [], None
-    for i, m in enumerate([*loss_mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
-
-
 def _finite(reward: float) -> float:
     try:
         r = float(reward)

@@ -105,6 +105,11 @@ class Trainer:
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-train")
         self.rank, self.world_size, _ = init_distributed()
         self.actor = Actor(cfg.model, cfg.trainer)
+        self.critic = None  # trainer.advantages.kind gae: the value model beside the actor
+        if cfg.trainer.advantages.kind == "gae":
+            from agentrl.trainer.critic import Critic
+
+            self.critic = Critic(self.actor, cfg.trainer)
         sync = cfg.trainer.weight_sync
         if sync.transport == "distributed":
             backend = sync.backend_for(cfg.device)
@@ -140,16 +145,20 @@ class Trainer:
         t0 = time.perf_counter()
         trajectories = broadcast_trajectories(trajectories)
         batch = prepare_batch(trajectories, version=self.actor.version, config=self.cfg.trainer)
+        critic = self.critic.assign_advantages(batch) if self.critic is not None else {}  # gae: V, then A
         t1 = time.perf_counter()
         sample: dict[int, dict[str, Any]] = {}
         n = min(self.cfg.logging.trajectories_per_step, len(batch))
         for i, seq in enumerate(batch.sequences[:n]):
-            on = seq["loss_mask"] > 0  # the advantage is one number on the loss tokens
+            on = seq["loss_mask"] > 0  # the advantage on the first loss token (all of them but with gae or turn)
             sample[i] = {"advantage": float(seq["advantages"][on][0]) if bool(on.any()) else 0.0}
         t2 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             stats = self.actor.train_step(batch, token_stats=n)  # the samples' trainer log-probs, before the update
+            if self.critic is not None:
+                t3 = time.perf_counter()
+                stats.update(critic, **self.critic.train_step(batch), **{"perf/critic_update_s": time.perf_counter() - t3})
         for w in caught:
             log.warning("step %d: %s", self.actor.version, w.message)
         for i, (lp, ent) in self.actor.last_token_stats.items():
@@ -163,12 +172,21 @@ class Trainer:
 
         path = self.run_dir / CHECKPOINTS / f"step_{step:06d}"
         save_checkpoint(self.actor, path / "trainer")
+        if self.critic is not None:
+            save_checkpoint(self.critic, path / "critic")  # type: ignore[arg-type]  # the actor's surface
         return path
 
     def restore(self, path: Path) -> dict:
+        from agentrl.errors import CheckpointError
         from agentrl.trainer.checkpoint import load_checkpoint
 
-        return load_checkpoint(self.actor, path / "trainer")
+        meta = load_checkpoint(self.actor, path / "trainer")
+        if self.critic is not None:
+            if not (path / "critic").is_dir():
+                raise CheckpointError(f"{str(path)!r} holds no critic (it was saved without trainer.advantages.kind "
+                                      "gae); resume with the advantages kind the run was saved with")
+            load_checkpoint(self.critic, path / "critic")  # type: ignore[arg-type]
+        return meta
 
     # ------------------------------------------------------------------ other ranks
 

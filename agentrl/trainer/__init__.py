@@ -1,4 +1,4 @@
-"""The trainer: FSDP2 decoupled PPO over trajectories, and publishing its weights.
+"""The trainer: FSDP2 decoupled PPO over trajectories (with a critic, optionally), and publishing its weights.
 
     trainer_config.py  TrainerConfig (+ LossConfig, AdvantageConfig): every trainer setting
     actor.py           Actor: the policy on one rank (FSDP2, packing, the optimizer step)
@@ -10,6 +10,9 @@
                        teacher, as a reward or a loss term (pure functions)
     advantages.py      group_norm / RLOO / REINFORCE++ advantages, the overlong penalty, batch
                        normalisation (pure functions)
+    gae.py             GAE, the token rewards and the clipped value loss (pure functions)
+    turns.py           the turn-level estimator: GiGPO's step groups of equal states (pure functions)
+    critic.py          Critic: the value model of advantages.kind gae (FSDP2, its own optimizer)
     staleness.py       the staleness bound: rollout capacity and the stale filter
     batch.py           prepare_batch: trajectories -> a TrainBatch (filters, advantages, counts)
     packing.py         packing sequences into micro-batches; segment attention on CPU
@@ -28,7 +31,7 @@ from typing import Any
 
 _HOMES = {"Actor": "actor", "TrainBatch": "batch", "broadcast_trajectories": "batch", "prepare_batch": "batch",
           "DiskTransport": "publish", "DistributedTransport": "publish", "WeightPublisher": "publish",
-          "AdvantageConfig": "trainer_config", "LossConfig": "trainer_config", "TrainerConfig": "trainer_config",
+          "AdvantageConfig": "trainer_config", "CriticConfig": "trainer_config", "LossConfig": "trainer_config", "TrainerConfig": "trainer_config",
           "LossInputs": "objective"}
 """Where each name lives: imported on first use, so a process that only reads the trainer's
 config or its pure functions (``agentrl train`` before it launches, the staleness rule) does not

@@ -212,6 +212,21 @@ def normalize_advantages(
     return ((a - mean) / (var.sqrt() + eps)).to(advantages.dtype)
 
 
+def shaped_rewards(rewards: Sequence[float] | torch.Tensor, num_tokens: Sequence[int], *,
+                   config: AdvantageConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """The rewards the estimators see: the overlong penalty added, then ``shape_rewards``; [N] -> [N]
+    and the penalty's diagnostics (``overlong_frac``, ``overlong_penalty_mean``) when it is on."""
+    raw = torch.as_tensor(rewards, dtype=torch.float32)
+    diag: dict[str, float] = {}
+    if config.overlong_max_tokens is not None:
+        pen = overlong_penalty(num_tokens, max_tokens=config.overlong_max_tokens,
+                               buffer_tokens=config.overlong_buffer_tokens, penalty=config.overlong_penalty)
+        raw = raw + pen
+        diag["overlong_frac"] = float((pen < 0).float().mean()) if pen.numel() else 0.0
+        diag["overlong_penalty_mean"] = float(pen.mean()) if pen.numel() else 0.0
+    return shape_rewards(raw, scale=config.reward_scale, bias=config.reward_bias, clip=config.reward_clip), diag
+
+
 def compute_advantages(
     rewards: Sequence[float] | torch.Tensor,
     group_ids: Sequence[str],
@@ -222,22 +237,19 @@ def compute_advantages(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``trainer.advantages`` end to end: the overlong penalty, the shaping, the estimator
     ``config.kind``, then the batch normalization; shapes [N] -> [N]. ``num_tokens`` are the
-    trajectories' sampled tokens (the overlong penalty's length, the normalizations' weights)."""
-    raw = torch.as_tensor(rewards, dtype=torch.float32)
-    diag: dict[str, float] = {}
-    if config.overlong_max_tokens is not None:
-        pen = overlong_penalty(num_tokens, max_tokens=config.overlong_max_tokens,
-                               buffer_tokens=config.overlong_buffer_tokens, penalty=config.overlong_penalty)
-        raw = raw + pen
-        diag["overlong_frac"] = float((pen < 0).float().mean()) if pen.numel() else 0.0
-        diag["overlong_penalty_mean"] = float(pen.mean()) if pen.numel() else 0.0
-    r = shape_rewards(raw, scale=config.reward_scale, bias=config.reward_bias, clip=config.reward_clip)
+    trajectories' sampled tokens (the overlong penalty's length, the normalizations' weights).
+    ``turn``: the episode part, group_norm's (``agentrl.trainer.turns`` adds the turns'); ``gae``:
+    the shaped rewards themselves, which the critic turns into token advantages
+    (``agentrl.trainer.critic``, which also normalizes them), with group_norm's diagnostics."""
+    r, diag = shaped_rewards(rewards, num_tokens, config=config)
     if config.kind == "rloo":
         adv, d = rloo_advantages(r, group_ids, episode_ids)
     elif config.kind == "reinforce_pp":
         adv, d = reinforce_pp_advantages(r, group_ids, episode_ids, num_tokens)
-    elif config.kind == "group_norm":
+    elif config.kind in ("group_norm", "turn", "gae"):
         adv, d = grpo_advantages(r, group_ids, episode_ids, std_normalize=config.std_normalize)
+        if config.kind == "gae":
+            return r, {**d, **diag}
     else:
         raise ValueError(f"advantage kind must be one of {list(ADVANTAGE_KINDS)}, got {config.kind!r}")
     if config.batch_normalize:

@@ -13,7 +13,8 @@ global batch; the actor picks each rank's share).
 
 Per kept trajectory, ``TrainBatch.sequences[i]`` holds 1-D tensors of its length:
 ``input_ids`` (long), ``loss_mask`` (float 0/1), ``behaviour_logprobs`` and ``advantages``
-(float32; the trajectory's advantage on loss tokens, 0 elsewhere), ``staleness`` (float32: how
+(float32; the trajectory's advantage on loss tokens — per turn for ``advantages.kind: turn``, per
+token once the critic has filled them for ``gae``, which adds ``token_rewards`` — 0 elsewhere), ``staleness`` (float32: how
 many versions behind the trainer the weights that sampled each loss token are, 0 elsewhere); with
 ``trainer.distill``, ``teacher_logprobs`` (float32, 0 off the loss tokens; ``agentrl.trainer.distill``). The first token of a
 sequence cannot be predicted, so it never is a loss token (counted in
@@ -30,10 +31,12 @@ from dataclasses import dataclass, field
 import torch
 
 from agentrl.api import Trajectory, TrajectoryStatus
-from agentrl.trainer.advantages import compute_advantages
+from agentrl.trainer.advantages import compute_advantages, shaped_rewards
 from agentrl.trainer.distill import distill_sequence
+from agentrl.trainer.gae import token_rewards
 from agentrl.trainer.staleness import split_stale
 from agentrl.trainer.trainer_config import TrainerConfig
+from agentrl.trainer.turns import turn_advantages
 
 
 @dataclass
@@ -86,6 +89,16 @@ def broadcast_trajectories(trajectories: Sequence[Trajectory] | None, src: int =
     return [Trajectory.from_dict(d) for d in box[0]]
 
 
+def _token_advantages(kept: Sequence[Trajectory], adv: torch.Tensor, config: TrainerConfig,
+                      ) -> tuple[list[torch.Tensor] | None, dict[str, float]]:
+    """``turn``: each trajectory's per-token advantages (``agentrl.trainer.turns``); else None (one
+    advantage per trajectory, or the critic's for ``gae``)."""
+    if config.advantages.kind != "turn":
+        return None, {}
+    shaped, _ = shaped_rewards([t.reward for t in kept], [t.num_sampled for t in kept], config=config.advantages)
+    return turn_advantages(kept, adv.tolist(), shaped.tolist(), config.advantages)
+
+
 def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: TrainerConfig) -> TrainBatch:
     """Filter, score and lay out ``trajectories`` for a trainer at ``version``."""
     stats: dict[str, float] = {"num_trajectories": float(len(trajectories))}
@@ -115,31 +128,38 @@ def prepare_batch(trajectories: Sequence[Trajectory], *, version: int, config: T
     adv, diag = compute_advantages([t.reward for t in kept], [t.group_id for t in kept], [t.episode_id for t in kept],
                                    [t.num_sampled for t in kept], config=config.advantages)
     stats.update({f"adv/{k}": v for k, v in diag.items()})
-    if diag["frac_groups_zero_std"] == 1.0 and config.advantages.kind != "reinforce_pp" and not config.distill.enabled:
+    if (diag["frac_groups_zero_std"] == 1.0 and config.advantages.kind not in ("reinforce_pp", "gae")
+            and not config.distill.enabled):
         warnings.warn(
             f"all {int(diag['num_groups'])} groups got identical rewards within the group: every "
             "advantage is 0 and this step learns nothing. Check the reward function, or sample "
             "more answers per prompt", RuntimeWarning, stacklevel=2,
         )
 
+    per_token = _token_advantages(kept, adv, config)
+    stats.update({f"adv/{k}": v for k, v in per_token[1].items()})
     sequences = []
     first_unmasked = 0
     staleness = []
     reverse_kl_sum = 0.0
-    for t, a in zip(kept, adv.tolist(), strict=True):
+    for i, (t, a) in enumerate(zip(kept, adv.tolist(), strict=True)):
         mask = torch.tensor(t.loss_mask, dtype=torch.float32)
         if mask[0] > 0:
             first_unmasked += 1
             mask[0] = 0.0
-        sequences.append({
+        seq = {
             "input_ids": torch.tensor(t.input_ids, dtype=torch.long),
             "loss_mask": mask,
             "behaviour_logprobs": torch.tensor(t.logprobs, dtype=torch.float32) * mask,
-            "advantages": mask * a,
+            "advantages": mask * (a if per_token[0] is None else per_token[0][i]),
             "staleness": (version - torch.tensor(t.versions, dtype=torch.float32)) * mask,
-        })
+        }
+        if config.advantages.kind == "gae":  # the critic fills the advantages (agentrl.trainer.critic)
+            seq["token_rewards"] = token_rewards(mask, a, t.turn_rewards, scale=config.advantages.reward_scale)
+            seq["advantages"] = torch.zeros_like(mask)
         if config.distill.enabled:  # the teacher's log-probabilities, and the advantages of distill.mode
-            reverse_kl_sum += distill_sequence(sequences[-1], t.teacher_logprobs, config.distill)
+            reverse_kl_sum += distill_sequence(seq, t.teacher_logprobs, config.distill)
+        sequences.append(seq)
         staleness.append(version - t.oldest_version)
     stats["first_token_unmasked"] = float(first_unmasked)
     stats["staleness_mean"] = sum(staleness) / len(staleness)

@@ -24,7 +24,7 @@ LOSS_KINDS: tuple[str, ...] = ("decoupled_ppo", "ppo", "reinforce", "gspo", "cis
 ``module:function`` path names one of the user's own (``agentrl.trainer.objective``)."""
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 """How token losses become one number (``trainer.loss.aggregation``, ``aggregation_weights``)."""
-ADVANTAGE_KINDS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_pp")
+ADVANTAGE_KINDS: tuple[str, ...] = ("group_norm", "rloo", "reinforce_pp", "gae", "turn")
 """The estimators of ``agentrl.trainer.advantages`` (``trainer.advantages.kind``)."""
 ADAPTER_MODES: tuple[str, ...] = ("auto", "merge", "load")
 """How a LoRA run's adapters reach the servers (``trainer.weight_sync.adapters``, ``DiskTransport``,
@@ -97,7 +97,13 @@ class AdvantageConfig:
                        help="group_norm: reward minus its group's mean, divided by the group's std (GRPO; "
                             "std_normalize: false is Dr. GRPO's); rloo: reward minus the mean of the other samples "
                             "of its group; reinforce_pp: the reward normalised over the whole batch's loss tokens "
-                            "(REINFORCE++; no group baseline)")
+                            "(REINFORCE++; no group baseline); gae: token advantages from a value model trained "
+                            "beside the actor (trainer.critic; PPO's GAE); turn: GiGPO's episode advantage plus "
+                            "turn_weight times a per-turn advantage among equal states (agentrl.trainer.turns)")
+    gamma: float = option(1.0, ge=0.0, le=1.0, help="gae, turn: the discount γ per token (gae) or per turn (turn)")
+    lam: float = option(1.0, ge=0.0, le=1.0, help="gae: GAE's λ (1: the return minus the value; 0: TD(0))")
+    turn_weight: float = option(1.0, ge=0.0, help="turn: ω, the weight of the per-turn (step) advantage added "
+                                                  "to the episode's (GiGPO; 0: group_norm alone)")
     reward_scale: float = option(1.0, gt=0.0, help="rewards are (r + reward_bias) * reward_scale ...")
     reward_bias: float = option(0.0, help="... added before scaling")
     reward_clip: float | None = option(None, gt=0.0, help="... then clipped to ±reward_clip; null: no clip")
@@ -116,6 +122,20 @@ class AdvantageConfig:
             raise ConfigError(f"config key 'trainer.advantages.overlong_buffer_tokens': "
                               f"{self.overlong_buffer_tokens} must be below overlong_max_tokens="
                               f"{self.overlong_max_tokens} (the buffer is the last tokens before the limit)")
+
+
+@dataclass
+class CriticConfig:
+    """The value model of ``trainer.advantages.kind: gae`` (``agentrl.trainer.critic``): a copy of a
+    causal LM's body with a scalar head, FSDP2 like the actor, with an optimizer of its own."""
+
+    model: str | None = option(None, help="the value model's starting point (an HF model directory); null: the "
+                                          "policy's model. Its LM head is dropped and a scalar head added")
+    lr: float = option(1e-5, gt=0.0, help="the value model's AdamW learning rate (constant after warmup_steps)")
+    value_clip: float | None = option(0.2, gt=0.0, help="PPO's value clip: a new value moves at most this far from "
+                                                        "the one GAE used; null: an unclipped squared error")
+    value_coef: float = option(0.5, gt=0.0, help="the value loss's coefficient (its gradient's scale, before "
+                                                 "trainer.grad_clip)")
 
 
 WEIGHT_TRANSPORTS = ("disk", "distributed")
@@ -226,7 +246,15 @@ class TrainerConfig:
     lora: LoraConfig = option(LoraConfig, help="LoRA adapters (off unless lora.rank > 0)")
     distill: DistillConfig = option(DistillConfig, help="on-policy distillation from a teacher server (off unless "
                                                         "distill.teacher.url is set)")
+    critic: CriticConfig = option(CriticConfig, help="the value model (advantages.kind gae only)")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"config key 'betas': expected two numbers in [0, 1), got {self.betas!r}")
+        if self.advantages.kind == "gae" and self.lora.enabled:
+            raise ConfigError("config key 'trainer.advantages.kind': gae trains a full value model, which LoRA "
+                              "(trainer.lora.rank > 0) does not cover yet; set lora.rank: 0 or another kind")
+        if self.advantages.kind == "gae" and self.distill.enabled:
+            raise ConfigError("config key 'trainer.advantages.kind': gae's advantages come from the critic after "
+                              "trainer.distill has set its own, so the two do not combine yet; use another kind "
+                              "with distill, or leave distill.teacher.url empty")

@@ -13,10 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentrl.api import SamplingParams, TrajectoryStatus
+from agentrl.api import SamplingParams, TrajectoryStatus, sampled_spans
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.env.checks import check_text_env
-from agentrl.rollout.conversation import sampled_spans
 from workflows.env import EnvWorkflow
 
 from ..short_runs import short_train

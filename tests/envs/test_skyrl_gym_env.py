@@ -17,12 +17,11 @@ import pytest
 import skyrl_gym
 from omegaconf import OmegaConf
 
-from agentrl.api import SamplingParams, TrajectoryStatus
+from agentrl.api import SamplingParams, TrajectoryStatus, sampled_spans
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.env.checks import check_text_env
 from agentrl.errors import ConfigError
 from agentrl.plugins import find_env
-from agentrl.rollout.conversation import sampled_spans
 from envs.interop.skyrl_gym_env import gsm8k_multi_turn_rows, text2sql_rows
 from workflows.env import EnvWorkflow
 

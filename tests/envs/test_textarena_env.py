@@ -15,12 +15,11 @@ from pathlib import Path
 import gymnasium
 import pytest
 
-from agentrl.api import SamplingParams, TrajectoryStatus
+from agentrl.api import SamplingParams, TrajectoryStatus, sampled_spans
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.env.checks import check_text_env
 from agentrl.errors import ConfigError
 from agentrl.plugins import find_env
-from agentrl.rollout.conversation import sampled_spans
 from envs.interop.textarena_env import EVAL_SEED, eval_rows, train_rows
 from workflows.env import EnvWorkflow
 from workflows.self_play import SelfPlayWorkflow

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.api import NOT_SAMPLED, ChatAPI, Completion, SamplingParams
+from agentrl.api import NOT_SAMPLED, ChatAPI, Completion, SamplingParams, sampled_spans
 from agentrl.errors import RequestRejected, RolloutError
 from agentrl.rollout.chat_client import ChatClient
-from agentrl.rollout.conversation import TokenConversation, sampled_spans
+from agentrl.rollout.conversation import TokenConversation
 from agentrl.rollout.renderer import ChatRenderer
 
 

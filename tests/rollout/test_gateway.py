@@ -19,12 +19,11 @@ import httpx
 import openai
 import pytest
 
-from agentrl.api import TrajectoryStatus
+from agentrl.api import TrajectoryStatus, sampled_spans
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.client.transport import KeepAliveTransport
 from agentrl.model.arith_data import CALCULATOR_TOOL, calculate
 from agentrl.process.services import ServerProcess, ServiceProcess, background_server, free_port
-from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.gateway import Gateway
 from agentrl.rollout.gateway_config import GatewayConfig
 from agentrl.rollout.gateway_routes import AnswerStream, build_app

@@ -62,3 +62,30 @@ def test_a_user_objective_with_mismatch_correction_trains(tmp_path):
         if r["rollout/response_tokens_mean"] > 8:
             assert r["batch/adv/overlong_frac"] > 0 and r["batch/adv/overlong_penalty_mean"] < 0
     assert steps[0]["train/mismatch/fresh_frac"] == 1.0  # step 1 trains on version 0's samples only
+
+
+def test_a_critic_trains_beside_the_actor_and_resumes_with_it(tmp_path):
+    """advantages.kind gae: the value model trains each step, is checkpointed beside the actor, and
+    --resume restores it with its optimizer (its step counter goes on; the exact restore of its
+    weights and AdamW moments: tests/trainer/test_critic.py)."""
+    run_dir = tmp_path / "run"
+    common = ["eval.dataset=null", "rollout.batch_size=2", "rollout.group_size=2", "max_minutes=null",
+              "logging.trajectories_per_step=0", "logging.tensorboard=false", "checkpoint.every_steps=1"]
+    first = subprocess.run(
+        [str(AGENTRL), "train", "examples/arith_grpo.yaml", f"run_dir={run_dir}", "steps=1", *common,
+         "trainer.advantages.kind=gae", "trainer.advantages.lam=0.95", "trainer.critic.lr=1e-4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert json.loads((run_dir / "checkpoints" / "step_000001" / "critic" / "meta.json").read_text())["optimizer_steps"] == 1
+    resumed = subprocess.run([str(AGENTRL), "train", "--resume", str(run_dir), "steps=2"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resumed from step_000001" in resumed.stdout
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["train/critic/optimizer_steps"] == r["step"]  # step 2's counter went on from the checkpoint's
+        assert r["train/critic/value_loss"] >= 0 and 0 <= r["train/critic/value_clip_frac"] <= 1
+        assert r["train/critic/lr"] == 1e-4 and r["perf/critic_update_s"] > 0
+        assert r["train/optimizer_steps"] == r["step"]

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.api import NOT_SAMPLED, Trajectory, TrajectoryStatus
+from agentrl.api import NOT_SAMPLED, Trajectory, TrajectoryStatus, sampled_spans
 from agentrl.errors import ConfigError
 from agentrl.model.arith_data import CALCULATOR_TOOL
-from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.run.sft_data import conversation_examples, load_examples
 

@@ -36,3 +36,11 @@ def test_combinations_that_mean_nothing_are_refused():
         load_config(TrainerConfig, None, ["loss.kind=ppo", "loss.mismatch.mode=tis"])
     with pytest.raises(ConfigError, match="overlong_buffer_tokens"):
         load_config(TrainerConfig, None, ["advantages.overlong_max_tokens=100", "advantages.overlong_buffer_tokens=100"])
+    with pytest.raises(ConfigError, match="gae trains a full value model"):
+        load_config(TrainerConfig, None, ["advantages.kind=gae", "lora.rank=8"])
+    with pytest.raises(ConfigError, match="do not combine yet"):
+        load_config(TrainerConfig, None, ["advantages.kind=gae", "distill.teacher.url=http://127.0.0.1:30100"])
+    with pytest.raises(ConfigError, match="trainer.critic.value_clip|critic.value_clip"):
+        load_config(TrainerConfig, None, ["advantages.kind=gae", "critic.value_clip=0"])
+    cfg = load_config(TrainerConfig, None, ["advantages.kind=gae", "advantages.lam=0.95", "critic.lr=3e-6"])
+    assert (cfg.advantages.lam, cfg.critic.lr, cfg.critic.model) == (0.95, 3e-6, None)

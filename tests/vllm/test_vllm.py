@@ -20,13 +20,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from agentrl.api import SamplingParams
+from agentrl.api import SamplingParams, sampled_spans
 from agentrl.client import RemoteEngine
 from agentrl.client.checkpoint_check import check_checkpoint
 from agentrl.client.vllm_backend import VLLMBackend, sampling_params
 from agentrl.errors import RequestRejected
 from agentrl.process.services import ServiceProcess
-from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer
 from agentrl.trainer.publish import DistributedTransport, StagedTensors
 

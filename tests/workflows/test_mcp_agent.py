@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentrl.api import sampled_spans
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.model.arith_data import calculate
-from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer
 from envs.tool_use import make_task
 from workflows.external_agent import ExternalAgentWorkflow

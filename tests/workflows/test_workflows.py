@@ -21,15 +21,14 @@ import gymnasium
 import pytest
 
 import envs  # noqa: F401
-from agentrl.api import NOT_SAMPLED, SamplingParams, TrajectoryStatus
+from agentrl.api import NOT_SAMPLED, SamplingParams, TrajectoryStatus, sampled_spans
 from agentrl.client.remote_engine import RemoteEngine
 from agentrl.model.arith_data import generate_problems
 from agentrl.model.tokenizer import CHAT_TEMPLATE
 from agentrl.process.services import free_port
-from agentrl.rollout.conversation import sampled_spans
 from agentrl.rollout.renderer import ChatRenderer, load_tokenizer
 from envs.tool_use import make_task
-from workflows.env import EnvWorkflow
+from workflows.env import EnvWorkflow, state_key
 from workflows.external_agent import ExternalAgentWorkflow
 from workflows.single_turn import SingleTurnWorkflow
 from workflows.tool_agent import ToolAgentWorkflow
@@ -278,3 +277,23 @@ async def test_a_template_that_rewrites_history_splits_segments_instead_of_retok
         later = renderer.decode(ts[1].input_ids[:sampled_runs(ts[1])[0][0]])
         assert "<|assistant|><|end|><|tool|>" in later  # the template's view of history, not what was sampled
     await wf.aclose()
+
+
+async def test_env_workflow_names_the_state_of_each_turn(engine, tiny_model_dir):
+    """turn_states=True: one key per turn (the turn-level estimator's step groups); greedy replies to
+    one task pass through the same states, another task starts elsewhere."""
+    wf = EnvWorkflow("agentrl/ArithRetry-v0", tiny_model_dir, {"max_new_tokens": 8, "temperature": 0.0},
+                     {"max_attempts": 3}, turn_states=True)
+    rows = [p.to_row() for p in generate_problems(2, seed=5)]
+    try:
+        [a], [b], [c] = await asyncio.gather(*(wf.arun_episode(engine, row) for row in (rows[0], rows[0], rows[1])))
+    finally:
+        await wf.aclose()
+    for t in (a, b, c):
+        assert t.status is TrajectoryStatus.OK and len(t.turn_states) == t.num_turns == len(sampled_spans(t.loss_mask))
+        assert len(set(t.turn_states)) == t.num_turns  # each turn answered a longer conversation
+    assert max(t.num_turns for t in (a, b, c)) > 1  # the tiny model is wrong most of the time: retries
+    assert a.turn_states == b.turn_states and a.turn_states[0] != c.turn_states[0]
+    # the env's own key wins over the digest of the conversation
+    assert state_key({"state_key": "room-3"}, [{"role": "user", "content": "hi"}], None) == "room-3"
+    assert state_key({}, [{"role": "user", "content": "hi"}], None).startswith("history:")
