@@ -73,6 +73,17 @@ def test_the_oracle_resolves_every_instance_in_both_formats(generated):
     assert (harbor_report["resolve_rate"], harbor_report["instances"]) == (1.0, 1)
 
 
+def test_the_oracle_reports_why_a_task_is_not_resolved_and_goes_on(generated, tmp_path):
+    _, rows, _ = generated
+    broken = [{**rows[0], "instance_id": "no_fix", "patch": ""},  # nothing applied: the failing tests still fail
+              {**rows[0], "instance_id": "no_image", "image": "agentrl-test-no-such-image:0"}]
+    (tmp_path / "broken.jsonl").write_text("".join(json.dumps(r) + "\n" for r in broken))
+    report = asyncio.run(run_oracle(str(tmp_path / "broken.jsonl")))
+    assert (report["resolved"], sorted(report["unresolved"])) == (0, ["no_fix", "no_image"])
+    assert report["unresolved_why"]["no_fix"]["f2p_fixed"] == 0.0  # the share of FAIL_TO_PASS fixed
+    assert "no_image" in report["unresolved_why"] and "error" in report["unresolved_why"]["no_image"]
+
+
 async def _both(instances: Path, harbor: Path):
     return await asyncio.gather(run_oracle(str(instances), concurrency=2), run_oracle(str(harbor)))
 
