@@ -227,7 +227,10 @@ def test_swe_agent_configs_run_the_sft_stage_then_rl_on_repositories_in_containe
 
     tok = AutoTokenizer.from_pretrained(model)
     played = [json.loads(line) for line in (tmp_path / "run" / "record" / "step_000001.jsonl").read_text().splitlines()]
-    assert len(played) == 4 and all(r["status"] == "ok" and "reward/ran_tests" in r["metrics"] for r in played), played
+    # four episodes (one whose token stream stopped extending, a reply re-rendered, is two trajectories)
+    episodes = {r["episode_id"] for r in played}
+    assert len(episodes) == 4 and all(r["status"] == "ok" for r in played), played
+    assert all(any("reward/ran_tests" in r["metrics"] for r in played if r["episode_id"] == e) for e in episodes)
     for r in played:  # the model's calls are its own text; what the container answered is never trained on
         r["tokens"] = [tok.decode([i]) for i in r["input_ids"]]
         assert "<|tool|>" not in text(r, 1), text(r, 1)
