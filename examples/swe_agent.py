@@ -42,7 +42,9 @@ ENV_KWARGS: dict[str, Any] = {"tools": ["bash", "submit"], "prompt": "{instructi
 TEST = "python3 -m pytest"
 GOOD, BLIND, WRONG, RUSHED = "good", "blind", "wrong", "rushed"
 SHARES = {RUSHED: 0.55, GOOD: 0.3, BLIND: 0.1, WRONG: 0.05}
-"""Shares of the scripted agents in the supervised conversations."""
+"""Shares of the scripted agents in ``sft_conversations`` (the first recipe: greedy, its model submits at once)."""
+SHARES_MORE_GOOD = {RUSHED: 0.4, GOOD: 0.45, BLIND: 0.1, WRONG: 0.05}
+"""Shares in ``sft_conversations_4k``, the recipe of examples/swe_agent_sft.yaml (benchmarks/RESULTS.md)."""
 RL_FIRST_SEED, SFT_FIRST_SEED = 1_000_000, 0
 
 
@@ -125,12 +127,17 @@ def conversation(row: dict[str, Any], agent: str, rng: random.Random) -> dict[st
     return {"tools": _tools(), "messages": messages}
 
 
-def sft_conversations(seed: int, n: int = 1024) -> list[dict[str, Any]]:
-    """``data: [examples.swe_agent:sft_conversations]``: train-split repositories, agents in ``SHARES``."""
+def sft_conversations(seed: int, n: int = 1024, shares: dict[str, float] = SHARES) -> list[dict[str, Any]]:
+    """``data: [examples.swe_agent:sft_conversations]``: train-split repositories, agents in ``shares``."""
     rng = random.Random(seed)
     rows = tiny_repos.instances(n, "train", "sft", first_seed=SFT_FIRST_SEED + 10_000 * seed)
-    agents = rng.choices(list(SHARES), weights=list(SHARES.values()), k=n)
+    agents = rng.choices(list(shares), weights=list(shares.values()), k=n)
     return [conversation(row, agent, rng) for row, agent in zip(rows, agents, strict=True)]
+
+
+def sft_conversations_4k(seed: int) -> list[dict[str, Any]]:
+    """``data: [examples.swe_agent:sft_conversations_4k]``: 4,096 repositories, ``SHARES_MORE_GOOD``."""
+    return sft_conversations(seed, 4096, SHARES_MORE_GOOD)
 
 
 def sft_heldout(seed: int, n: int = 64) -> list[dict[str, Any]]:

@@ -210,7 +210,7 @@ def test_swe_agent_configs_run_the_sft_stage_then_rl_on_repositories_in_containe
     the summary carries the containers started and tested_before_submit (before, after)."""
     # 10 steps of 4 conversations, no held-out loss: a model that writes tool calls (its fixes come later)
     model = sft("examples/swe_agent_sft.yaml", tmp_path / "sft", "steps=10", "batch_size=4", "heldout=[]",
-                "heldout_fraction=0")
+                "heldout_fraction=0", "data=[examples.swe_agent:sft_conversations]")  # 1,024 conversations, not 4,096
     out = subprocess.run([str(Path(sys.executable).parent / "agentrl"), "train", "examples/swe_agent.yaml",
                           f"run_dir={tmp_path / 'run'}", f"model={model}", "steps=1", "rollout.batch_size=2",
                           "rollout.group_size=2", "eval.limit=2", "logging.trajectories_per_step=4",
