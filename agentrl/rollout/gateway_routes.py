@@ -264,8 +264,10 @@ def session_routes(app: FastAPI, shared: Shared) -> None:
             raise Refused("the MCP endpoint needs this session's api_key as the bearer token", 401)
         return Deferred(lambda send: shared.mcp.handle(session, request.scope, request.receive, send))
 
-    app.add_api_route("/sessions/{session_id}/mcp", mcp_route, methods=["GET", "POST", "DELETE"],
-                      summary="the session's env tools as an MCP server (streamable HTTP)")
+    for method in ("GET", "POST", "DELETE"):  # one route a method: an operation id each in the OpenAPI document
+        app.add_api_route("/sessions/{session_id}/mcp", mcp_route, methods=[method],
+                          operation_id=f"session_mcp_{method.lower()}",
+                          summary="the session's env tools as an MCP server (streamable HTTP)")
 
     @app.get("/v1/gateway/stats")
     async def stats(request: Request):
