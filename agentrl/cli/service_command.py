@@ -20,6 +20,8 @@ import argparse
 
 READY = "agentrl service: ready on "
 API_KEY_ENV = "AGENTRL_SERVICE_API_KEY"
+SAMPLERS = {"sglang": "agentrl.service.sampler:Sampler", "vllm": "agentrl.service.vllm_sampler:VllmSampler"}
+"""``--sampler-engine``: the class that speaks that server's routes (imported when the service starts)."""
 
 
 def register(subparsers) -> None:
@@ -42,7 +44,7 @@ def register(subparsers) -> None:
                    help="an inference server already running (agentrl serve or SGLang with LoRA enabled); "
                         "default: start agentrl serve on --model")
     p.add_argument("--sampler-key", default=None, help="that server's API key")
-    p.add_argument("--sampler-engine", default="sglang", choices=("sglang", "vllm"),
+    p.add_argument("--sampler-engine", default="sglang", choices=tuple(SAMPLERS),
                    help="the --sampler server's routes: sglang (agentrl serve's and SGLang's) or vllm (a vLLM "
                         "server started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the agentrl serve it starts")
@@ -58,20 +60,21 @@ def run(args) -> int:
     from pathlib import Path
 
     from agentrl.errors import ConfigError
+    from agentrl.plugins import load_object
     from agentrl.process.services import ServerProcess, bind, run_app
     from agentrl.service.futures import Futures
     from agentrl.service.learner import Learner
     from agentrl.service.registry import ServiceState
     from agentrl.service.routes import Service, build_app
     from agentrl.service.sampler import Sampler
-    from agentrl.service.vllm_sampler import VllmSampler
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     key = args.api_key or os.environ.get(API_KEY_ENV)
     if not key or not key.startswith("tml-"):
         raise ConfigError(f"agentrl service needs an API key starting with 'tml-' (the tinker SDK sends no other): "
                           f"pass --api-key tml-SOMETHING or set ${API_KEY_ENV}")
-    if args.sampler is None and args.sampler_engine != "sglang":
+    sampler_cls = load_object(SAMPLERS[args.sampler_engine])
+    if args.sampler is None and sampler_cls is not Sampler:  # the agentrl serve started below speaks Sampler's routes
         raise ConfigError("--sampler-engine vllm needs --sampler URL (a vLLM server already running); without "
                           "--sampler the service starts agentrl serve")
     try:
@@ -89,7 +92,7 @@ def run(args) -> int:
         url, sampler_key = server.url, serve_key
     else:
         url, sampler_key = args.sampler, args.sampler_key
-    sampler = (VllmSampler if args.sampler_engine == "vllm" else Sampler)(url, sampler_key)
+    sampler = sampler_cls(url, sampler_key)
     try:
         state = ServiceState(args.dir, args.model_name or str(model_dir.resolve()), ttl_s=args.ttl)
         service = Service(state=state, learner=learner, sampler=sampler, futures=Futures(), key=key,
