@@ -63,10 +63,17 @@ def test_agents_train_the_model_through_the_gateway(tmp_path):
             client.chat.completions.create(model="policy", max_tokens=8,
                                            messages=[{"role": "user", "content": "What is 1+2+3?"}])
             if i == 0:
+                gone = s["session_id"]
                 continue  # gone: no reward, no end
             auth = {"Authorization": f"Bearer {s['api_key']}"}
             http.post(f"{url}/v1/sessions/{s['session_id']}/reward", json={"reward": float(i % 2)}, headers=auth)
             http.post(f"{url}/v1/sessions/{s['session_id']}/end", json={}, headers=auth)
+        # The agents start once the gateway has timed the gone agent out: its group is then whole and
+        # first in line (the CI run that did not wait filled all three steps before the 3 s ran out).
+        deadline = time.monotonic() + 120
+        while http.get(f"{url}/v1/sessions/{gone}").json().get("status") != "timeout":
+            assert time.monotonic() < deadline, "the gateway never timed the disconnected session out"
+            time.sleep(0.2)
 
     agents = [subprocess.Popen([sys.executable, "examples/gateway_agent.py", "--gateway", url, "--groups", "8",
                                 "--samples", "4", "--seed", str(i)], cwd=ROOT, stdout=subprocess.PIPE,
