@@ -128,11 +128,12 @@ class Actor:
 
     # ------------------------------------------------------------------ setup
 
-    def _load(self, auto_cls, *, trainable: bool) -> torch.nn.Module:
+    def _load(self, auto_cls, *, trainable: bool, lora_task: str | None = None) -> torch.nn.Module:
         """Rank 0 reads the checkpoint; the other ranks build the model on the meta device (no
         memory) and receive their shards and the buffers from rank 0 after sharding. The trained
-        model gets its LoRA adapters (``trainer.lora``) here, before sharding, on every rank;
-        rank 0's initial adapter weights are the ones every rank receives."""
+        model gets its LoRA adapters (``trainer.lora``; ``lora_task``: peft's task type for a
+        model that is not a causal LM) here, before sharding, on every rank; rank 0's initial
+        adapter weights are the ones every rank receives."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         from transformers import AutoConfig
@@ -154,7 +155,7 @@ class Actor:
         if trainable and self.config.lora.enabled:
             from agentrl.trainer.lora import apply_lora
 
-            model = apply_lora(model, self.config.lora)
+            model = apply_lora(model, self.config.lora, task_type=lora_task)
             if self.rank == 0:
                 full_state = dict(model.state_dict())
         if trainable and self.config.gradient_checkpointing:

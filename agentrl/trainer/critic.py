@@ -14,8 +14,12 @@ at ``trainer.critic.lr``. Two collectives a step, every rank with the same ``Tra
     train_step(batch)         after the actor's: PPO's clipped value loss toward the returns,
                               one optimizer step per mini-batch, packed like the actor's
 
-What it is not: the arithmetic (``agentrl.trainer.gae``: pure functions) or the policy. A LoRA
-critic is not there (the config refuses ``gae`` with ``trainer.lora``).
+With ``trainer.lora`` the value model is a LoRA model too: the actor's adapters' rank and
+target modules on the frozen body, and its new head trained in full (peft's ``TOKEN_CLS`` task,
+which keeps ``score``/``classifier`` as a module to save) — so a LoRA run holds no second full
+copy of trainable weights and AdamW state. Its checkpoint then holds the adapters and the head.
+
+What it is not: the arithmetic (``agentrl.trainer.gae``: pure functions) or the policy.
 
 Checkpoints: the critic has the actor's checkpoint surface (``model``, ``optimizer``,
 ``scheduler``, the step counters, ``config``), so ``save_checkpoint``/``load_checkpoint``
@@ -76,8 +80,9 @@ class Critic:
         self.model_dir = Path(config.critic.model or actor.model_dir)
         self.rank, self.world_size, self.device, self.mesh = actor.rank, actor.world_size, actor.device, actor.mesh
         self.attn_implementation, self.compute_dtype = actor.attn_implementation, actor.compute_dtype
-        self.model = Actor._load(self, _ValueModel, trainable=True)  # type: ignore[arg-type]
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.critic.lr, betas=tuple(config.betas),
+        self.model = Actor._load(self, _ValueModel, trainable=True, lora_task="TOKEN_CLS")  # type: ignore[arg-type]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.critic.lr, betas=tuple(config.betas),
                                            eps=config.adam_eps, weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, functools.partial(
             warmup_cosine, warmup_steps=config.warmup_steps, total_steps=config.warmup_steps + 1, min_ratio=1.0))

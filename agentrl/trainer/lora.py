@@ -34,18 +34,22 @@ def peft_module() -> Any:
     return import_optional("peft", extra="lora", purpose="trainer.lora")
 
 
-def apply_lora(model: torch.nn.Module, config: LoraConfig) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, config: LoraConfig, *, task_type: str | None = None) -> torch.nn.Module:
     """``model`` wrapped in a ``PeftModel`` with an adapter on each of ``config.target_modules``
-    (B starts at zero: the wrapped model computes what ``model`` did); only adapters train."""
+    (B starts at zero: the wrapped model computes what ``model`` did); only adapters train.
+
+    ``task_type``: peft's, for a model that is not a causal LM — ``"TOKEN_CLS"`` for the critic's
+    value model, whose new head (``score``/``classifier``) peft then trains in full beside the
+    adapters (its ``modules_to_save``)."""
     peft = peft_module()
     peft_config = peft.LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
-                                  target_modules=list(config.target_modules), bias="none")
+                                  target_modules=list(config.target_modules), bias="none", task_type=task_type)
     try:
         wrapped = peft.get_peft_model(model, peft_config)
     except ValueError as e:  # no module of that name in this architecture
         raise ModelError(f"trainer.lora: peft cannot wrap this model: {e}") from e
     for name, p in wrapped.named_parameters():
-        p.requires_grad_(".lora_A." in name or ".lora_B." in name)
+        p.requires_grad_(".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name)
     return wrapped
 
 

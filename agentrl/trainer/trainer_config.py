@@ -251,9 +251,6 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"config key 'betas': expected two numbers in [0, 1), got {self.betas!r}")
-        if self.advantages.kind == "gae" and self.lora.enabled:
-            raise ConfigError("config key 'trainer.advantages.kind': gae trains a full value model, which LoRA "
-                              "(trainer.lora.rank > 0) does not cover yet; set lora.rank: 0 or another kind")
         if self.advantages.kind == "gae" and self.distill.enabled:
             raise ConfigError("config key 'trainer.advantages.kind': gae's advantages come from the critic after "
                               "trainer.distill has set its own, so the two do not combine yet; use another kind "

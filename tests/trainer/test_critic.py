@@ -98,3 +98,29 @@ def test_the_update_lowers_the_value_loss_and_a_checkpoint_restores_it(pair, tmp
             a, b = (x.full_tensor() if hasattr(x, "full_tensor") else x for x in (a, b))
             assert torch.equal(a, b), (p, name)
     assert (fresh.optimizer_steps, fresh.version) == (critic.optimizer_steps, critic.version)
+
+
+def test_a_lora_critic_trains_its_adapters_and_head_alone_and_a_checkpoint_restores_them(group, small_model, tmp_path):
+    from agentrl.trainer.trainer_config import LoraConfig
+
+    cfg = _config(lora=LoraConfig(rank=4))
+    critic = Critic(Actor(small_model, cfg), cfg)
+    trained = {n for n, p in critic.model.named_parameters() if p.requires_grad}
+    assert trained and all(".lora_" in n or ".modules_to_save." in n for n in trained)
+    assert any("score" in n and ".modules_to_save." in n for n in trained)  # the new head trains in full
+    frozen = {k: v for k, v in _full(critic.model).items() if k.removeprefix("base_model.model.").startswith("model.")
+              and ".lora_" not in k}
+    batch = prepare_batch(make_trajectories(1, 0), version=0, config=cfg)
+    before = _value_error(critic, batch)
+    for _ in range(2):
+        critic.assign_advantages(batch)
+        critic.train_step(batch)
+    assert _value_error(critic, batch) < before
+    after = _full(critic.model)
+    assert all(torch.equal(after[k], v) for k, v in frozen.items())  # the body did not move
+    save_checkpoint(critic, tmp_path / "critic")
+    fresh = Critic(Actor(small_model, cfg), cfg)
+    load_checkpoint(fresh, tmp_path / "critic")
+    restored = _full(fresh.model)
+    assert all(torch.equal(restored[k], v) for k, v in after.items())
+

@@ -36,8 +36,6 @@ def test_combinations_that_mean_nothing_are_refused():
         load_config(TrainerConfig, None, ["loss.kind=ppo", "loss.mismatch.mode=tis"])
     with pytest.raises(ConfigError, match="overlong_buffer_tokens"):
         load_config(TrainerConfig, None, ["advantages.overlong_max_tokens=100", "advantages.overlong_buffer_tokens=100"])
-    with pytest.raises(ConfigError, match="gae trains a full value model"):
-        load_config(TrainerConfig, None, ["advantages.kind=gae", "lora.rank=8"])
     with pytest.raises(ConfigError, match="do not combine yet"):
         load_config(TrainerConfig, None, ["advantages.kind=gae", "distill.teacher.url=http://127.0.0.1:30100"])
     with pytest.raises(ConfigError, match="trainer.critic.value_clip|critic.value_clip"):
