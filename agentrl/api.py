@@ -82,7 +82,8 @@ class Trajectory:
     teacher_logprobs: list[float] | None = None  # on-policy distillation (trainer.distill): the teacher's
     # log-probability of each token, aligned with input_ids, 0.0 where loss_mask is 0; None: not scored
     turn_rewards: list[float] | None = None  # one reward per turn (a run of sampled tokens, ``sampled_spans``),
-    # summing to at most ``reward``'s share of them; None: the reward comes at the end (``agentrl.trainer.turns``)
+    # summing to at most ``reward``'s share of them; None: the reward comes at the end (``agentrl.trainer.turns``);
+    # the built-in workflows' trajectories carry their calls' own rewards (``TokenConversation.export``)
     turn_states: list[str] | None = None  # one key per turn naming the state the turn acted in: turns of one
     # group with equal keys are compared with each other (GiGPO's step groups); None: no state is shared
 

@@ -14,7 +14,10 @@ rather than re-tokenized. The reply the env sees is the sampled text without spe
 (stop strings kept); tool calls stay in the model's own format for the env to parse.
 
 Rewards: each step's reward goes to the call that produced it and ``discount`` (default 1)
-spreads it back over earlier calls, so every segment of an episode carries its return.
+spreads it back over earlier calls, so every segment of an episode carries its return. A
+trajectory's ``turn_rewards`` are its turns' step rewards and its reward their sum (plus the
+return after it, when the episode was split; ``agentrl.rollout.conversation``), which
+``trainer.advantages.kind: turn`` and ``gae`` read as per-turn credit.
 With ``turn_states=True`` each trajectory names the state each of its turns acted in
 (``Trajectory.turn_states``, for ``trainer.advantages.kind: turn``): the env's
 ``info["state_key"]`` from the reset or the previous step when it gives one, else a digest of

@@ -12,8 +12,9 @@ ChatClient records every call's exact tokens, so the trajectories are what the m
 and sampled — one per segment when the agent's re-sent history does not render as sampled
 (counted in ``segments_per_episode``).
 
-Rewards: each env step's reward goes to the call whose answer it graded; ``discount``
-spreads returns over earlier calls (default 1). Failures are data (env, sandbox, inference,
+Rewards: each env step's reward goes to the call whose answer it graded (a trajectory's
+``turn_rewards``: 0 on a call that made tool calls); ``discount`` spreads returns over earlier
+calls (default 1). Failures are data (env, sandbox, inference,
 ``timeout_s``). ``max_turns`` caps the agent's calls (``truncated_by/workflow``).
 
 What it is not: a general agent framework; a user's own agent is a copy of ``ToolAgent.run``.

@@ -23,8 +23,11 @@ in place and with the same tokens. A call that a later call already built on is 
 
 Rewards belong to calls: ``set_reward(call_id, r)``, ``set_last_reward(r)`` (the latest call),
 ``apply_reward_discount(γ)`` (R_i = r_i + γ·R_{i+1} backwards over the calls in the order they
-were made, from the raw rewards, so applying it twice changes nothing). A concat trajectory
-takes the reward of its segment's last call.
+were made, from the raw rewards, so applying it twice changes nothing). A concat trajectory's
+``turn_rewards`` are its calls' own rewards (0.0 where unset), one per turn, and its ``reward``
+is their sum plus what the episode earns after its last call (that call's return minus its own
+reward: γ·R of the next call): where only a segment's last call is rewarded — every env that
+scores on its last step — that is the last call's return.
 
 What it is not: rendering (``ChatRenderer``) or generation; it is synchronous and does no I/O,
 so an asyncio caller needs no lock: ``prompt`` and ``record`` each run without an await.
@@ -41,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agentrl.api import NOT_SAMPLED, Completion, Trajectory
+from agentrl.api import NOT_SAMPLED, Completion, Trajectory, sampled_spans
 from agentrl.errors import RolloutError
 from agentrl.ids import unique_hex
 from agentrl.rollout.renderer import ChatRenderer
@@ -300,9 +303,7 @@ class TokenConversation:
         if self.abandoned:
             metrics["calls_abandoned"] = float(self.abandoned)
         if style == "concat":
-            return [Trajectory(list(s.ids), list(s.mask), list(s.logprobs), list(s.versions),
-                               reward=s.calls[-1].return_, num_turns=len(s.calls), metrics=dict(metrics))
-                    for s in self.segments if s.calls]
+            return [_concat(s, metrics) for s in self.segments if s.calls]
         if style == "individual":
             out = []
             for c in self.calls:
@@ -312,6 +313,16 @@ class TokenConversation:
                                       reward=c.return_, num_turns=1, metrics=dict(metrics)))
             return out
         raise RolloutError(f"export style must be 'concat' or 'individual', got {style!r}")
+
+
+def _concat(s: Segment, metrics: dict[str, float]) -> Trajectory:
+    """Segment ``s`` as one trajectory: its calls' own rewards as ``turn_rewards`` (when each call
+    left a run of sampled tokens of its own) and, as ``reward``, their sum plus what comes after."""
+    own = [c.reward if c.reward is not None else 0.0 for c in s.calls]
+    reward = s.calls[-1].return_ + sum(own[:-1])
+    turns = own if len(sampled_spans(s.mask)) == len(own) else None
+    return Trajectory(list(s.ids), list(s.mask), list(s.logprobs), list(s.versions), reward=reward,
+                      num_turns=len(s.calls), metrics=dict(metrics), turn_rewards=turns)
 
 
 def _finite(reward: float) -> float:

@@ -24,7 +24,8 @@ turn without a key, or alone with its key, is its own step group and gets A^S = 
 state keys the estimator is ``group_norm``; with ω = 0 too. Every token of turn k gets A_k.
 
 What it needs from an env: nothing, to run (it then equals group_norm); per-turn rewards for
-credit within an episode (``Trajectory.turn_rewards``); a state key per turn
+credit within an episode (``Trajectory.turn_rewards``: the built-in multi-turn workflows set them
+to each step's env reward, ``agentrl.rollout.conversation``); a state key per turn
 (``Trajectory.turn_states``: e.g. a hash of the observation the turn answered) for step groups.
 """
 

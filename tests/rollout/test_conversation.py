@@ -139,6 +139,42 @@ def test_rewards_name_calls_and_discount_runs_backwards_over_calls(renderer):
         conv.apply_reward_discount(1.5)
 
 
+def test_a_concat_trajectory_carries_its_turns_rewards_and_sums_them(renderer):
+    """Issue 48: a segment's trajectory took only its last call's return, so an env's reward for an
+    earlier turn of the same stream was lost, and ``kind: turn`` had no per-turn rewards from any
+    built-in workflow. Now ``turn_rewards`` are the calls' own rewards, and the trajectory's
+    reward is their sum plus what the episode earns after the segment (γ·R of the next call)."""
+    from agentrl.trainer.turns import per_turn_rewards
+
+    conv = TokenConversation(renderer)
+    messages = [{"role": "user", "content": "q"}]
+    calls = []
+    for reply in "ABC":
+        calls.append(conv.record(conv.prompt(renderer.render(messages)), done(renderer.encode(reply) + [257])))
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "again"}]
+    edited = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Z"}]  # history rewritten
+    calls.append(conv.record(conv.prompt(renderer.render(edited)), done(renderer.encode("D") + [257])))
+    assert [c.segment.index for c in calls] == [0, 0, 0, 1]
+    conv.set_reward(calls[0].id, 1.0)  # calls[1] earns nothing
+    conv.set_reward(calls[2].id, 2.0)
+    conv.set_last_reward(4.0)
+    first, second = conv.export("concat")
+    assert first.turn_rewards == [1.0, 0.0, 2.0] and second.turn_rewards == [4.0]
+    assert (first.reward, second.reward) == (3.0, 4.0)  # undiscounted: the sum of the segment's turns
+    conv.apply_reward_discount(0.5)
+    first, second = conv.export("concat")
+    # returns: R4 = 4, R3 = 2 + 0.5·4 = 4; the segment: 1 + 0 + 2, plus 0.5·R4 after it
+    assert first.reward == calls[2].return_ + 1.0 == 5.0 and second.reward == 4.0
+    # what the turn-level estimator reads: each turn its own reward, what comes after on the last
+    assert per_turn_rewards(first.loss_mask, first.reward, first.turn_rewards) == [1.0, 0.0, 4.0]
+    only_last = TokenConversation(renderer)  # the built-in envs' case: a reward on the last step only
+    for m, reply in ((messages[:1], "A"), (messages[:3], "B")):  # "q" → A, then "q" / A / "again" → B
+        only_last.record(only_last.prompt(renderer.render(m)), done(renderer.encode(reply) + [257]))
+    only_last.set_last_reward(1.0)
+    only_last.apply_reward_discount(0.5)
+    assert [(t.reward, t.turn_rewards) for t in only_last.export("concat")] == [(1.0, [0.0, 1.0])]
+
+
 def test_the_token_budget_refuses_a_prompt_that_does_not_fit(renderer):
     conv = TokenConversation(renderer, max_tokens=20)
     with pytest.raises(RolloutError, match="over its budget of 20 tokens"):

@@ -2,7 +2,9 @@
 
 Three short launches share one module fixture: 2 ranks (two steps uninterrupted, HF export);
 1 rank (one step, checkpoint, then SIGKILL of the process); 2 fresh ranks restoring that
-checkpoint (resharded from 1 to 2 ranks) and running the second step.
+checkpoint (resharded from 1 to 2 ranks) and running the second step. Each trains a critic
+beside the actor (``advantages.kind: gae``, ``agentrl.trainer.critic``), so the value model's
+sharding, its per-rank GAE and its checkpoint go through the same three launches.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ def torchrun(nproc: int, *args: str, killed: bool = False) -> None:
 def runs(untrained_model_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("dist")
     ckpt, export = d / "ckpt", d / "export"
-    torchrun(2, str(untrained_model_dir), str(d / "two.pt"), "--steps", "2", "--export", str(export))
+    torchrun(2, str(untrained_model_dir), str(d / "two.pt"), "--steps", "2", "--export", str(export), "--critic")
     torchrun(1, str(untrained_model_dir), str(d / "one.pt"), "--steps", "2",
-             "--save-after", "1", str(ckpt), "--kill-after-save", killed=True)
-    torchrun(2, str(untrained_model_dir), str(d / "resumed.pt"), "--steps", "1", "--restore", str(ckpt))
+             "--save-after", "1", str(ckpt), "--kill-after-save", "--critic", killed=True)
+    torchrun(2, str(untrained_model_dir), str(d / "resumed.pt"), "--steps", "1", "--restore", str(ckpt), "--critic")
     load = lambda name: torch.load(d / name, weights_only=False)  # noqa: E731
     return {"two": load("two.pt"), "one": load("one.pt"), "resumed": load("resumed.pt"),
             "ckpt": ckpt, "export": export, "model_dir": untrained_model_dir}
@@ -69,6 +71,25 @@ def test_two_ranks_match_one_rank(runs):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=k)
 
 
+CRITIC_STATS = ("critic/value_before_mean", "critic/adv_mean", "critic/adv_std", "critic/value_loss",
+                "critic/return_mean")
+
+
+def test_a_critic_on_two_ranks_matches_one_rank(runs):
+    """advantages.kind gae: the value model is sharded like the actor, each rank computes V and GAE
+    for the sequences it trains and scales its value loss by the world size, so two ranks take one
+    rank's step: the same values, advantages and value loss, the same value model after it."""
+    s1, s2 = runs["one"]["stats"][0], runs["two"]["stats"][0]
+    assert s1["critic/optimizer_steps"] == s2["critic/optimizer_steps"] == 2  # one value step per mini-batch
+    for key in CRITIC_STATS:
+        assert s1[key] == pytest.approx(s2[key], rel=1e-5, abs=1e-7), key
+    assert s1["critic/value_loss"] > 0 and s1["critic/adv_std"] > 0
+    w1, w2 = _flat(runs["one"]["critic_after_first"]), _flat(runs["two"]["critic_after_first"])
+    assert ((w1 - w2).norm() / w1.norm()).item() < 1e-5
+    moved = _flat(runs["two"]["critic_final"])  # and the second step moved it again
+    assert ((moved - w2).norm() / w2.norm()).item() > 1e-4
+
+
 def test_the_step_really_moved_the_weights(runs, untrained_model_dir):
     from safetensors.torch import load_file
 
@@ -92,6 +113,12 @@ def test_resume_after_kill_gives_the_uninterrupted_next_step(runs):
     assert ((w2 - wr).norm() / w2.norm()).item() < 1e-5
     for k, v in final_two.items():
         torch.testing.assert_close(final_resumed[k], v, rtol=1e-5, atol=1e-6, msg=k)
+    # the critic came back from its own checkpoint (saved on 1 rank, resharded to 2) with its AdamW
+    assert resumed["critic/optimizer_steps"] == uninterrupted["critic/optimizer_steps"] == 4
+    for key in CRITIC_STATS:
+        assert resumed[key] == pytest.approx(uninterrupted[key], rel=1e-5, abs=1e-7), key
+    c2, cr = _flat(runs["two"]["critic_final"]), _flat(runs["resumed"]["critic_final"])
+    assert ((c2 - cr).norm() / c2.norm()).item() < 1e-5
 
 
 def test_hf_export_loads_with_transformers(runs):
@@ -118,3 +145,4 @@ def test_incomplete_checkpoint_is_refused(tmp_path):
     (tmp_path / "half.tmp").mkdir()
     with pytest.raises(CheckpointError, match="interrupted"):
         load_checkpoint(object(), tmp_path / "half")  # type: ignore[arg-type]
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import os
 import random
 import sys
@@ -68,18 +69,19 @@ def sampled_runs(t) -> list[tuple[int, int]]:
 
 
 async def replay(env_id, kwargs, row, t, renderer):
-    """Play the trajectory's replies against a fresh env; check every prompt and return the env's return."""
+    """Play the trajectory's replies against a fresh env; check every prompt and return the env's
+    rewards (one per reply) and whether it ended."""
     env = gymnasium.make(env_id, **kwargs).unwrapped
     try:
         obs, info = await env.areset(options={"task": copy.deepcopy(row)})
-        messages, tools, total = list(obs), info.get("tools"), 0.0
+        messages, tools, rewards = list(obs), info.get("tools"), []
         for start, end in sampled_runs(t):
             assert renderer.decode(t.input_ids[:start]) == renderer.render(messages, tools)
             reply = renderer.decode(t.input_ids[start:end], skip_special_tokens=True)
             obs, reward, terminated, truncated, _ = await env.astep(reply)
-            total += reward
+            rewards.append(reward)
             messages += [{"role": "assistant", "content": reply}, *obs]
-        return total, terminated or truncated
+        return rewards, terminated or truncated
     finally:
         await env.aclose()
 
@@ -101,8 +103,8 @@ async def test_single_turn_workflow_on_every_env(env_id, engine, renderer, tiny_
             [t] = trajectories
             check_tokens(t)
             assert t.num_turns == 1 and len(sampled_runs(t)) == 1
-            env_return, ended = await replay(env_id, kwargs, row, t, renderer)
-            assert t.reward == env_return
+            rewards, ended = await replay(env_id, kwargs, row, t, renderer)
+            assert t.reward == sum(rewards)
             assert ("truncated_by/workflow" in t.metrics) == (not ended)
     finally:
         await wf.aclose()
@@ -119,8 +121,9 @@ async def test_env_workflow_on_every_env_is_one_exact_token_stream(env_id, engin
             check_tokens(t)
             assert t.metrics["segments_per_episode"] == 1.0
             assert t.num_turns == len(sampled_runs(t)) == t.metrics["turns"]
-            env_return, ended = await replay(env_id, kwargs, row, t, renderer)
-            assert t.reward == pytest.approx(env_return)
+            rewards, ended = await replay(env_id, kwargs, row, t, renderer)
+            # each turn's env reward, and the trajectory's reward their sum (issue 48)
+            assert t.turn_rewards == rewards and t.reward == pytest.approx(sum(rewards))
             assert ended or t.metrics["truncated_by/context"] == 1.0
     finally:
         await wf.aclose()
@@ -154,8 +157,10 @@ async def test_agent_workflows_on_every_env(kind, env_id, engine, renderer, tiny
             assert sum(len(sampled_runs(t)) for t in trajectories) == trajectories[0].metrics["calls"]
             if len(trajectories) == 1:  # the history rendered as sampled, so a replay holds exactly
                 [t] = trajectories
-                env_return, _ = await replay(env_id, kwargs, row, t, renderer)
-                assert t.reward == pytest.approx(env_return)
+                rewards, _ = await replay(env_id, kwargs, row, t, renderer)
+                assert t.reward == pytest.approx(sum(rewards))
+                if kind == "tool_agent":  # a reply the env graded has its reward; a tool call 0
+                    assert t.turn_rewards == rewards
     finally:
         await wf.aclose()
 
@@ -180,9 +185,68 @@ async def test_the_tool_agent_runs_the_envs_tools_between_calls(tools, engine, r
     assert called, [renderer.decode(t.input_ids) for [t] in results]
     for row, t in called:
         assert t.num_turns >= 2 and t.metrics["segments_per_episode"] == 1.0
-        env_return, ended = await replay("agentrl/ToolUse-v0", kwargs, row, t, renderer)
-        assert ended and t.reward == env_return
+        rewards, ended = await replay("agentrl/ToolUse-v0", kwargs, row, t, renderer)
+        assert ended and t.reward == sum(rewards) and t.turn_rewards == rewards
     await wf.aclose()
+
+
+class StepRewardsEnv(gymnasium.Env):
+    """A plain Gymnasium env that rewards every reply (the shipped envs score only the last step):
+    three turns, each reply earns a share of its distinct characters, and each turn's state is its
+    step (``info["state_key"]``), so every sample of a task shares its turns' states."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return [{"role": "user", "content": "Say anything."}], {"state_key": "step-0"}
+
+    def step(self, action):
+        self.steps += 1
+        return ([{"role": "user", "content": "Again."}], step_reward(action), self.steps == 3, False,
+                {"state_key": f"step-{self.steps}"})
+
+
+def step_reward(reply: str) -> float:
+    return len(set(reply)) / 8
+
+
+gymnasium.register("test/StepRewards-v0", entry_point=StepRewardsEnv)
+
+
+async def test_every_turn_s_env_reward_reaches_the_turn_level_estimator(engine, renderer, tiny_model_dir):
+    """Issue 48: no built-in workflow filled ``turn_rewards``, so ``advantages.kind: turn`` put the
+    whole return on the last turn. Sampled episodes of an env that rewards each reply: each turn
+    carries its reply's reward, the trajectory's reward is their sum, and the turn estimator's
+    advantages change from turn to turn within an episode."""
+    from agentrl.trainer.advantages import shaped_rewards
+    from agentrl.trainer.batch import prepare_batch
+    from agentrl.trainer.trainer_config import AdvantageConfig, TrainerConfig
+    from agentrl.trainer.turns import per_turn_rewards, turn_advantages
+
+    wf = EnvWorkflow("test/StepRewards-v0", tiny_model_dir, {"max_new_tokens": 6, "temperature": 1.0}, turn_states=True)
+    try:
+        results = await asyncio.gather(*(wf.arun_episode(engine, {}) for _ in range(4)))
+    finally:
+        await wf.aclose()
+    trajectories = [t for [t] in results]
+    for t in trajectories:
+        check_tokens(t)
+        replies = [renderer.decode(t.input_ids[a:b], skip_special_tokens=True) for a, b in sampled_runs(t)]
+        assert t.turn_rewards == [step_reward(r) for r in replies] and len(replies) == 3
+        assert t.reward == pytest.approx(sum(t.turn_rewards)) and t.turn_states == ["step-0", "step-1", "step-2"]
+        # the documented convention: the turns' rewards sum to the reward, nothing left for the last
+        assert per_turn_rewards(t.loss_mask, t.reward, t.turn_rewards) == pytest.approx(t.turn_rewards)
+        t.group_id = "task"
+    config = TrainerConfig(advantages=AdvantageConfig(kind="turn", turn_weight=1.0))
+    batch = prepare_batch(trajectories, version=0, config=config)
+    per_turn = [[float(seq["advantages"][a]) for a, _ in sampled_runs(t)] for seq, t in zip(batch.sequences, trajectories, strict=True)]
+    assert batch.stats["adv/turns_grouped_frac"] == 1.0
+    assert any(len(set(a)) > 1 for a in per_turn), per_turn  # credit differs between the turns of an episode
+    # without the turn rewards every turn of an episode would get the same advantage
+    flat = [dataclasses.replace(t, turn_rewards=None) for t in trajectories]
+    shaped = shaped_rewards([t.reward for t in flat], [t.num_sampled for t in flat], config=config.advantages)[0]
+    without, _ = turn_advantages(flat, [0.0] * 4, shaped.tolist(), config.advantages)
+    assert all(len({float(a[s]) for s, _ in sampled_runs(t)}) == 1 for a, t in zip(without, flat, strict=True))
 
 
 async def test_an_external_agent_that_crashes_or_hangs_is_failed_data(engine, tiny_model_dir, tmp_path):
