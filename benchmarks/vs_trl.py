@@ -59,6 +59,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "arith_grpo.yaml"
 AGENTRL = ROOT / ".venv" / "bin" / "agentrl"
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
+TRL_VLLM_PYTHON = ROOT / ".venv-trl-vllm" / "bin" / "python"
+TRL_CONFIGS = ("plain", "vllm-server", "vllm-colocate")
+# the largest |trainer - sampler| log-probability of a sampled token a run accepts (both float32)
+LOGP_TOLERANCE = 1e-3
 SCHEDULE_STEPS = 80  # the demo's trainer.total_steps: its cosine reaches lr * 0.1 there
 # Student's t at 97.5% by degrees of freedom (index; the last entry stands for 10 and more)
 T95 = (math.inf, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -237,16 +241,42 @@ def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, l
     return out
 
 
-# --------------------------------------------------------------------------- the TRL side (.venv-trl)
+# --------------------------------------------------------------------------- the TRL side (.venv-trl*)
 
 
 def trl_worker(args: argparse.Namespace) -> None:
-    """One GRPOTrainer run on the demo's recipe; the last line printed is a JSON object."""
-    import asyncio
-
+    """One GRPOTrainer run on the demo's recipe in configuration ``args.trl_config``; the last line
+    printed is a JSON object."""
     import torch
 
     torch.set_num_threads(args.trl_threads)
+    out = Path(args.out)
+    model_dir = ROOT / "examples" / "tiny-model"
+    if args.trl_config == "plain":
+        trl_train(args, out, model_dir, {}, None)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import trl_vllm  # the shims (benchmarks/trl_vllm.py), in .venv-trl-vllm only
+
+    sync = trl_vllm.FileSync(model_dir, out)
+    if args.trl_config == "vllm-colocate":
+        trl_vllm.patch_colocate_mode(sync, args.trl_threads)
+        trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "colocate"}, sync)
+        return
+    server, key = trl_vllm.start_server(model_dir, args.vllm_port, args.trl_threads, args.seed,
+                                        out.parent / f"{out.name}_vllm_server.log")
+    try:
+        trl_vllm.patch_server_mode(key, sync)
+        trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "server",
+                                         "vllm_server_base_url": f"http://127.0.0.1:{args.vllm_port}"}, sync)
+    finally:
+        trl_vllm.stop_server(server)
+
+
+def trl_train(args: argparse.Namespace, out: Path, model_dir: Path, vllm_args: dict, sync: object) -> None:
+    import asyncio
+
+    import torch
     import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -255,8 +285,6 @@ def trl_worker(args: argparse.Namespace) -> None:
 
     from envs.arith import ArithEnv, training_rows
 
-    model_dir = str(ROOT / "examples" / "tiny-model")
-    out = Path(args.out)
     rows = training_rows(args.seed)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
                                   "question": r["question"], "answer": r["answer"]} for r in rows])
@@ -274,17 +302,20 @@ def trl_worker(args: argparse.Namespace) -> None:
         return asyncio.run(score(completions, question, answer))
 
     class Clock(TrainerCallback):
-        """Training time (first step's start to the last one's end) and the stop rules."""
+        """Training time (first step's start to the last one's end), the stop rules and, with vLLM,
+        the largest gap between the sampler's and the trainer's log-probabilities of each step."""
 
         def __init__(self) -> None:
             self.t0 = self.last = 0.0
             self.steps = 0
             self.step_s: list[float] = []
             self.reward = math.nan
+            self.logp_gaps: list[float] = []
+            self.trainer = None
 
         def on_train_begin(self, targs, state, control, **_):  # noqa: ANN001
             self.t0 = self.last = time.perf_counter()
-            print(f"trl training: {torch.get_num_threads()} torch threads, "
+            print(f"trl training ({args.trl_config}): {torch.get_num_threads()} torch threads, "
                   f"cosine over {state.max_steps} steps", flush=True)
 
         def on_step_end(self, targs, state, control, **_):  # noqa: ANN001
@@ -292,12 +323,29 @@ def trl_worker(args: argparse.Namespace) -> None:
             self.step_s.append(now - self.last)
             self.last = now
             self.steps = state.global_step
+            if vllm_args:
+                self.check_logprobs()
             elapsed = self.last - self.t0
             if args.stop_steps is not None and self.steps >= args.stop_steps:
                 control.should_training_stop = True
             # equal minutes: stop at the step boundary nearest the budget
             if args.stop_s is not None and elapsed + 0.5 * elapsed / self.steps >= args.stop_s:
                 control.should_training_stop = True
+
+        def check_logprobs(self) -> None:
+            import trl_vllm
+
+            gap = trl_vllm.logp_gap(self.trainer)
+            if gap is None:
+                sys.exit(f"vs_trl: TRL recorded no {trl_vllm.LOGP_GAP} at step {self.steps}: the sampler's and the "
+                         "trainer's log-probabilities cannot be compared")
+            self.logp_gaps.append(gap)
+            if self.steps == 1 or self.steps % 10 == 0:
+                print(f"trl step {self.steps:>4}  max |trainer - sampler| logprob {gap:.2e}", flush=True)
+            if not gap <= LOGP_TOLERANCE:
+                sys.exit(f"vs_trl: after the weight sync before step {self.steps} the sampler's and the trainer's "
+                         f"log-probabilities differ by up to {gap:.3g} (tolerance {LOGP_TOLERANCE:g}): the sampler "
+                         "is not serving the trainer's weights; the shims in benchmarks/trl_vllm.py do not hold")
 
         def on_log(self, targs, state, control, logs=None, **_):  # noqa: ANN001
             logs = logs or {}
@@ -307,8 +355,11 @@ def trl_worker(args: argparse.Namespace) -> None:
                 print(f"trl step {state.global_step:>4}  reward {logs['reward']:.3f}{lr}"
                       f"  [{(time.perf_counter() - self.t0) / 60:.2f} min]", flush=True)
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    # transformers 5.20 renamed gradient_checkpointing (.venv-trl-vllm has 5.19: vLLM's pin)
+    checkpointing_off = {("activation_checkpointing" if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+                          else "gradient_checkpointing"): False}
     config = GRPOConfig(
         output_dir=str(out / "trainer"),
         # one optimizer step per generation batch of 16 prompts x 16 samples, trained once (μ = 1)
@@ -320,13 +371,14 @@ def trl_worker(args: argparse.Namespace) -> None:
         lr_scheduler_kwargs={"min_lr_rate": RECIPE["min_lr_ratio"]}, warmup_steps=0,
         adam_beta1=RECIPE["betas"][0], adam_beta2=RECIPE["betas"][1], weight_decay=0.0, max_grad_norm=1.0,
         beta=0.0, max_steps=args.horizon,
-        bf16=False, fp16=False, use_cpu=True, activation_checkpointing=False,
+        bf16=False, fp16=False, use_cpu=True, **checkpointing_off,
         save_strategy="no", report_to="none", logging_steps=10, disable_tqdm=True, seed=args.seed,
-        dataloader_num_workers=0,
+        dataloader_num_workers=0, **vllm_args,
     )
     clock = Clock()
     trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[clock])
+    clock.trainer = trainer
     trainer.remove_callback(PrinterCallback)
     torch.set_num_threads(args.trl_threads)
     trainer.train()
@@ -334,10 +386,15 @@ def trl_worker(args: argparse.Namespace) -> None:
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
     print(f"trl done: {clock.steps} steps in {train_s / 60:.2f} training minutes", flush=True)
-    print(json.dumps({"steps": clock.steps, "train_s": train_s, "horizon": args.horizon, "out": str(out),
-                      "last_reward": clock.reward, "trl_version": trl.__version__,
-                      "torch_threads": torch.get_num_threads(),
-                      "step_s": [round(x, 3) for x in clock.step_s]}))
+    result = {"steps": clock.steps, "train_s": train_s, "horizon": args.horizon, "out": str(out),
+              "last_reward": clock.reward, "trl_version": trl.__version__, "trl_config": args.trl_config,
+              "torch_threads": torch.get_num_threads(), "step_s": [round(x, 3) for x in clock.step_s]}
+    if vllm_args:
+        import vllm
+
+        result |= {"vllm_version": vllm.__version__, "logp_gap_max": max(clock.logp_gaps),
+                   "syncs": sync.syncs, "sync_write_s": round(sync.seconds, 3)}
+    print(json.dumps(result))
 
 
 def main() -> None:
@@ -354,6 +411,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--stop-steps", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--stop-s", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--trl-config", default="plain", choices=TRL_CONFIGS, help=argparse.SUPPRESS)
+    ap.add_argument("--vllm-port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.trl_worker:
         trl_worker(args)
