@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -77,13 +78,19 @@ def vllm_env(threads: int) -> dict[str, str]:
             "VLLM_ENABLE_V1_MULTIPROCESSING": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")}
 
 
-def start_server(model_dir: Path, port: int, threads: int, seed: int, log: Path) -> tuple[subprocess.Popen, str]:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(model_dir: Path, threads: int, seed: int, log: Path) -> tuple[subprocess.Popen, str, str]:
     """vLLM's OpenAI server as ``trl vllm-serve`` starts it (dev mode, processed logprobs), but
     float32, with the file reload and a key instead of the NCCL weight-transfer engine. Returns
-    the process and its key once ``/health`` answers."""
+    the process, its key and its URL once ``/health`` answers."""
     import requests
 
-    key = secrets.token_urlsafe(24)
+    key, port = secrets.token_urlsafe(24), free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
            "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1", "--seed", str(seed),
@@ -99,7 +106,7 @@ def start_server(model_dir: Path, port: int, threads: int, seed: int, log: Path)
             sys.exit(f"trl_vllm: the vLLM server exited with code {proc.returncode}; see {log}")
         try:
             if requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                return proc, key
+                return proc, key, f"http://127.0.0.1:{port}"
         except requests.RequestException:
             pass
         time.sleep(1)

@@ -133,10 +133,11 @@ def run_agentrl(tmp: Path, args: argparse.Namespace, seed: int) -> dict:
             "weights": str(weights) if weights.is_dir() else None}
 
 
-def run_trl(tmp: Path, name: str, args: argparse.Namespace, seed: int, horizon: int, stop_steps: int | None,
-            stop_s: float | None) -> dict:
+def run_trl(tmp: Path, name: str, args: argparse.Namespace, config: str, seed: int, horizon: int,
+            stop_steps: int | None, stop_s: float | None) -> dict:
     out = tmp / name
-    cmd = [str(TRL_PYTHON), str(Path(__file__).resolve()), "--trl-worker", "--out", str(out),
+    python = TRL_PYTHON if config == "plain" else TRL_VLLM_PYTHON
+    cmd = [str(python), str(Path(__file__).resolve()), "--trl-worker", "--trl-config", config, "--out", str(out),
            "--horizon", str(horizon), "--trl-threads", str(args.trl_threads), "--seed", str(seed)]
     if stop_steps is not None:
         cmd += ["--stop-steps", str(stop_steps)]
@@ -145,19 +146,52 @@ def run_trl(tmp: Path, name: str, args: argparse.Namespace, seed: int, horizon: 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.trl_threads), MKL_NUM_THREADS=str(args.trl_threads),
                TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    say(f"TRL GRPOTrainer ({name}, seed {seed}): cosine over {horizon} steps, stop at "
+    say(f"TRL GRPOTrainer {config} ({name}, seed {seed}): cosine over {horizon} steps, stop at "
         + (f"{stop_steps} steps" if stop_steps is not None else f"{stop_s / 60:.2f} training minutes")
         + f" (log {tmp / (name + '.log')})")
     return json.loads(run_logged(cmd, tmp / f"{name}.log", re.compile(r"^trl "), env=env))
 
 
-def orchestrate(args: argparse.Namespace) -> None:
-    if not TRL_PYTHON.exists():
+def trl_configs(args: argparse.Namespace) -> list[str]:
+    configs = [c.strip() for c in args.trl_configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in TRL_CONFIGS]
+    if unknown or not configs:
+        sys.exit(f"benchmarks/vs_trl.py: --trl-configs {args.trl_configs!r}: expected a comma-separated list of "
+                 f"{', '.join(TRL_CONFIGS)}")
+    if "plain" in configs and not TRL_PYTHON.exists():
         sys.exit("benchmarks/vs_trl.py: TRL's environment is missing; run `make trl`")
+    if set(configs) - {"plain"} and not TRL_VLLM_PYTHON.exists():
+        sys.exit("benchmarks/vs_trl.py: TRL's vLLM environment is missing; run `make trl-vllm`")
+    return configs
+
+
+def trl_in_equal_minutes(tmp: Path, args: argparse.Namespace, config: str, seed: int, ours: dict,
+                         refs: dict[str, dict]) -> dict:
+    """TRL in ``config`` for agentrl's training minutes (after its reference run, the first time)."""
+    if config not in refs:
+        ref = run_trl(tmp, f"trl_{config}_steps", args, config, seed, SCHEDULE_STEPS, args.steps, None)
+        say(f"TRL {config} ({args.steps} steps): {ref['steps']} steps in {ref['train_s'] / 60:.2f} training "
+            f"minutes ({ref['train_s'] / ref['steps']:.2f} s a step)")
+        ref["eval_after"] = held_out(ref["out"], tmp / f"eval_trl_{config}_steps", args.eval_limit)
+        refs[config] = ref
+    # its cosine's length: the steps TRL makes in agentrl's minutes at the reference run's median step time
+    expected = max(1, round(ours["train_s"] / statistics.median(refs[config]["step_s"])))
+    eq = run_trl(tmp, f"trl_{config}_minutes_seed{seed}", args, config, seed, expected, None, ours["train_s"])
+    say(f"TRL {config} (equal minutes): {eq['steps']} steps in {eq['train_s'] / 60:.2f} training minutes "
+        f"({eq['train_s'] / eq['steps']:.2f} s a step; {expected} expected)")
+    eq_after = held_out(eq["out"], tmp / f"eval_trl_{config}_minutes_seed{seed}", args.eval_limit)
+    say(f"seed {seed}: held-out pass@1 agentrl {ours['eval_after']:.3f}; TRL {config} equal minutes "
+        f"{eq_after:.3f}; TRL {config} {refs[config]['steps']} steps (seed 0) {refs[config]['eval_after']:.3f}")
+    return {"seed": seed, "ours": ours, "eq": eq, "expected": expected,
+            "agentrl_eval_after": ours["eval_after"], "trl_eval_after": eq_after}
+
+
+def orchestrate(args: argparse.Namespace) -> None:
+    configs = trl_configs(args)
     if not AGENTRL.exists():
         sys.exit("benchmarks/vs_trl.py: .venv is missing; run `make install`")
     load_before = load_average()
-    say(f"load average before: {load_before} ({os.cpu_count()} cores)")
+    say(f"load average before: {load_before} ({os.cpu_count()} cores); TRL configurations: {', '.join(configs)}")
     if float(load_before.split()[0]) >= 0.5 * (os.cpu_count() or 1):
         say("warning: the machine is busy before we start; the figures will be noisy. TRL's one process with "
             "2 OpenMP threads suffers most when its cores are shared (a step goes from ~0.8 s to 5-10 s), "
@@ -165,36 +199,38 @@ def orchestrate(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="vs_trl-", dir=args.tmp))  # kept when a run fails (its logs)
     say(f"evaluating the base model with agentrl eval ({args.eval_limit} held-out problems, greedy) ...")
     base = held_out(ROOT / "examples" / "tiny-model", tmp / "eval_base", args.eval_limit)
-    ref: dict | None = None
-    runs = []
+    refs: dict[str, dict] = {}
+    runs: dict[str, list[dict]] = {c: [] for c in configs}
     for seed in range(args.seeds):
         ours = run_agentrl(tmp, args, seed)
+        ours["eval_after"] = (held_out(ours["weights"], tmp / f"eval_agentrl_seed{seed}", args.eval_limit)
+                              if ours["weights"] else ours["eval_after_in_run"])
         say(f"agentrl: {ours['steps']} steps in {ours['train_s'] / 60:.2f} training minutes "
-            f"({ours['train_s'] / ours['steps']:.2f} s a step); held-out {ours['eval_before_in_run']:.3f} -> "
-            f"{ours['eval_after_in_run']:.3f} (in the run)")
-        if ref is None:
-            ref = run_trl(tmp, "trl_steps", args, seed, SCHEDULE_STEPS, args.steps, None)
-            say(f"TRL ({args.steps} steps): {ref['steps']} steps in {ref['train_s'] / 60:.2f} training minutes "
-                f"({ref['train_s'] / ref['steps']:.2f} s a step)")
-            ref["eval_after"] = held_out(ref["out"], tmp / "eval_trl_steps", args.eval_limit)
-        # its cosine's length: the steps TRL makes in agentrl's minutes at the reference run's median step time
-        expected = max(1, round(ours["train_s"] / statistics.median(ref["step_s"])))
-        eq = run_trl(tmp, f"trl_minutes_seed{seed}", args, seed, expected, None, ours["train_s"])
-        say(f"TRL (equal minutes): {eq['steps']} steps in {eq['train_s'] / 60:.2f} training minutes "
-            f"({eq['train_s'] / eq['steps']:.2f} s a step; {expected} expected)")
-        ours_after = (held_out(ours["weights"], tmp / f"eval_agentrl_seed{seed}", args.eval_limit)
-                      if ours["weights"] else ours["eval_after_in_run"])
-        eq_after = held_out(eq["out"], tmp / f"eval_trl_minutes_seed{seed}", args.eval_limit)
-        say(f"seed {seed}: held-out pass@1 base {base:.3f}; agentrl {ours_after:.3f}; TRL equal minutes "
-            f"{eq_after:.3f}; TRL {ref['steps']} steps (seed 0) {ref['eval_after']:.3f}")
-        runs.append({"seed": seed, "ours": ours, "eq": eq, "expected": expected,
-                     "agentrl_eval_after": ours_after, "trl_eval_after": eq_after})
-    assert ref is not None
+            f"({ours['train_s'] / ours['steps']:.2f} s a step); held-out {base:.3f} -> {ours['eval_after']:.3f}")
+        for config in configs:
+            runs[config].append(trl_in_equal_minutes(tmp, args, config, seed, ours, refs))
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = load_average()
     say(f"load average after: {load_after}")
-    print(json.dumps(report(args, base, runs, ref, load_before, load_after)))
+    reports = {c: report(args, base, runs[c], refs[c], load_before, load_after) for c in configs}
+    print(json.dumps(against_fastest(reports)))
+
+
+BY_CONFIG = ("trl_steps_per_min", "ratio_steps_per_min", "trl_eval_after", "trl_gain", "trl_minutes", "trl_steps",
+             "trl_step_s_median", "gain_difference_mean", "gain_difference_ci95", "logp_gap_max", "vllm_version")
+
+
+def against_fastest(reports: dict[str, dict]) -> dict:
+    """The last line: every figure of ``report`` against the fastest TRL configuration (by steps
+    per minute in equal minutes), and each configuration's own under ``by_trl_config``."""
+    fastest = max(reports, key=lambda c: reports[c]["trl_steps_per_min"])
+    out = {**reports[fastest], "trl_config": fastest, "trl_configs": list(reports)}
+    out["by_trl_config"] = {c: {k: r[k] for k in (*BY_CONFIG, *(k for k in r if k.startswith(f"trl_{r['steps']}_")))
+                                if k in r} for c, r in reports.items()}
+    if "plain" in reports and fastest != "plain":
+        out["ratio_steps_per_min_vs_plain"] = reports["plain"]["ratio_steps_per_min"]
+    return out
 
 
 def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, load_before: str,
@@ -226,9 +262,12 @@ def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, l
         f"trl_{args.steps}_steps_minutes": r3(ref["train_s"] / 60),
         f"trl_{args.steps}_steps_eval_after": ref["eval_after"],
         "eval_problems": args.eval_limit, "trl_threads": args.trl_threads, "trl_version": eqs[0]["trl_version"],
+        "steps": args.steps,
         "seeds": len(runs),
         "load_average_before": load_before, "load_average_after": load_after,
     }
+    if "logp_gap_max" in eqs[0]:  # with vLLM: the largest sampler-trainer gap of any step (checked in the run)
+        out |= {"logp_gap_max": max(r["logp_gap_max"] for r in [ref, *eqs]), "vllm_version": eqs[0]["vllm_version"]}
     if len(runs) > 1:
         diffs = [r["agentrl_eval_after"] - r["trl_eval_after"] for r in runs]
         half = T95[min(len(diffs) - 1, len(T95) - 1)] * statistics.stdev(diffs) / math.sqrt(len(diffs))
@@ -263,12 +302,12 @@ def trl_worker(args: argparse.Namespace) -> None:
         trl_vllm.patch_colocate_mode(sync, args.trl_threads)
         trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "colocate"}, sync)
         return
-    server, key = trl_vllm.start_server(model_dir, args.vllm_port, args.trl_threads, args.seed,
-                                        out.parent / f"{out.name}_vllm_server.log")
+    server, key, url = trl_vllm.start_server(model_dir, args.trl_threads, args.seed,
+                                             out.parent / f"{out.name}_vllm_server.log")
     try:
         trl_vllm.patch_server_mode(key, sync)
         trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "server",
-                                         "vllm_server_base_url": f"http://127.0.0.1:{args.vllm_port}"}, sync)
+                                         "vllm_server_base_url": url}, sync)
     finally:
         trl_vllm.stop_server(server)
 
@@ -404,6 +443,8 @@ def main() -> None:
     ap.add_argument("--trl-threads", type=int, default=2, help="torch threads of the TRL process")
     ap.add_argument("--tmp", default=None, help="parent of the temporary directory (default: the system's)")
     ap.add_argument("--seeds", type=int, default=1, help="runs of each side, with seeds 0 .. N-1 (see above)")
+    ap.add_argument("--trl-configs", default="plain",
+                    help=f"TRL configurations to run, comma-separated: {', '.join(TRL_CONFIGS)} (see above)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' directory (logs, checkpoints)")
     ap.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -412,7 +453,6 @@ def main() -> None:
     ap.add_argument("--stop-steps", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--stop-s", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--trl-config", default="plain", choices=TRL_CONFIGS, help=argparse.SUPPRESS)
-    ap.add_argument("--vllm-port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.trl_worker:
         trl_worker(args)
