@@ -1,5 +1,5 @@
 """The benchmark-side shims that let TRL 1.16's vLLM paths run on vLLM's CPU build (0.32), for
-``benchmarks/vs_trl.py --trl-config vllm-server|vllm-colocate``. Not part of agentrl: it runs in
+``benchmarks/vs_trl.py --trl-configs vllm-server,vllm-colocate``. Not part of agentrl: it runs in
 ``.venv-trl-vllm`` (``make trl-vllm``), inside vs_trl.py's TRL worker, and patches TRL's classes in
 that process only. What each shim replaces, and why TRL as shipped does not run on a CPU:
 

@@ -1,5 +1,31 @@
 """TRL's ``GRPOTrainer`` against ``agentrl train examples/arith_grpo.yaml`` (the demo), on the same
-recipe, the same cores and the same held-out evaluator.
+recipe, the same cores and the same held-out evaluator, in one or more of TRL's configurations
+(``--trl-configs``, comma-separated):
+
+- ``plain``: generation by the trainer's own model (``model.generate``), in ``.venv-trl`` (``make trl``);
+- ``vllm-server``: ``use_vllm=True, vllm_mode="server"``: a vLLM server (vLLM's OpenAI server in dev
+  mode, as ``trl vllm-serve`` starts it) samples, the trainer pushes its weights after each step;
+- ``vllm-colocate``: ``use_vllm=True, vllm_mode="colocate"``: vLLM's ``LLM`` in the trainer's process.
+
+The vLLM ones run in ``.venv-trl-vllm`` (``make trl-vllm``: vLLM's CPU build 0.32, TRL 1.16,
+transformers < 5.20, the same CPU torch), and on a CPU only with shims kept in this benchmark
+(``benchmarks/trl_vllm.py``, never in agentrl), each of them stated there in full:
+
+1. the weight sync goes through a file and vLLM's ``reload_weights`` (TRL's is vLLM's NCCL
+   weight-transfer engine, CUDA only; colocate mode's per-tensor ``load_weights`` fails on vLLM's
+   CPU GEMM layers);
+2. the reload is agentrl's vLLM worker extension's (``agentrl/client/vllm_worker``, unchanged), which
+   also rebuilds the CPU kernel of the tied output layer (vLLM's CPU build keeps the embedding it
+   loaded with);
+3. vLLM serves in float32 (``dtype="auto"`` serves the float32 model in 16 bits on a CPU), eager;
+4. the server binds 127.0.0.1 and takes a key on every route (agentrl's key middleware), which TRL's
+   client is given.
+
+With vLLM, TRL's importance-sampling correction (its default) scores every sampled token with the
+trainer's model after each sync; the largest |trainer - sampler| log-probability of each step is
+printed every 10 steps, reported (``logp_gap_max``), and a step above ``LOGP_TOLERANCE`` fails the
+run: a sampler that is not serving the trainer's weights is not measured. ``AsyncGRPOTrainer`` is
+not among the configurations (see RESULTS.md, "TRL's vLLM configurations").
 
 The recipe is the demo's: the committed tiny model, the prompts of ``envs.arith:training_rows(seed)``
 (TRL gets them as conversational prompts, ``[{"role": "user", "content": question}]``, rendered by
@@ -36,8 +62,15 @@ same evaluator, inside ``agentrl train``) are reported beside them. Last line: o
 above 1: agentrl is faster) and the held-out pass@1 before and after for both, in equal minutes;
 the median step times (``*_step_s_median``) beside them say how much a busy machine moved the totals
 (measure with nothing else running: TRL's 2-thread process slows down most when its cores are shared).
+With several configurations every TRL run above is made for each, one after another, against the
+same agentrl runs; the top-level ``trl_*`` figures and ``ratio_steps_per_min`` are the fastest
+configuration's (by steps per minute in equal minutes; ``trl_config`` names it),
+``ratio_steps_per_min_vs_plain`` is agentrl's against ``plain``, and ``by_trl_config`` holds each
+configuration's figures. A vLLM configuration's step time includes its weight sync (TRL syncs
+before each generation), not the server's or the engine's start.
 
-    make trl && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] [--trl-threads 2] [--seeds 1]
+    make trl trl-vllm && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] \
+        [--trl-threads 2] [--seeds 1] [--trl-configs plain,vllm-server,vllm-colocate]
 """
 
 from __future__ import annotations
