@@ -25,7 +25,7 @@ With vLLM, TRL's importance-sampling correction (its default) scores every sampl
 trainer's model after each sync; the largest |trainer - sampler| log-probability of each step is
 printed every 10 steps, reported (``logp_gap_max``), and a step above ``LOGP_TOLERANCE`` fails the
 run: a sampler that is not serving the trainer's weights is not measured. ``AsyncGRPOTrainer`` is
-not among the configurations (see RESULTS.md, "TRL's vLLM configurations").
+not among the configurations (why: benchmarks/RESULTS.md, "Against TRL's vLLM configurations").
 
 The recipe is the demo's: the committed tiny model, the prompts of ``envs.arith:training_rows(seed)``
 (TRL gets them as conversational prompts, ``[{"role": "user", "content": question}]``, rendered by
