@@ -74,8 +74,7 @@ class FileSync:
 
 def vllm_env(threads: int) -> dict[str, str]:
     """vLLM's CPU settings, as agentrl's vLLM servers on a CPU have them."""
-    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads),
-            "VLLM_ENABLE_V1_MULTIPROCESSING": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")}
+    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads)}
 
 
 def free_port() -> int:
