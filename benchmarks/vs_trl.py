@@ -1,5 +1,31 @@
 """TRL's ``GRPOTrainer`` against ``agentrl train examples/arith_grpo.yaml`` (the demo), on the same
-recipe, the same cores and the same held-out evaluator.
+recipe, the same cores and the same held-out evaluator, in one or more of TRL's configurations
+(``--trl-configs``, comma-separated):
+
+- ``plain``: generation by the trainer's own model (``model.generate``), in ``.venv-trl`` (``make trl``);
+- ``vllm-server``: ``use_vllm=True, vllm_mode="server"``: a vLLM server (vLLM's OpenAI server in dev
+  mode, as ``trl vllm-serve`` starts it) samples, the trainer pushes its weights after each step;
+- ``vllm-colocate``: ``use_vllm=True, vllm_mode="colocate"``: vLLM's ``LLM`` in the trainer's process.
+
+The vLLM ones run in ``.venv-trl-vllm`` (``make trl-vllm``: vLLM's CPU build 0.32, TRL 1.16,
+transformers < 5.20, the same CPU torch), and on a CPU only with shims kept in this benchmark
+(``benchmarks/trl_vllm.py``, never in agentrl), each of them stated there in full:
+
+1. the weight sync goes through a file and vLLM's ``reload_weights`` (TRL's is vLLM's NCCL
+   weight-transfer engine, CUDA only; colocate mode's per-tensor ``load_weights`` fails on vLLM's
+   CPU GEMM layers);
+2. the reload is agentrl's vLLM worker extension's (``agentrl/client/vllm_worker``, unchanged), which
+   also rebuilds the CPU kernel of the tied output layer (vLLM's CPU build keeps the embedding it
+   loaded with);
+3. vLLM serves in float32 (``dtype="auto"`` serves the float32 model in 16 bits on a CPU), eager;
+4. the server binds 127.0.0.1 and takes a key on every route (agentrl's key middleware), which TRL's
+   client is given.
+
+With vLLM, TRL's importance-sampling correction (its default) scores every sampled token with the
+trainer's model after each sync; the largest |trainer - sampler| log-probability of each step is
+printed every 10 steps, reported (``logp_gap_max``), and a step above ``LOGP_TOLERANCE`` fails the
+run: a sampler that is not serving the trainer's weights is not measured. ``AsyncGRPOTrainer`` is
+not among the configurations (why: benchmarks/RESULTS.md, "Against TRL's vLLM configurations").
 
 The recipe is the demo's: the committed tiny model, the prompts of ``envs.arith:training_rows(seed)``
 (TRL gets them as conversational prompts, ``[{"role": "user", "content": question}]``, rendered by
@@ -36,8 +62,15 @@ same evaluator, inside ``agentrl train``) are reported beside them. Last line: o
 above 1: agentrl is faster) and the held-out pass@1 before and after for both, in equal minutes;
 the median step times (``*_step_s_median``) beside them say how much a busy machine moved the totals
 (measure with nothing else running: TRL's 2-thread process slows down most when its cores are shared).
+With several configurations every TRL run above is made for each, one after another, against the
+same agentrl runs; the top-level ``trl_*`` figures and ``ratio_steps_per_min`` are the fastest
+configuration's (by steps per minute in equal minutes; ``trl_config`` names it),
+``ratio_steps_per_min_vs_plain`` is agentrl's against ``plain``, and ``by_trl_config`` holds each
+configuration's figures. A vLLM configuration's step time includes its weight sync (TRL syncs
+before each generation), not the server's or the engine's start.
 
-    make trl && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] [--trl-threads 2] [--seeds 1]
+    make trl trl-vllm && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] \
+        [--trl-threads 2] [--seeds 1] [--trl-configs plain,vllm-server,vllm-colocate]
 """
 
 from __future__ import annotations
@@ -59,6 +92,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "arith_grpo.yaml"
 AGENTRL = ROOT / ".venv" / "bin" / "agentrl"
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
+TRL_VLLM_PYTHON = ROOT / ".venv-trl-vllm" / "bin" / "python"
+TRL_CONFIGS = ("plain", "vllm-server", "vllm-colocate")
+# the largest |trainer - sampler| log-probability of a sampled token a run accepts (both float32)
+LOGP_TOLERANCE = 1e-3
 SCHEDULE_STEPS = 80  # the demo's trainer.total_steps: its cosine reaches lr * 0.1 there
 # Student's t at 97.5% by degrees of freedom (index; the last entry stands for 10 and more)
 T95 = (math.inf, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -129,10 +166,11 @@ def run_agentrl(tmp: Path, args: argparse.Namespace, seed: int) -> dict:
             "weights": str(weights) if weights.is_dir() else None}
 
 
-def run_trl(tmp: Path, name: str, args: argparse.Namespace, seed: int, horizon: int, stop_steps: int | None,
-            stop_s: float | None) -> dict:
+def run_trl(tmp: Path, name: str, args: argparse.Namespace, config: str, seed: int, horizon: int,
+            stop_steps: int | None, stop_s: float | None) -> dict:
     out = tmp / name
-    cmd = [str(TRL_PYTHON), str(Path(__file__).resolve()), "--trl-worker", "--out", str(out),
+    python = TRL_PYTHON if config == "plain" else TRL_VLLM_PYTHON
+    cmd = [str(python), str(Path(__file__).resolve()), "--trl-worker", "--trl-config", config, "--out", str(out),
            "--horizon", str(horizon), "--trl-threads", str(args.trl_threads), "--seed", str(seed)]
     if stop_steps is not None:
         cmd += ["--stop-steps", str(stop_steps)]
@@ -141,19 +179,52 @@ def run_trl(tmp: Path, name: str, args: argparse.Namespace, seed: int, horizon: 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.trl_threads), MKL_NUM_THREADS=str(args.trl_threads),
                TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    say(f"TRL GRPOTrainer ({name}, seed {seed}): cosine over {horizon} steps, stop at "
+    say(f"TRL GRPOTrainer {config} ({name}, seed {seed}): cosine over {horizon} steps, stop at "
         + (f"{stop_steps} steps" if stop_steps is not None else f"{stop_s / 60:.2f} training minutes")
         + f" (log {tmp / (name + '.log')})")
     return json.loads(run_logged(cmd, tmp / f"{name}.log", re.compile(r"^trl "), env=env))
 
 
-def orchestrate(args: argparse.Namespace) -> None:
-    if not TRL_PYTHON.exists():
+def trl_configs(args: argparse.Namespace) -> list[str]:
+    configs = [c.strip() for c in args.trl_configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in TRL_CONFIGS]
+    if unknown or not configs:
+        sys.exit(f"benchmarks/vs_trl.py: --trl-configs {args.trl_configs!r}: expected a comma-separated list of "
+                 f"{', '.join(TRL_CONFIGS)}")
+    if "plain" in configs and not TRL_PYTHON.exists():
         sys.exit("benchmarks/vs_trl.py: TRL's environment is missing; run `make trl`")
+    if set(configs) - {"plain"} and not TRL_VLLM_PYTHON.exists():
+        sys.exit("benchmarks/vs_trl.py: TRL's vLLM environment is missing; run `make trl-vllm`")
+    return configs
+
+
+def trl_in_equal_minutes(tmp: Path, args: argparse.Namespace, config: str, seed: int, ours: dict,
+                         refs: dict[str, dict]) -> dict:
+    """TRL in ``config`` for agentrl's training minutes (after its reference run, the first time)."""
+    if config not in refs:
+        ref = run_trl(tmp, f"trl_{config}_steps", args, config, seed, SCHEDULE_STEPS, args.steps, None)
+        say(f"TRL {config} ({args.steps} steps): {ref['steps']} steps in {ref['train_s'] / 60:.2f} training "
+            f"minutes ({ref['train_s'] / ref['steps']:.2f} s a step)")
+        ref["eval_after"] = held_out(ref["out"], tmp / f"eval_trl_{config}_steps", args.eval_limit)
+        refs[config] = ref
+    # its cosine's length: the steps TRL makes in agentrl's minutes at the reference run's median step time
+    expected = max(1, round(ours["train_s"] / statistics.median(refs[config]["step_s"])))
+    eq = run_trl(tmp, f"trl_{config}_minutes_seed{seed}", args, config, seed, expected, None, ours["train_s"])
+    say(f"TRL {config} (equal minutes): {eq['steps']} steps in {eq['train_s'] / 60:.2f} training minutes "
+        f"({eq['train_s'] / eq['steps']:.2f} s a step; {expected} expected)")
+    eq_after = held_out(eq["out"], tmp / f"eval_trl_{config}_minutes_seed{seed}", args.eval_limit)
+    say(f"seed {seed}: held-out pass@1 agentrl {ours['eval_after']:.3f}; TRL {config} equal minutes "
+        f"{eq_after:.3f}; TRL {config} {refs[config]['steps']} steps (seed 0) {refs[config]['eval_after']:.3f}")
+    return {"seed": seed, "ours": ours, "eq": eq, "expected": expected,
+            "agentrl_eval_after": ours["eval_after"], "trl_eval_after": eq_after}
+
+
+def orchestrate(args: argparse.Namespace) -> None:
+    configs = trl_configs(args)
     if not AGENTRL.exists():
         sys.exit("benchmarks/vs_trl.py: .venv is missing; run `make install`")
     load_before = load_average()
-    say(f"load average before: {load_before} ({os.cpu_count()} cores)")
+    say(f"load average before: {load_before} ({os.cpu_count()} cores); TRL configurations: {', '.join(configs)}")
     if float(load_before.split()[0]) >= 0.5 * (os.cpu_count() or 1):
         say("warning: the machine is busy before we start; the figures will be noisy. TRL's one process with "
             "2 OpenMP threads suffers most when its cores are shared (a step goes from ~0.8 s to 5-10 s), "
@@ -161,36 +232,38 @@ def orchestrate(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="vs_trl-", dir=args.tmp))  # kept when a run fails (its logs)
     say(f"evaluating the base model with agentrl eval ({args.eval_limit} held-out problems, greedy) ...")
     base = held_out(ROOT / "examples" / "tiny-model", tmp / "eval_base", args.eval_limit)
-    ref: dict | None = None
-    runs = []
+    refs: dict[str, dict] = {}
+    runs: dict[str, list[dict]] = {c: [] for c in configs}
     for seed in range(args.seeds):
         ours = run_agentrl(tmp, args, seed)
+        ours["eval_after"] = (held_out(ours["weights"], tmp / f"eval_agentrl_seed{seed}", args.eval_limit)
+                              if ours["weights"] else ours["eval_after_in_run"])
         say(f"agentrl: {ours['steps']} steps in {ours['train_s'] / 60:.2f} training minutes "
-            f"({ours['train_s'] / ours['steps']:.2f} s a step); held-out {ours['eval_before_in_run']:.3f} -> "
-            f"{ours['eval_after_in_run']:.3f} (in the run)")
-        if ref is None:
-            ref = run_trl(tmp, "trl_steps", args, seed, SCHEDULE_STEPS, args.steps, None)
-            say(f"TRL ({args.steps} steps): {ref['steps']} steps in {ref['train_s'] / 60:.2f} training minutes "
-                f"({ref['train_s'] / ref['steps']:.2f} s a step)")
-            ref["eval_after"] = held_out(ref["out"], tmp / "eval_trl_steps", args.eval_limit)
-        # its cosine's length: the steps TRL makes in agentrl's minutes at the reference run's median step time
-        expected = max(1, round(ours["train_s"] / statistics.median(ref["step_s"])))
-        eq = run_trl(tmp, f"trl_minutes_seed{seed}", args, seed, expected, None, ours["train_s"])
-        say(f"TRL (equal minutes): {eq['steps']} steps in {eq['train_s'] / 60:.2f} training minutes "
-            f"({eq['train_s'] / eq['steps']:.2f} s a step; {expected} expected)")
-        ours_after = (held_out(ours["weights"], tmp / f"eval_agentrl_seed{seed}", args.eval_limit)
-                      if ours["weights"] else ours["eval_after_in_run"])
-        eq_after = held_out(eq["out"], tmp / f"eval_trl_minutes_seed{seed}", args.eval_limit)
-        say(f"seed {seed}: held-out pass@1 base {base:.3f}; agentrl {ours_after:.3f}; TRL equal minutes "
-            f"{eq_after:.3f}; TRL {ref['steps']} steps (seed 0) {ref['eval_after']:.3f}")
-        runs.append({"seed": seed, "ours": ours, "eq": eq, "expected": expected,
-                     "agentrl_eval_after": ours_after, "trl_eval_after": eq_after})
-    assert ref is not None
+            f"({ours['train_s'] / ours['steps']:.2f} s a step); held-out {base:.3f} -> {ours['eval_after']:.3f}")
+        for config in configs:
+            runs[config].append(trl_in_equal_minutes(tmp, args, config, seed, ours, refs))
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = load_average()
     say(f"load average after: {load_after}")
-    print(json.dumps(report(args, base, runs, ref, load_before, load_after)))
+    reports = {c: report(args, base, runs[c], refs[c], load_before, load_after) for c in configs}
+    print(json.dumps(against_fastest(reports)))
+
+
+BY_CONFIG = ("trl_steps_per_min", "ratio_steps_per_min", "trl_eval_after", "trl_gain", "trl_minutes", "trl_steps",
+             "trl_step_s_median", "gain_difference_mean", "gain_difference_ci95", "logp_gap_max", "vllm_version")
+
+
+def against_fastest(reports: dict[str, dict]) -> dict:
+    """The last line: every figure of ``report`` against the fastest TRL configuration (by steps
+    per minute in equal minutes), and each configuration's own under ``by_trl_config``."""
+    fastest = max(reports, key=lambda c: reports[c]["trl_steps_per_min"])
+    out = {**reports[fastest], "trl_config": fastest, "trl_configs": list(reports)}
+    out["by_trl_config"] = {c: {k: r[k] for k in (*BY_CONFIG, *(k for k in r if k.startswith(f"trl_{r['steps']}_")))
+                                if k in r} for c, r in reports.items()}
+    if "plain" in reports and fastest != "plain":
+        out["ratio_steps_per_min_vs_plain"] = reports["plain"]["ratio_steps_per_min"]
+    return out
 
 
 def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, load_before: str,
@@ -222,9 +295,12 @@ def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, l
         f"trl_{args.steps}_steps_minutes": r3(ref["train_s"] / 60),
         f"trl_{args.steps}_steps_eval_after": ref["eval_after"],
         "eval_problems": args.eval_limit, "trl_threads": args.trl_threads, "trl_version": eqs[0]["trl_version"],
+        "steps": args.steps,
         "seeds": len(runs),
         "load_average_before": load_before, "load_average_after": load_after,
     }
+    if "logp_gap_max" in eqs[0]:  # with vLLM: the largest sampler-trainer gap of any step (checked in the run)
+        out |= {"logp_gap_max": max(r["logp_gap_max"] for r in [ref, *eqs]), "vllm_version": eqs[0]["vllm_version"]}
     if len(runs) > 1:
         diffs = [r["agentrl_eval_after"] - r["trl_eval_after"] for r in runs]
         half = T95[min(len(diffs) - 1, len(T95) - 1)] * statistics.stdev(diffs) / math.sqrt(len(diffs))
@@ -237,16 +313,42 @@ def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, l
     return out
 
 
-# --------------------------------------------------------------------------- the TRL side (.venv-trl)
+# --------------------------------------------------------------------------- the TRL side (.venv-trl*)
 
 
 def trl_worker(args: argparse.Namespace) -> None:
-    """One GRPOTrainer run on the demo's recipe; the last line printed is a JSON object."""
-    import asyncio
-
+    """One GRPOTrainer run on the demo's recipe in configuration ``args.trl_config``; the last line
+    printed is a JSON object."""
     import torch
 
     torch.set_num_threads(args.trl_threads)
+    out = Path(args.out)
+    model_dir = ROOT / "examples" / "tiny-model"
+    if args.trl_config == "plain":
+        trl_train(args, out, model_dir, {}, None)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import trl_vllm  # the shims (benchmarks/trl_vllm.py), in .venv-trl-vllm only
+
+    sync = trl_vllm.FileSync(model_dir, out)
+    if args.trl_config == "vllm-colocate":
+        trl_vllm.patch_colocate_mode(sync, args.trl_threads)
+        trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "colocate"}, sync)
+        return
+    server, key, url = trl_vllm.start_server(model_dir, args.trl_threads, args.seed,
+                                             out.parent / f"{out.name}_vllm_server.log")
+    try:
+        trl_vllm.patch_server_mode(key, sync)
+        trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "server",
+                                         "vllm_server_base_url": url}, sync)
+    finally:
+        trl_vllm.stop_server(server)
+
+
+def trl_train(args: argparse.Namespace, out: Path, model_dir: Path, vllm_args: dict, sync: object) -> None:
+    import asyncio
+
+    import torch
     import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -255,8 +357,6 @@ def trl_worker(args: argparse.Namespace) -> None:
 
     from envs.arith import ArithEnv, training_rows
 
-    model_dir = str(ROOT / "examples" / "tiny-model")
-    out = Path(args.out)
     rows = training_rows(args.seed)
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
                                   "question": r["question"], "answer": r["answer"]} for r in rows])
@@ -274,17 +374,20 @@ def trl_worker(args: argparse.Namespace) -> None:
         return asyncio.run(score(completions, question, answer))
 
     class Clock(TrainerCallback):
-        """Training time (first step's start to the last one's end) and the stop rules."""
+        """Training time (first step's start to the last one's end), the stop rules and, with vLLM,
+        the largest gap between the sampler's and the trainer's log-probabilities of each step."""
 
         def __init__(self) -> None:
             self.t0 = self.last = 0.0
             self.steps = 0
             self.step_s: list[float] = []
             self.reward = math.nan
+            self.logp_gaps: list[float] = []
+            self.trainer = None
 
         def on_train_begin(self, targs, state, control, **_):  # noqa: ANN001
             self.t0 = self.last = time.perf_counter()
-            print(f"trl training: {torch.get_num_threads()} torch threads, "
+            print(f"trl training ({args.trl_config}): {torch.get_num_threads()} torch threads, "
                   f"cosine over {state.max_steps} steps", flush=True)
 
         def on_step_end(self, targs, state, control, **_):  # noqa: ANN001
@@ -292,12 +395,29 @@ def trl_worker(args: argparse.Namespace) -> None:
             self.step_s.append(now - self.last)
             self.last = now
             self.steps = state.global_step
+            if vllm_args:
+                self.check_logprobs()
             elapsed = self.last - self.t0
             if args.stop_steps is not None and self.steps >= args.stop_steps:
                 control.should_training_stop = True
             # equal minutes: stop at the step boundary nearest the budget
             if args.stop_s is not None and elapsed + 0.5 * elapsed / self.steps >= args.stop_s:
                 control.should_training_stop = True
+
+        def check_logprobs(self) -> None:
+            import trl_vllm
+
+            gap = trl_vllm.logp_gap(self.trainer)
+            if gap is None:
+                sys.exit(f"vs_trl: TRL recorded no {trl_vllm.LOGP_GAP} at step {self.steps}: the sampler's and the "
+                         "trainer's log-probabilities cannot be compared")
+            self.logp_gaps.append(gap)
+            if self.steps == 1 or self.steps % 10 == 0:
+                print(f"trl step {self.steps:>4}  max |trainer - sampler| logprob {gap:.2e}", flush=True)
+            if not gap <= LOGP_TOLERANCE:
+                sys.exit(f"vs_trl: after the weight sync before step {self.steps} the sampler's and the trainer's "
+                         f"log-probabilities differ by up to {gap:.3g} (tolerance {LOGP_TOLERANCE:g}): the sampler "
+                         "is not serving the trainer's weights; the shims in benchmarks/trl_vllm.py do not hold")
 
         def on_log(self, targs, state, control, logs=None, **_):  # noqa: ANN001
             logs = logs or {}
@@ -307,8 +427,11 @@ def trl_worker(args: argparse.Namespace) -> None:
                 print(f"trl step {state.global_step:>4}  reward {logs['reward']:.3f}{lr}"
                       f"  [{(time.perf_counter() - self.t0) / 60:.2f} min]", flush=True)
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    # transformers 5.20 renamed gradient_checkpointing (.venv-trl-vllm has 5.19: vLLM's pin)
+    checkpointing_off = {("activation_checkpointing" if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+                          else "gradient_checkpointing"): False}
     config = GRPOConfig(
         output_dir=str(out / "trainer"),
         # one optimizer step per generation batch of 16 prompts x 16 samples, trained once (μ = 1)
@@ -320,13 +443,14 @@ def trl_worker(args: argparse.Namespace) -> None:
         lr_scheduler_kwargs={"min_lr_rate": RECIPE["min_lr_ratio"]}, warmup_steps=0,
         adam_beta1=RECIPE["betas"][0], adam_beta2=RECIPE["betas"][1], weight_decay=0.0, max_grad_norm=1.0,
         beta=0.0, max_steps=args.horizon,
-        bf16=False, fp16=False, use_cpu=True, activation_checkpointing=False,
+        bf16=False, fp16=False, use_cpu=True, **checkpointing_off,
         save_strategy="no", report_to="none", logging_steps=10, disable_tqdm=True, seed=args.seed,
-        dataloader_num_workers=0,
+        dataloader_num_workers=0, **vllm_args,
     )
     clock = Clock()
     trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[clock])
+    clock.trainer = trainer
     trainer.remove_callback(PrinterCallback)
     torch.set_num_threads(args.trl_threads)
     trainer.train()
@@ -334,10 +458,15 @@ def trl_worker(args: argparse.Namespace) -> None:
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
     print(f"trl done: {clock.steps} steps in {train_s / 60:.2f} training minutes", flush=True)
-    print(json.dumps({"steps": clock.steps, "train_s": train_s, "horizon": args.horizon, "out": str(out),
-                      "last_reward": clock.reward, "trl_version": trl.__version__,
-                      "torch_threads": torch.get_num_threads(),
-                      "step_s": [round(x, 3) for x in clock.step_s]}))
+    result = {"steps": clock.steps, "train_s": train_s, "horizon": args.horizon, "out": str(out),
+              "last_reward": clock.reward, "trl_version": trl.__version__, "trl_config": args.trl_config,
+              "torch_threads": torch.get_num_threads(), "step_s": [round(x, 3) for x in clock.step_s]}
+    if vllm_args:
+        import vllm
+
+        result |= {"vllm_version": vllm.__version__, "logp_gap_max": max(clock.logp_gaps),
+                   "syncs": sync.syncs, "sync_write_s": round(sync.seconds, 3)}
+    print(json.dumps(result))
 
 
 def main() -> None:
@@ -347,6 +476,8 @@ def main() -> None:
     ap.add_argument("--trl-threads", type=int, default=2, help="torch threads of the TRL process")
     ap.add_argument("--tmp", default=None, help="parent of the temporary directory (default: the system's)")
     ap.add_argument("--seeds", type=int, default=1, help="runs of each side, with seeds 0 .. N-1 (see above)")
+    ap.add_argument("--trl-configs", default="plain",
+                    help=f"TRL configurations to run, comma-separated: {', '.join(TRL_CONFIGS)} (see above)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' directory (logs, checkpoints)")
     ap.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -354,6 +485,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--stop-steps", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--stop-s", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--trl-config", default="plain", choices=TRL_CONFIGS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.trl_worker:
         trl_worker(args)
