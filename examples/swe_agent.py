@@ -34,10 +34,13 @@ import sys
 from typing import Any
 
 from envs.repo import tiny_repos
+from envs.repo.editor import numbered
 
-ENV_KWARGS: dict[str, Any] = {"tools": ["bash", "submit"], "prompt": "{instruction}", "max_output": 300,
-                              "max_turns": 6, "command_timeout_s": 30.0, "eval_timeout_s": 120.0, "warm": 2,
-                              "tool_descriptions": {"bash": "Run a shell command.", "submit": "Submit your fix."}}
+ENV_KWARGS: dict[str, Any] = {"tools": ["bash", "str_replace_editor", "submit"], "prompt": "{instruction}",
+                              "max_output": 300, "max_turns": 6, "command_timeout_s": 30.0, "eval_timeout_s": 120.0,
+                              "warm": 2, "short_edits": True, "editor_commands": ["str_replace"],
+                              "tool_descriptions": {"bash": "Run a command.", "str_replace_editor": "Edit a file.",
+                                                    "submit": "Submit."}}
 """``agentrl/Repo-v0``'s arguments here (the configs' ``env_kwargs`` repeat them)."""
 TEST = "python3 -m pytest"
 GOOD, BLIND, WRONG, RUSHED = "good", "blind", "wrong", "rushed"
@@ -86,10 +89,36 @@ def failing_assert(row: dict[str, Any], name: str) -> str:
     raise ValueError(f"test_{name} passes on {row['instance_id']}")
 
 
-def sed_fix(buggy_line: str, fixed_line: str) -> str:
-    """``sed -i 's|OLD|NEW|' calc.py`` with OLD's regular-expression characters escaped."""
-    old = re.sub(r"([.*^$\[\]\\])", r"\\\1", buggy_line.strip())
-    return f"sed -i 's|{old}|{fixed_line.strip()}|' {tiny_repos.MODULE}"
+def short_edit(source: str, old_line: str, new_line: str) -> tuple[str, str]:
+    """``str_replace``'s (old_str, new_str) turning ``old_line`` of ``source`` into ``new_line``: the
+    shortest run of the line's words that covers the change and its operand on each side (never
+    the leading ``return`` / ``if``) and occurs once in ``source``; the whole line where none does."""
+    old, new = old_line.split(), new_line.split()
+    changed = [i for i, (a, b) in enumerate(zip(old, new)) if a != b] if len(old) == len(new) else []
+    if not changed:
+        return old_line, new_line
+    first = 1 if old[0] in ("return", "if") else 0
+    lo, hi = max(first, changed[0] - 1), min(len(old) - 1, changed[-1] + 1)
+    spans = sorted(((s, e) for s in range(lo + 1) for e in range(hi, len(old))),
+                   key=lambda se: (len(" ".join(old[se[0]:se[1] + 1])), se[0]))
+    for s, e in spans:
+        if source.count(" ".join(old[s:e + 1])) == 1:
+            return " ".join(old[s:e + 1]), " ".join(new[s:e + 1])
+    return old_line, new_line
+
+
+def edit_call(source: str, old_line: str, new_line: str) -> dict[str, str]:
+    """``str_replace_editor``'s arguments for that change of ``calc.py`` (``short_edit``)."""
+    old, new = short_edit(source, old_line, new_line)
+    return {"command": "str_replace", "path": f"/testbed/{tiny_repos.MODULE}", "old_str": old, "new_str": new}
+
+
+def edit_output(source: str, old_line: str, new_line: str) -> str:
+    """What the editor answers that edit with ``short_edits``: the edited line, numbered."""
+    old, new = short_edit(source, old_line, new_line)
+    after = source.replace(old, new)
+    line = source.split(old)[0].count("\n")
+    return numbered(after.split("\n")[line], line + 1)
 
 
 def _call(rng: random.Random, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -103,26 +132,31 @@ def conversation(row: dict[str, Any], agent: str, rng: random.Random) -> dict[st
     line = next(i for i, (a, b) in enumerate(zip(buggy, fixed, strict=True)) if a != b)
     messages: list[dict[str, Any]] = [{"role": "user", "content": tiny_repos.PROBLEM}]
 
-    def bash(command: str, output: str) -> None:
-        call = _call(rng, "bash", {"command": command})
+    def act(name: str, arguments: dict[str, Any], output: str) -> None:
+        call = _call(rng, name, arguments)
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+
+    def bash(command: str, output: str) -> None:
+        act("bash", {"command": command}, output)
+
+    def edit(old_line: str, new_line: str) -> None:
+        source = row["files"][tiny_repos.MODULE]
+        act("str_replace_editor", edit_call(source, old_line, new_line), edit_output(source, old_line, new_line))
 
     if agent in (GOOD, WRONG):
         bash(TEST, pytest_output(row, [row["function"]]))
     if agent != RUSHED:
         bash(f"cat {tiny_repos.MODULE}", row["files"][tiny_repos.MODULE])
     if agent in (GOOD, BLIND):
-        bash(sed_fix(buggy[line], fixed[line]), "")
+        edit(buggy[line], fixed[line])
     if agent == WRONG:  # a line of another function, "fixed" into a bug of its own
         others = [n for n in json.loads(row["PASS_TO_PASS"])]
         name = rng.choice(others).removeprefix("test_calc.py::test_")
         kind, wrong = rng.choice(tiny_repos.bugs(name))
         old, new = next((a, b) for a, b in zip(tiny_repos.FUNCTIONS[name].split("\n"), wrong.split("\n"), strict=True)
                         if a != b)
-        bash(sed_fix(old, new), "")
-    if agent == GOOD:
-        bash(TEST, pytest_output(row, []))
+        edit(old, new)
     messages.append({"role": "assistant", "content": None, "tool_calls": [_call(rng, "submit", {})]})
     return {"tools": _tools(), "messages": messages}
 
