@@ -3,20 +3,24 @@
 Tasks: ``envs/repo/tiny_repos.py`` — a one-module repository (``calc.py``: three short
 functions), its tests (``test_calc.py``), one bug of the generator's kinds in one function,
 graded by hidden tests in a fresh container. They are SWE-bench rows that ``agentrl/Repo-v0``
-plays as it plays any: a container per episode (the warm pool), the tools ``bash`` and
-``submit``, the reward 1 when swebench's grading says resolved. ``ENV_KWARGS`` keep every
-prompt and observation short for the tiny model's 1,024-token context: the prompt is the
-problem statement alone, the tools' descriptions are one line and a command's output is
-cut past 300 bytes.
+plays as it plays any: a container per episode (the warm pool), the tools ``bash``,
+``str_replace_editor`` and ``submit``, the reward 1 when swebench's grading says resolved.
+``ENV_KWARGS`` keep every prompt and observation short for the tiny model's 1,024-token
+(byte) context: the prompt is the problem statement alone, the tools' descriptions are a few
+words, the editor offers ``str_replace`` alone and answers an edit with the edited line
+(``short_edits``), and a command's output is cut past 300 bytes.
 
 The supervised stage (``examples/swe_agent_sft.yaml``) learns from scripted agents' episodes,
-their observations as the container gives them (``observations``): ``GOOD`` runs the tests,
-reads which test fails, prints the module, fixes the buggy line of that function with ``sed``,
-runs the tests again and submits; ``BLIND`` fixes the file without running the tests; ``WRONG``
-runs the tests and then "fixes" a function that was not broken; ``RUSHED`` submits at once.
+their observations as the container gives them: ``GOOD`` runs the tests, reads which test
+fails, prints the module, fixes that function with ``str_replace`` and submits; ``BLIND``
+fixes the file without running the tests; ``WRONG`` runs the tests and then "fixes" a function
+that was not broken; ``RUSHED`` submits at once. An edit's ``old_str`` is the shortest run of
+words around the change that occurs once in the module (``short_edit``: ``a - b`` -> ``a + b``,
+``x > 9:`` -> ``x < 9:``), so that the model copies a few characters, not a line (the earlier
+recipes' ``sed`` of the whole line, regex-escaped, was too much exact copying for it).
 ``SHARES`` are tuned like the other examples' (a minority of good episodes), so that RL starts
-from a model that takes the good path in some samples and greedily rarely: room for RL to learn
-that running the tests and fixing what they name pays.
+from a model that takes the good path in some samples: room for RL to learn that running the
+tests and fixing what they name pays.
 
 Pools: SFT and RL repositories from the *train* split (different seeds), held-out repositories
 from the *heldout* split (``tiny_repos.split_of``: module compositions RL never saw).
@@ -94,7 +98,7 @@ def short_edit(source: str, old_line: str, new_line: str) -> tuple[str, str]:
     shortest run of the line's words that covers the change and its operand on each side (never
     the leading ``return`` / ``if``) and occurs once in ``source``; the whole line where none does."""
     old, new = old_line.split(), new_line.split()
-    changed = [i for i, (a, b) in enumerate(zip(old, new)) if a != b] if len(old) == len(new) else []
+    changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b] if len(old) == len(new) else []
     if not changed:
         return old_line, new_line
     first = 1 if old[0] in ("return", "if") else 0

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentrl.errors import EnvError
-
 from sandboxes.repo_pool import RepoSession
 
 SNIPPET_LINES = 4
