@@ -13,15 +13,18 @@ Python). Commands:
 
 Every mistake (a relative path, a missing file, ``old_str`` absent or not unique, a bad line
 number) is a message the model reads, never an exception. Edits answer with a numbered snippet
-around the change. What it is not: a sandbox — the container is (``sandboxes/repo_pool.py``).
+around the change (``short``: the edited lines alone, numbered, for models with a small context). What it is not: a sandbox — the container is (``sandboxes/repo_pool.py``).
 """
 
 from __future__ import annotations
 
 import collections
+import copy
 import shlex
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, Literal
 
+from agentrl.errors import EnvError
 from sandboxes.repo_pool import RepoSession
 
 SNIPPET_LINES = 4
@@ -34,10 +37,12 @@ def numbered(text: str, first: int = 1) -> str:
 
 
 class FileEditor:
-    """``str_replace_editor`` for one episode's container (its undo history is per episode)."""
+    """``str_replace_editor`` for one episode's container (its undo history is per episode); ``short``:
+    an edit answers with the edited lines alone (``numbered``), not SWE-agent's snippet and advice."""
 
-    def __init__(self, session: RepoSession) -> None:
+    def __init__(self, session: RepoSession, *, short: bool = False) -> None:
         self.session = session
+        self.short = short
         self.history: dict[str, list[str]] = collections.defaultdict(list)
 
     async def _read(self, path: str) -> str | None:
@@ -53,6 +58,8 @@ class FileEditor:
 
     def _snippet(self, path: str, text: str, line: int, added: int) -> str:
         lines = text.split("\n")
+        if self.short:
+            return numbered("\n".join(lines[line:line + added + 1]), line + 1)
         start = max(0, line - SNIPPET_LINES)
         end = min(len(lines), line + added + SNIPPET_LINES)
         return (f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n"
@@ -134,3 +141,28 @@ class FileEditor:
 
 
 Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
+COMMANDS: tuple[str, ...] = ("view", "create", "str_replace", "insert", "undo_edit")
+USES = {"view": ((), ("view_range",)), "create": (("file_text",), ()), "str_replace": (("old_str",), ("new_str",)),
+        "insert": (("insert_line", "new_str"), ()), "undo_edit": ((), ())}
+"""command -> (the arguments it needs, those it may take) besides ``command`` and ``path``."""
+
+
+def offered_parameters(parameters: dict[str, Any], commands: Sequence[str]) -> dict[str, Any]:
+    """The editor's JSON-schema ``parameters`` offering ``commands`` alone: the ``command`` enum
+    cut to them, only their arguments, and those every one of them needs required (not nullable)."""
+    if not commands or set(commands) - set(COMMANDS):
+        raise EnvError(f"editor commands must be some of {list(COMMANDS)}, got {list(commands)}")
+    needed = set.intersection(*(set(USES[c][0]) for c in commands))
+    used = {"command", "path"} | {arg for c in commands for part in USES[c] for arg in part}
+    props = {}
+    for name, prop in parameters["properties"].items():
+        if name not in used:
+            continue
+        prop = copy.deepcopy(prop)
+        if name == "command":
+            prop.update(enum=list(commands), description=f"one of {', '.join(commands)}.")
+        elif name in needed:
+            prop["type"] = next(t for t in prop["type"] if t != "null")
+            prop.pop("default", None)
+        props[name] = prop
+    return {**parameters, "properties": props, "required": [n for n in props if n in {"command", "path"} | needed]}

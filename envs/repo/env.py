@@ -33,7 +33,7 @@ from agentrl.env.text_env import EpisodeLimits, TextEnv, Turn
 from agentrl.env.tools import Tool, ToolBox, tool
 from agentrl.errors import EnvError
 from agentrl.toolcalls import DEFAULT_TOOL_PARSER
-from envs.repo.editor import Command, FileEditor
+from envs.repo.editor import COMMANDS, Command, FileEditor, offered_parameters
 from envs.repo.grading import agent_diff, grade_harbor, grade_swebench, place_files
 from envs.repo.tasks import RepoTask, load_tasks, read_task
 from sandboxes.repo_container import ContainerSpec
@@ -149,7 +149,10 @@ class RepoEnv(TextEnv):
     of ``{instruction}`` and ``{workdir}``; default ``PROMPT``; a short one for small contexts),
     ``test_pattern`` (a regular expression: the bash commands that count as running tests),
     ``tool_descriptions`` (tool name -> the description offered instead of its docstring's; short
-    ones for small contexts).
+    ones for small contexts), ``short_edits`` (False; True: an edit of ``str_replace_editor``
+    answers with the edited lines alone, numbered, instead of a snippet around them and advice),
+    ``editor_commands`` (the ``str_replace_editor`` commands offered; all by default; fewer: a
+    shorter schema, e.g. ``[str_replace]`` for small contexts; another command is refused).
 
     ## Version History
     * v0: initial version.
@@ -183,6 +186,8 @@ class RepoEnv(TextEnv):
         prompt: str = PROMPT,
         test_pattern: str = TEST_PATTERN,
         tool_descriptions: Mapping[str, str] | None = None,
+        short_edits: bool = False,
+        editor_commands: Sequence[str] = COMMANDS,
     ) -> None:
         super().__init__(
             rubric=Rubric([Reward("resolved", fact("score")), Reward("f2p_fixed", fact("f2p_fixed"), f2p_weight),
@@ -203,7 +208,7 @@ class RepoEnv(TextEnv):
             self.test_pattern = re.compile(test_pattern)
         except re.error as e:
             raise EnvError(f"test_pattern must be a regular expression, got {test_pattern!r} ({e})") from e
-        self.prompt = prompt
+        self.prompt, self.short_edits, self.editor_commands = prompt, short_edits, tuple(editor_commands)
         self.dataset = str(dataset) if dataset is not None else None
         self.command_timeout_s, self.eval_timeout_s = command_timeout_s, eval_timeout_s
         self.strip_git_history = strip_git_history
@@ -211,8 +216,10 @@ class RepoEnv(TextEnv):
         self.pool_config = RepoPoolConfig(docker_host=docker_host, warm=warm, max_output=max_output)
         self.sandbox_services = _services(sandbox)
         offered = {"bash": self.bash, "str_replace_editor": self.str_replace_editor, "submit": self.submit}
-        own = [replace(tool(offered[name]), description=described[name]) if name in described else offered[name]
+        own = [replace(tool(offered[name]), description=described[name]) if name in described else tool(offered[name])
                for name in TOOLS if name in tools]
+        own = [replace(t, parameters=offered_parameters(t.parameters, self.editor_commands))
+               if t.name == "str_replace_editor" else t for t in own]
         self.toolbox = ToolBox(own + list(extra_tools),
                                timeout_s=command_timeout_s + 120, max_result_chars=max_output + 200,
                                tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
@@ -264,6 +271,9 @@ class RepoEnv(TextEnv):
         """
         self._live()
         assert self._editor is not None
+        if command not in self.editor_commands:
+            return (f"Unrecognized command {command}. The allowed commands for the str_replace_editor tool are: "
+                    f"{', '.join(self.editor_commands)}")
         return await self._editor(command, path, file_text, old_str, new_str, insert_line, view_range)
 
     def submit(self) -> str:
@@ -291,7 +301,7 @@ class RepoEnv(TextEnv):
         self._stack = contextlib.AsyncExitStack()
         self.session = await self._stack.enter_async_context(pool.episode(self.repo_task.spec))
         await place_files(self.session, self.repo_task)
-        self._editor = FileEditor(self.session)
+        self._editor = FileEditor(self.session, short=self.short_edits)
         if self.repo_task.mcp_servers:  # the Harbor task's own servers, for this episode
             await self.toolbox.add_episode_sources(mcp_sources(self._task_servers()))
         self.start_facts = {"task_id": self.repo_task.task_id, "format": self.repo_task.kind}

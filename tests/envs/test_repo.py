@@ -26,9 +26,10 @@ import pytest
 import docker as docker_sdk
 import envs  # noqa: F401  (registers the ids)
 from agentrl.env.checks import check_text_env
+from agentrl.env.tools import tool
 from agentrl.errors import EnvError, SandboxError
 from envs.repo.editor import FileEditor
-from envs.repo.env import harbor_mcp_configs
+from envs.repo.env import RepoEnv, harbor_mcp_configs
 from envs.repo.tasks import harbor_task
 from sandboxes.repo_container import LABEL, ContainerSpec
 from sandboxes.repo_pool import RepoPool, RepoPoolConfig, shared_repo_pool
@@ -238,6 +239,24 @@ def test_harbor_mcp_servers_are_read_as_harbor_defines_them_and_mapped_for_an_ep
         with pytest.raises(EnvError, match=re.escape(message)):
             harbor_task(write_harbor_task(tmp_path / f"bad{i}", f"[[environment.mcp_servers]]\n{entry}\n"),
                         ContainerSpec(image=""))
+
+
+def test_the_editor_offered_with_fewer_commands_has_a_shorter_schema_and_refuses_the_others():
+    full = gymnasium.make("agentrl/Repo-v0").unwrapped
+    editor = tool(RepoEnv().str_replace_editor).parameters
+    assert full.toolbox.tools["str_replace_editor"].parameters == editor  # by default: every command, as declared
+    env = gymnasium.make("agentrl/Repo-v0", editor_commands=["str_replace"]).unwrapped
+    params = env.toolbox.tools["str_replace_editor"].parameters
+    assert list(params["properties"]) == ["command", "path", "old_str", "new_str"]
+    assert params["properties"]["command"]["enum"] == ["str_replace"] and params["required"] == ["command", "path", "old_str"]
+    assert params["properties"]["old_str"]["type"] == "string" and "default" not in params["properties"]["old_str"]
+    assert params["properties"]["new_str"] == editor["properties"]["new_str"]  # optional: an empty new_str deletes
+    env.session = RemoteRepoSession(host=None, session_id="s1", workdir="/testbed")
+    env._editor = FileEditor(env.session)
+    refused = asyncio.run(env.str_replace_editor("view", "/testbed"))
+    assert refused.startswith("Unrecognized command view.") and refused.endswith("are: str_replace"), refused
+    with pytest.raises(EnvError, match=r"editor commands must be some of \['view'"):
+        gymnasium.make("agentrl/Repo-v0", editor_commands=["open"])
 
 
 # --------------------------------------------------------------------------- the shell and the editor
