@@ -210,10 +210,17 @@ def step_reward(reply: str) -> float:
     return len(set(reply)) / 8
 
 
-gymnasium.register("test/StepRewards-v0", entry_point=StepRewardsEnv)
+@pytest.fixture
+def step_rewards_env():
+    """``test/StepRewards-v0`` registered for one test (registered at import, it was in the registry
+    of every test module collected with this one: tests/envs/test_env_api.py lists the registry)."""
+    gymnasium.register("test/StepRewards-v0", entry_point=StepRewardsEnv)
+    yield "test/StepRewards-v0"
+    gymnasium.registry.pop("test/StepRewards-v0", None)
 
 
-async def test_every_turn_s_env_reward_reaches_the_turn_level_estimator(engine, renderer, tiny_model_dir):
+async def test_every_turn_s_env_reward_reaches_the_turn_level_estimator(engine, renderer, tiny_model_dir,
+                                                                         step_rewards_env):
     """Issue 48: no built-in workflow filled ``turn_rewards``, so ``advantages.kind: turn`` put the
     whole return on the last turn. Sampled episodes of an env that rewards each reply: each turn
     carries its reply's reward, the trajectory's reward is their sum, and the turn estimator's
@@ -223,7 +230,7 @@ async def test_every_turn_s_env_reward_reaches_the_turn_level_estimator(engine, 
     from agentrl.trainer.trainer_config import AdvantageConfig, TrainerConfig
     from agentrl.trainer.turns import per_turn_rewards, turn_advantages
 
-    wf = EnvWorkflow("test/StepRewards-v0", tiny_model_dir, {"max_new_tokens": 6, "temperature": 1.0}, turn_states=True)
+    wf = EnvWorkflow(step_rewards_env, tiny_model_dir, {"max_new_tokens": 6, "temperature": 1.0}, turn_states=True)
     try:
         results = await asyncio.gather(*(wf.arun_episode(engine, {}) for _ in range(4)))
     finally:
