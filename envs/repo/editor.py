@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import copy
 import shlex
+import typing
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -40,9 +41,10 @@ class FileEditor:
     """``str_replace_editor`` for one episode's container (its undo history is per episode); ``short``:
     an edit answers with the edited lines alone (``numbered``), not SWE-agent's snippet and advice."""
 
-    def __init__(self, session: RepoSession, *, short: bool = False) -> None:
+    def __init__(self, session: RepoSession, *, short: bool = False, commands: Sequence[str] | None = None) -> None:
         self.session = session
         self.short = short
+        self.commands = tuple(commands or COMMANDS)  # those offered; another is refused
         self.history: dict[str, list[str]] = collections.defaultdict(list)
 
     async def _read(self, path: str) -> str | None:
@@ -69,6 +71,9 @@ class FileEditor:
     async def __call__(self, command: str, path: str, file_text: str | None = None, old_str: str | None = None,
                        new_str: str | None = None, insert_line: int | None = None,
                        view_range: list[int] | None = None) -> str:
+        if command not in self.commands:
+            return (f"Unrecognized command {command}. The allowed commands for the str_replace_editor tool are: "
+                    f"{', '.join(self.commands)}")
         if not path.startswith("/"):
             return f"The path {path} is not an absolute path; it should start with `/` (e.g. /testbed/{path})."
         if command == "create":
@@ -111,8 +116,7 @@ class FileEditor:
                 return f"No edit history found for {path}."
             await self._write(path, self.history[path].pop(), remember=None)
             return f"Last edit to {path} undone successfully."
-        return (f"Unrecognized command {command}. The allowed commands for the str_replace_editor tool are: "
-                "view, create, str_replace, insert, undo_edit")
+        raise AssertionError(command)  # every offered command is handled above
 
     async def _view(self, path: str, view_range: list[int] | None) -> str:
         kind = await self.session.exec(["sh", "-c", 'if [ -d "$1" ]; then echo dir; elif [ -f "$1" ]; then echo file; fi',
@@ -141,7 +145,7 @@ class FileEditor:
 
 
 Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
-COMMANDS: tuple[str, ...] = ("view", "create", "str_replace", "insert", "undo_edit")
+COMMANDS: tuple[str, ...] = typing.get_args(Command)
 USES = {"view": ((), ("view_range",)), "create": (("file_text",), ()), "str_replace": (("old_str",), ("new_str",)),
         "insert": (("insert_line", "new_str"), ()), "undo_edit": ((), ())}
 """command -> (the arguments it needs, those it may take) besides ``command`` and ``path``."""

@@ -271,9 +271,6 @@ class RepoEnv(TextEnv):
         """
         self._live()
         assert self._editor is not None
-        if command not in self.editor_commands:
-            return (f"Unrecognized command {command}. The allowed commands for the str_replace_editor tool are: "
-                    f"{', '.join(self.editor_commands)}")
         return await self._editor(command, path, file_text, old_str, new_str, insert_line, view_range)
 
     def submit(self) -> str:
@@ -301,7 +298,7 @@ class RepoEnv(TextEnv):
         self._stack = contextlib.AsyncExitStack()
         self.session = await self._stack.enter_async_context(pool.episode(self.repo_task.spec))
         await place_files(self.session, self.repo_task)
-        self._editor = FileEditor(self.session, short=self.short_edits)
+        self._editor = FileEditor(self.session, short=self.short_edits, commands=self.editor_commands)
         if self.repo_task.mcp_servers:  # the Harbor task's own servers, for this episode
             await self.toolbox.add_episode_sources(mcp_sources(self._task_servers()))
         self.start_facts = {"task_id": self.repo_task.task_id, "format": self.repo_task.kind}

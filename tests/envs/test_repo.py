@@ -252,7 +252,7 @@ def test_the_editor_offered_with_fewer_commands_has_a_shorter_schema_and_refuses
     assert params["properties"]["old_str"]["type"] == "string" and "default" not in params["properties"]["old_str"]
     assert params["properties"]["new_str"] == editor["properties"]["new_str"]  # optional: an empty new_str deletes
     env.session = RemoteRepoSession(host=None, session_id="s1", workdir="/testbed")
-    env._editor = FileEditor(env.session)
+    env._editor = FileEditor(env.session, commands=env.editor_commands)  # as the reset builds it
     refused = asyncio.run(env.str_replace_editor("view", "/testbed"))
     assert refused.startswith("Unrecognized command view.") and refused.endswith("are: str_replace"), refused
     with pytest.raises(EnvError, match=r"editor commands must be some of \['view'"):
