@@ -16,6 +16,7 @@ import dataclasses
 import os
 import random
 import sys
+import zlib
 from pathlib import Path
 
 import gymnasium
@@ -192,8 +193,9 @@ async def test_the_tool_agent_runs_the_envs_tools_between_calls(tools, engine, r
 
 class StepRewardsEnv(gymnasium.Env):
     """A plain Gymnasium env that rewards every reply (the shipped envs score only the last step):
-    three turns, each reply earns a share of its distinct characters, and each turn's state is its
-    step (``info["state_key"]``), so every sample of a task shares its turns' states."""
+    three turns, each reply earns a number drawn from its text (a checksum, so only equal replies
+    earn equal rewards), and each turn's state is its step (``info["state_key"]``), so every sample
+    of a task shares its turns' states."""
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -207,7 +209,7 @@ class StepRewardsEnv(gymnasium.Env):
 
 
 def step_reward(reply: str) -> float:
-    return len(set(reply)) / 8
+    return zlib.crc32(reply.encode()) % 1000 / 1000
 
 
 @pytest.fixture
@@ -232,7 +234,7 @@ async def test_every_turn_s_env_reward_reaches_the_turn_level_estimator(engine, 
 
     wf = EnvWorkflow(step_rewards_env, tiny_model_dir, {"max_new_tokens": 6, "temperature": 1.0}, turn_states=True)
     try:
-        results = await asyncio.gather(*(wf.arun_episode(engine, {}) for _ in range(4)))
+        results = await asyncio.gather(*(wf.arun_episode(engine, {}) for _ in range(8)))
     finally:
         await wf.aclose()
     trajectories = [t for [t] in results]
@@ -248,11 +250,12 @@ async def test_every_turn_s_env_reward_reaches_the_turn_level_estimator(engine, 
     batch = prepare_batch(trajectories, version=0, config=config)
     per_turn = [[float(seq["advantages"][a]) for a, _ in sampled_runs(t)] for seq, t in zip(batch.sequences, trajectories, strict=True)]
     assert batch.stats["adv/turns_grouped_frac"] == 1.0
-    assert any(len(set(a)) > 1 for a in per_turn), per_turn  # credit differs between the turns of an episode
+    # credit differs between the turns of an episode (the checksum rewards tie only on equal replies)
+    assert any(len(set(a)) > 1 for a in per_turn), (per_turn, [t.turn_rewards for t in trajectories])
     # without the turn rewards every turn of an episode would get the same advantage
     flat = [dataclasses.replace(t, turn_rewards=None) for t in trajectories]
     shaped = shaped_rewards([t.reward for t in flat], [t.num_sampled for t in flat], config=config.advantages)[0]
-    without, _ = turn_advantages(flat, [0.0] * 4, shaped.tolist(), config.advantages)
+    without, _ = turn_advantages(flat, [0.0] * len(flat), shaped.tolist(), config.advantages)
     assert all(len({float(a[s]) for s, _ in sampled_runs(t)}) == 1 for a, t in zip(without, flat, strict=True))
 
 
