@@ -1,7 +1,9 @@
 """The inference client: what a trainer, a workflow or the gateway imports to generate.
 
     remote_engine.py  RemoteEngine: token-in/token-out client of SGLang-compatible and vLLM
-                      servers (interruption hidden, least-loaded routing, weight-update calls)
+                      servers (interruption hidden, least-loaded routing)
+    publishing.py     WeightPublishing, RemoteEngine's base: pause, weight and adapter updates
+                      (disk or torch.distributed), resume, colocated training's memory calls
     backend.py        EngineBackend: what the client needs from an engine (the protocol a
                       backend meets) and Servers, the calls the client lends it
     engines.py        ENGINES: the one registry of engines by name, each with its backend class

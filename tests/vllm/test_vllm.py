@@ -187,7 +187,7 @@ def test_lora_adapters_load_by_name_and_a_request_in_flight_loses_no_token(vllm_
     run time (``/v1/load_lora_adapter``) before the pause, and from the pause on every request
     names it; a request running across the switch keeps every token, each tagged with its
     version, and the tokens after it carry the peft-merged checkpoint's logprobs."""
-    from agentrl.client.remote_engine import lora_name
+    from agentrl.client.publishing import lora_name
     from agentrl.trainer.lora import merge_adapter
 
     random_adapter(tiny_model_dir, tmp_path / "adapter", rank=8)
