@@ -138,7 +138,7 @@ $(TRL_VENV)/.installed:
 
 trl: $(TRL_VENV)/.installed
 
-# TRL with vLLM (benchmarks/vs_trl.py's --trl-config vllm-server, vllm-colocate and async) in an
+# TRL with vLLM (benchmarks/vs_trl.py's --trl-configs vllm-server, vllm-colocate and vllm-async) in an
 # environment of its own: vLLM's CPU build and TRL 1.16 on the same CPU torch, transformers<5.20
 # (vLLM's pin), then our package without extras; torchvision/torchaudio/torchcodec removed as in
 # `make vllm`. Not part of `make test` (no test uses it).

@@ -122,7 +122,7 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
-def _check_reload(results: Any, where: str) -> None:
+def check_reload(results: Any, where: str) -> None:
     """``agentrl_reload_weights`` answers, per worker, how many embedding kernels it rebuilt."""
     if not results or any(r is None for r in results):
         raise RuntimeError(f"trl_vllm: the reload by {where} answered {results!r}; expected one count per worker")
@@ -150,7 +150,7 @@ def patch_server_mode(key: str, sync: FileSync) -> None:
         path = sync.write(self._iter_named_params())
         answer = self.vllm_client._post(f"{self.vllm_client.base_url}/collective_rpc",
                                         json={"method": RELOAD, "args": [path]}, timeout=300)
-        _check_reload(answer.get("results"), "POST /collective_rpc")
+        check_reload(answer.get("results"), "POST /collective_rpc")
         self.vllm_client.reset_prefix_cache()
 
     vllm_client.VLLMClient.__init__ = keyed_init
@@ -176,7 +176,7 @@ def patch_colocate_mode(sync: FileSync, threads: int) -> None:
 
     def sync_weights(self: Any) -> None:
         path = sync.write(self._iter_named_params())
-        _check_reload(self.llm.collective_rpc(RELOAD, args=(path,)), "LLM.collective_rpc")
+        check_reload(self.llm.collective_rpc(RELOAD, args=(path,)), "LLM.collective_rpc")
         self.llm.reset_prefix_cache()
 
     vllm_generation.LLM = float32_llm

@@ -1,11 +1,14 @@
-"""TRL's ``GRPOTrainer`` against ``agentrl train examples/arith_grpo.yaml`` (the demo), on the same
-recipe, the same cores and the same held-out evaluator, in one or more of TRL's configurations
-(``--trl-configs``, comma-separated):
+"""TRL's ``GRPOTrainer`` (and its experimental ``AsyncGRPOTrainer``) against ``agentrl train
+examples/arith_grpo.yaml`` (the demo), on the same recipe, the same cores and the same held-out
+evaluator, in one or more of TRL's configurations (``--trl-configs``, comma-separated):
 
 - ``plain``: generation by the trainer's own model (``model.generate``), in ``.venv-trl`` (``make trl``);
 - ``vllm-server``: ``use_vllm=True, vllm_mode="server"``: a vLLM server (vLLM's OpenAI server in dev
   mode, as ``trl vllm-serve`` starts it) samples, the trainer pushes its weights after each step;
-- ``vllm-colocate``: ``use_vllm=True, vllm_mode="colocate"``: vLLM's ``LLM`` in the trainer's process.
+- ``vllm-colocate``: ``use_vllm=True, vllm_mode="colocate"``: vLLM's ``LLM`` in the trainer's process;
+- ``vllm-async``: ``trl.experimental.async_grpo.AsyncGRPOTrainer`` with the same vLLM server: a
+  spawned rollout process generates ahead (TRL's defaults: up to 4 steps stale, 1,024 requests in
+  flight) while the trainer trains, and the trainer pushes its weights after each step.
 
 The vLLM ones run in ``.venv-trl-vllm`` (``make trl-vllm``: vLLM's CPU build 0.32, TRL 1.16,
 transformers < 5.20, the same CPU torch), and on a CPU only with shims kept in this benchmark
@@ -21,11 +24,21 @@ transformers < 5.20, the same CPU torch), and on a CPU only with shims kept in t
 4. the server binds 127.0.0.1 and takes a key on every route (agentrl's key middleware), which TRL's
    client is given.
 
-With vLLM, TRL's importance-sampling correction (its default) scores every sampled token with the
-trainer's model after each sync; the largest |trainer - sampler| log-probability of each step is
-printed every 10 steps, reported (``logp_gap_max``), and a step above ``LOGP_TOLERANCE`` fails the
-run: a sampler that is not serving the trainer's weights is not measured. ``AsyncGRPOTrainer`` is
-not among the configurations (why: benchmarks/RESULTS.md, "Against TRL's vLLM configurations").
+``vllm-async`` takes 1-4 (its sync through ``weight_transfer=``) and more, stated in full in
+``benchmarks/trl_async.py``: the FLOPS lookup off (it asks CUDA), a plain-PyTorch tree attention
+for the FA3 kernel (CUDA only), a ``response_template`` for the demo's chat template, the key on the
+spawned rollout process's session (TRL's rollout loop subclassed, the key in an environment
+variable the child inherits), and the rollout's requests without their per-request seed (vLLM's CPU
+build cannot recompute a seeded request the sync's pause preempted).
+
+With GRPOTrainer and vLLM, TRL's importance-sampling correction (its default) scores every sampled
+token with the trainer's model after each sync; the largest |trainer - sampler| log-probability of
+each step is printed every 10 steps, reported (``logp_gap_max``), and a step above
+``LOGP_TOLERANCE`` fails the run: a sampler that is not serving the trainer's weights is not
+measured. AsyncGRPOTrainer's samples are up to 4 syncs old, so its ratio is no such check; there a
+probe (``trl_async.FileTransfer.probe``: fresh samples from the server, scored by the trainer's
+model through TRL's own packing) measures the gap after the first sync and after the last one,
+against the same tolerance.
 
 The recipe is the demo's: the committed tiny model, the prompts of ``envs.arith:training_rows(seed)``
 (TRL gets them as conversational prompts, ``[{"role": "user", "content": question}]``, rendered by
@@ -53,7 +66,8 @@ the gains needs several. The JSON then holds the means, each seed's figures (``p
 paired difference of the gains (agentrl's minus TRL's) with its 95% interval (Student's t).
 
 TRL's training time runs from ``on_train_begin`` to the last ``on_step_end`` (not the model load
-or the save). Every checkpoint is evaluated by the same evaluator, ``agentrl eval`` with the demo's
+or the save; for AsyncGRPOTrainer from after TRL's own ``on_train_begin``, which spawns the rollout
+process and makes the first sync, to after the last step's sync). Every checkpoint is evaluated by the same evaluator, ``agentrl eval`` with the demo's
 ``eval`` section (``envs.arith:eval_rows``, ``--eval-limit`` problems (1,000), greedy, 12 new
 tokens): agentrl's final weights (``RUN_DIR/weights/vNNNNNN``), the base model (``*_eval_before``)
 and each TRL run's ``save_pretrained`` output. The run's own ``eval_before``/``eval_after`` (the
@@ -70,7 +84,7 @@ configuration's figures. A vLLM configuration's step time includes its weight sy
 before each generation), not the server's or the engine's start.
 
     make trl trl-vllm && .venv/bin/python benchmarks/vs_trl.py [--steps 80] [--eval-limit 1000] \
-        [--trl-threads 2] [--seeds 1] [--trl-configs plain,vllm-server,vllm-colocate]
+        [--trl-threads 2] [--seeds 1] [--trl-configs plain,vllm-server,vllm-colocate,vllm-async]
 """
 
 from __future__ import annotations
@@ -86,6 +100,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +108,7 @@ CONFIG = ROOT / "examples" / "arith_grpo.yaml"
 AGENTRL = ROOT / ".venv" / "bin" / "agentrl"
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 TRL_VLLM_PYTHON = ROOT / ".venv-trl-vllm" / "bin" / "python"
-TRL_CONFIGS = ("plain", "vllm-server", "vllm-colocate")
+TRL_CONFIGS = ("plain", "vllm-server", "vllm-colocate", "vllm-async")
 # the largest |trainer - sampler| log-probability of a sampled token a run accepts (both float32)
 LOGP_TOLERANCE = 1e-3
 SCHEDULE_STEPS = 80  # the demo's trainer.total_steps: its cosine reaches lr * 0.1 there
@@ -179,7 +194,7 @@ def run_trl(tmp: Path, name: str, args: argparse.Namespace, config: str, seed: i
     env = dict(os.environ, OMP_NUM_THREADS=str(args.trl_threads), MKL_NUM_THREADS=str(args.trl_threads),
                TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    say(f"TRL GRPOTrainer {config} ({name}, seed {seed}): cosine over {horizon} steps, stop at "
+    say(f"TRL {config} ({name}, seed {seed}): cosine over {horizon} steps, stop at "
         + (f"{stop_steps} steps" if stop_steps is not None else f"{stop_s / 60:.2f} training minutes")
         + f" (log {tmp / (name + '.log')})")
     return json.loads(run_logged(cmd, tmp / f"{name}.log", re.compile(r"^trl "), env=env))
@@ -317,7 +332,7 @@ def report(args: argparse.Namespace, base: float, runs: list[dict], ref: dict, l
 
 
 def trl_worker(args: argparse.Namespace) -> None:
-    """One GRPOTrainer run on the demo's recipe in configuration ``args.trl_config``; the last line
+    """One TRL run on the demo's recipe in configuration ``args.trl_config``; the last line
     printed is a JSON object."""
     import torch
 
@@ -338,28 +353,55 @@ def trl_worker(args: argparse.Namespace) -> None:
     server, key, url = trl_vllm.start_server(model_dir, args.trl_threads, args.seed,
                                              out.parent / f"{out.name}_vllm_server.log")
     try:
-        trl_vllm.patch_server_mode(key, sync)
-        trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "server",
-                                         "vllm_server_base_url": url}, sync)
+        if args.trl_config == "vllm-async":
+            trl_async_train(args, out, model_dir, url, key, sync)
+        else:
+            trl_vllm.patch_server_mode(key, sync)
+            trl_train(args, out, model_dir, {"use_vllm": True, "vllm_mode": "server",
+                                             "vllm_server_base_url": url}, sync)
     finally:
         trl_vllm.stop_server(server)
 
 
+def demo_dataset(seed: int):  # noqa: ANN201 (a datasets.Dataset; datasets is in the TRL venvs only)
+    """The demo's training prompts as conversational prompts, with the reward's columns."""
+    from datasets import Dataset
+
+    from envs.arith import training_rows
+
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
+                               "question": r["question"], "answer": r["answer"]} for r in training_rows(seed)])
+
+
+def recipe_config(config_class: type, args: argparse.Namespace, out: Path, **extra: object) -> object:
+    """The demo's recipe as the arguments of TRL's ``config_class`` (GRPOConfig, AsyncGRPOConfig):
+    one optimizer step per 16 prompts x 16 samples."""
+    # transformers 5.20 renamed gradient_checkpointing (.venv-trl-vllm has 5.19: vLLM's pin)
+    checkpointing_off = {("activation_checkpointing" if "activation_checkpointing" in config_class.__dataclass_fields__
+                          else "gradient_checkpointing"): False}
+    return config_class(
+        output_dir=str(out / "trainer"),
+        per_device_train_batch_size=RECIPE["prompts_per_step"] * RECIPE["group_size"], gradient_accumulation_steps=1,
+        num_generations=RECIPE["group_size"],
+        max_completion_length=RECIPE["max_new_tokens"], temperature=RECIPE["temperature"], top_p=1.0, top_k=0,
+        learning_rate=RECIPE["lr"], lr_scheduler_type="cosine_with_min_lr",
+        lr_scheduler_kwargs={"min_lr_rate": RECIPE["min_lr_ratio"]}, warmup_steps=0,
+        adam_beta1=RECIPE["betas"][0], adam_beta2=RECIPE["betas"][1], weight_decay=0.0, max_grad_norm=1.0,
+        max_steps=args.horizon, bf16=False, fp16=False, use_cpu=True, **checkpointing_off,
+        save_strategy="no", report_to="none", logging_steps=10, disable_tqdm=True, seed=args.seed,
+        dataloader_num_workers=0, **extra)
+
+
 def trl_train(args: argparse.Namespace, out: Path, model_dir: Path, vllm_args: dict, sync: object) -> None:
+    """``GRPOTrainer``: plain, or with ``vllm_args`` (server or colocate mode)."""
     import asyncio
 
     import torch
-    import trl
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from envs.arith import ArithEnv, training_rows
+    from envs.arith import ArithEnv
 
-    rows = training_rows(args.seed)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
-                                  "question": r["question"], "answer": r["answer"]} for r in rows])
     env = ArithEnv()  # what agentrl/Arith-v0 makes, with the demo's (default) arguments
 
     async def score(completions: list, questions: list[str], answers: list) -> list[float]:
@@ -373,17 +415,100 @@ def trl_train(args: argparse.Namespace, out: Path, model_dir: Path, vllm_args: d
     def arith_reward(prompts, completions, question, answer, **_: object) -> list[float]:
         return asyncio.run(score(completions, question, answer))
 
-    class Clock(TrainerCallback):
-        """Training time (first step's start to the last one's end), the stop rules and, with vLLM,
-        the largest gap between the sampler's and the trainer's log-probabilities of each step."""
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    # trained once per generation batch (μ = 1), no KL
+    config = recipe_config(GRPOConfig, args, out, steps_per_generation=1, num_iterations=1, beta=0.0, **vllm_args)
+    clock = make_clock(args)
+    trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config, train_dataset=demo_dataset(args.seed),
+                          processing_class=tokenizer, callbacks=[clock])
+    if vllm_args:
+        import trl_vllm
 
+        clock.logp_gap = lambda: trl_vllm.logp_gap(trainer)
+    train_and_report(args, out, trainer, tokenizer, clock,
+                     lambda: {"syncs": sync.syncs, "sync_write_s": round(sync.seconds, 3)} if sync else {})
+
+
+def trl_async_train(args: argparse.Namespace, out: Path, model_dir: Path, url: str, key: str, sync: object) -> None:
+    """``AsyncGRPOTrainer`` with the vLLM server at ``url``, with the shims of benchmarks/trl_async.py."""
+    import trl_async
+    from transformers import AutoTokenizer
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    trl_async.patch(key)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer.response_template = trl_async.RESPONSE_TEMPLATE
+    dataset = demo_dataset(args.seed)
+    probe_ids = tokenizer.apply_chat_template(dataset[0]["prompt"], add_generation_prompt=True, return_dict=False)
+    transfer = trl_async.FileTransfer(url, key, sync, str(model_dir), probe_ids)
+    # TRL's asynchronous defaults kept (max_staleness 4, in-flight requests 4 steps' samples); a fixed
+    # count of samples per micro-batch (token_budget 0) instead of a budget read from the server
+    config = recipe_config(AsyncGRPOConfig, args, out, vllm_server_base_url=url, token_budget=0, dtype="float32")
+    trainer = AsyncGRPOTrainer(model=str(model_dir), reward_funcs=trl_async.arith_reward, args=config,
+                               train_dataset=dataset, processing_class=tokenizer, weight_transfer=transfer)
+    transfer.trainer = trainer
+    clock = make_clock(args)
+    # after TRL's own callbacks: the clock starts once the rollout process runs and the first sync is
+    # done, and the sync after each step is that step's
+    trainer.add_callback(clock)
+
+    def checked() -> dict:
+        """The probe after the last sync (the trainer's final weights), the check of every probe."""
+        transfer.gaps.append(transfer.probe())
+        gap = max(transfer.gaps)
+        if not gap <= LOGP_TOLERANCE:
+            sys.exit(f"vs_trl: the sampler's and the trainer's log-probabilities differ by up to {gap:.3g} after a "
+                     f"sync (tolerance {LOGP_TOLERANCE:g}); the shims in benchmarks/trl_async.py do not hold")
+        print(f"trl probes after the first and the last sync: max |trainer - sampler| logprob "
+              f"{', '.join(f'{g:.2e}' for g in transfer.gaps)}", flush=True)
+        return {"syncs": sync.syncs, "sync_write_s": round(sync.seconds, 3), "logp_gap_max": gap,
+                "logp_gaps_probed": transfer.gaps}
+
+    train_and_report(args, out, trainer, tokenizer, clock, checked)
+
+
+def train_and_report(args: argparse.Namespace, out: Path, trainer: object, tokenizer: object, clock: object,
+                     extra: Callable[[], dict]) -> None:
+    """Train, save the model beside the tokenizer, print the run's JSON line."""
+    import torch
+    import trl
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    torch.set_num_threads(args.trl_threads)
+    trainer.train()
+    train_s = sum(clock.step_s)
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    print(f"trl done: {clock.steps} steps in {train_s / 60:.2f} training minutes", flush=True)
+    result = {"steps": clock.steps, "train_s": train_s, "horizon": args.horizon, "out": str(out),
+              "last_reward": clock.reward, "trl_version": trl.__version__, "trl_config": args.trl_config,
+              "torch_threads": torch.get_num_threads(), "step_s": [round(x, 3) for x in clock.step_s]}
+    if args.trl_config != "plain":
+        import vllm
+
+        result |= {"vllm_version": vllm.__version__, **extra()}
+        if clock.logp_gaps:  # checked at every step (GRPOTrainer's own metric)
+            result["logp_gap_max"] = max(clock.logp_gaps)
+    print(json.dumps(result))
+
+
+def make_clock(args: argparse.Namespace) -> object:
+    """A TrainerCallback: training time (first step's start to the last one's end), the stop rules
+    and, with GRPOTrainer's vLLM modes, the check of the largest gap between the sampler's and the
+    trainer's log-probabilities at each step (``logp_gap``, set once the trainer exists)."""
+    import torch
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
         def __init__(self) -> None:
             self.t0 = self.last = 0.0
             self.steps = 0
             self.step_s: list[float] = []
             self.reward = math.nan
             self.logp_gaps: list[float] = []
-            self.trainer = None
+            self.logp_gap: Callable[[], float | None] | None = None
 
         def on_train_begin(self, targs, state, control, **_):  # noqa: ANN001
             self.t0 = self.last = time.perf_counter()
@@ -395,9 +520,9 @@ def trl_train(args: argparse.Namespace, out: Path, model_dir: Path, vllm_args: d
             self.step_s.append(now - self.last)
             self.last = now
             self.steps = state.global_step
-            if vllm_args:
+            if self.logp_gap is not None:
                 self.check_logprobs()
-            elapsed = self.last - self.t0
+            elapsed = sum(self.step_s)
             if args.stop_steps is not None and self.steps >= args.stop_steps:
                 control.should_training_stop = True
             # equal minutes: stop at the step boundary nearest the budget
@@ -405,11 +530,9 @@ def trl_train(args: argparse.Namespace, out: Path, model_dir: Path, vllm_args: d
                 control.should_training_stop = True
 
         def check_logprobs(self) -> None:
-            import trl_vllm
-
-            gap = trl_vllm.logp_gap(self.trainer)
+            gap = self.logp_gap()
             if gap is None:
-                sys.exit(f"vs_trl: TRL recorded no {trl_vllm.LOGP_GAP} at step {self.steps}: the sampler's and the "
+                sys.exit(f"vs_trl: no log-probability gap recorded at step {self.steps}: the sampler's and the "
                          "trainer's log-probabilities cannot be compared")
             self.logp_gaps.append(gap)
             if self.steps == 1 or self.steps % 10 == 0:
@@ -425,48 +548,9 @@ def trl_train(args: argparse.Namespace, out: Path, model_dir: Path, vllm_args: d
             if "reward" in logs:
                 lr = f"  lr {logs['learning_rate']:.2e}" if "learning_rate" in logs else ""
                 print(f"trl step {state.global_step:>4}  reward {logs['reward']:.3f}{lr}"
-                      f"  [{(time.perf_counter() - self.t0) / 60:.2f} min]", flush=True)
+                      f"  [{sum(self.step_s) / 60:.2f} min]", flush=True)
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    # transformers 5.20 renamed gradient_checkpointing (.venv-trl-vllm has 5.19: vLLM's pin)
-    checkpointing_off = {("activation_checkpointing" if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
-                          else "gradient_checkpointing"): False}
-    config = GRPOConfig(
-        output_dir=str(out / "trainer"),
-        # one optimizer step per generation batch of 16 prompts x 16 samples, trained once (μ = 1)
-        per_device_train_batch_size=RECIPE["prompts_per_step"] * RECIPE["group_size"],
-        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
-        num_generations=RECIPE["group_size"],
-        max_completion_length=RECIPE["max_new_tokens"], temperature=RECIPE["temperature"], top_p=1.0, top_k=0,
-        learning_rate=RECIPE["lr"], lr_scheduler_type="cosine_with_min_lr",
-        lr_scheduler_kwargs={"min_lr_rate": RECIPE["min_lr_ratio"]}, warmup_steps=0,
-        adam_beta1=RECIPE["betas"][0], adam_beta2=RECIPE["betas"][1], weight_decay=0.0, max_grad_norm=1.0,
-        beta=0.0, max_steps=args.horizon,
-        bf16=False, fp16=False, use_cpu=True, **checkpointing_off,
-        save_strategy="no", report_to="none", logging_steps=10, disable_tqdm=True, seed=args.seed,
-        dataloader_num_workers=0, **vllm_args,
-    )
-    clock = Clock()
-    trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[clock])
-    clock.trainer = trainer
-    trainer.remove_callback(PrinterCallback)
-    torch.set_num_threads(args.trl_threads)
-    trainer.train()
-    train_s = clock.last - clock.t0
-    trainer.save_model(str(out))
-    tokenizer.save_pretrained(str(out))
-    print(f"trl done: {clock.steps} steps in {train_s / 60:.2f} training minutes", flush=True)
-    result = {"steps": clock.steps, "train_s": train_s, "horizon": args.horizon, "out": str(out),
-              "last_reward": clock.reward, "trl_version": trl.__version__, "trl_config": args.trl_config,
-              "torch_threads": torch.get_num_threads(), "step_s": [round(x, 3) for x in clock.step_s]}
-    if vllm_args:
-        import vllm
-
-        result |= {"vllm_version": vllm.__version__, "logp_gap_max": max(clock.logp_gaps),
-                   "syncs": sync.syncs, "sync_write_s": round(sync.seconds, 3)}
-    print(json.dumps(result))
+    return Clock()
 
 
 def main() -> None:
