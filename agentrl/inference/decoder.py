@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.errors import ModelError
+from agentrl.inference import prepacked
 from agentrl.inference.hf_weights import (
     MERGED_ON,
     SUPPORTED_MODEL_TYPES,
@@ -242,11 +243,15 @@ class Decoder:
     thread owns it."""
 
     def __init__(self, model_dir: str | Path, *, num_slots: int, max_len: int, device: str = "cpu",
-                 dtype: torch.dtype | None = None, pool_tokens: int = 0, batch_invariant: bool = False) -> None:
+                 dtype: torch.dtype | None = None, pool_tokens: int = 0, batch_invariant: bool = False,
+                 prepack: bool = True) -> None:
         """``batch_invariant``: a token's logits are the same bits whatever shares its forward
         pass (other requests, a prefill split into chunks, keys from the prefix cache): the
         matmuls run in fixed blocks (``INVARIANT_ROWS``) and every token's attention, decode
-        or prefill, is computed alone against its own keys (``_invariant_attention``)."""
+        or prefill, is computed alone against its own keys (``_invariant_attention``).
+        ``prepack``: the projections multiply by copies of their weights in oneDNN's layout
+        (``prepacked``), where that applies: float32 on a CPU, without ``batch_invariant``
+        (whose fixed blocks are the plain kernel's); ``self.prepack`` says whether it does."""
         self.batch_invariant = batch_invariant
         self.config = read_config(model_dir)
         self.spec = spec_of(self.config)
@@ -256,7 +261,9 @@ class Decoder:
         self.dtype = dtype
         self.tied = bool(getattr(self.config, "tie_word_embeddings", False))
         self.slots = layout(self.spec, self.tied)
+        self.prepack = prepack and not batch_invariant and prepacked.available(self.device, dtype)
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
+        self._prepack(self.weights)
         self.base = self.weights  # what a LoRA adapter merges on: the weights of the last full update
         self._spares: list[torch.Tensor] = []  # fused tensors of replaced weights, reused by staging
         self.num_slots, self.max_len = num_slots, max_len
@@ -305,7 +312,9 @@ class Decoder:
         spares, and the slot cache with the prefix pool."""
         def size(tensors: list[torch.Tensor]) -> int:
             return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+        packed = self.weights.get(prepacked.PACKED)
         return {"weights": size(_fused(self.weights) + _fused(self.base)), "spares": size(self._spares),
+                "prepacked": size(packed.tensors()) if packed is not None else 0,
                 "kv_cache": size([self.cache_k, self.cache_v, self.pool_k, self.pool_v])}
 
     def _rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -344,7 +353,7 @@ class Decoder:
         tied = bool(getattr(config, "tie_word_embeddings", False))
         if tied != self.tied:
             raise ModelError(f"{model_dir}: tie_word_embeddings={tied}, the served model has {self.tied}")
-        return load_weights(model_dir, self.spec, tied, self.device, self.dtype, alloc=self._alloc)
+        return self._prepack(load_weights(model_dir, self.spec, tied, self.device, self.dtype, alloc=self._alloc))
 
     def load_adapter(self, adapter_dir: str | Path, name: str) -> LoraWeights:
         """A LoRA adapter directory, validated (``read_adapter``) and laid out for run-time use
@@ -354,7 +363,7 @@ class Decoder:
     def merge_adapter(self, adapter: Adapter) -> dict:
         """A staging copy: the base weights with a validated ``adapter`` merged in (a directory's,
         or one received by broadcast); as ``prepare_weights``, under the server's weight lock."""
-        return merge_adapter(adapter, self.base, self.slots, alloc=self._alloc)
+        return self._prepack(merge_adapter(adapter, self.base, self.slots, alloc=self._alloc))
 
     def runtime_adapter(self, adapter: Adapter, name: str, path: str) -> LoraWeights:
         """A validated ``adapter`` laid out for run-time use, as ``load_adapter``'s."""
@@ -362,12 +371,14 @@ class Decoder:
                                device=self.device, dtype=self.dtype)
 
     def prepare_tensors(self, tensors: list[tuple[str, torch.Tensor]], where: str,
-                        fresh: dict[tuple, torch.Tensor] | None = None, onto: dict | None = None) -> dict:
+                        fresh: dict[tuple, torch.Tensor] | None = None, onto: dict | None = None,
+                        final: bool = True) -> dict:
         """Validate some checkpoint tensors (names as in a Hugging Face checkpoint; each at most
         once) and lay them over a copy of the served weights: the staging copy the engine
         installs. Tensors already received into ``fresh`` (``receive_targets``) stay where they are.
         ``onto``: a staging copy made by an earlier call, laid over instead of the served weights
-        (its own tensors are written in place: after a refusal it must be dropped)."""
+        (its own tensors are written in place: after a refusal it must be dropped). ``final``:
+        the copy is complete (not a bucket more are laid over): its projections are prepacked."""
         named: dict[str, torch.Tensor] = {}
         fresh = {**self._owned(onto), **(fresh or {})}
         placed = {t.data_ptr() for t in fresh.values()}
@@ -378,8 +389,22 @@ class Decoder:
             check_tensor(name, t, self.slots.get(name), where)
             named[name] = t
         rest = {n: t for n, t in named.items() if not _inside(t, fresh, placed)}
-        return assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype,
-                        base=self.weights if onto is None else onto, fresh=fresh, alloc=self._alloc)
+        weights = assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype,
+                           base=self.weights if onto is None else onto, fresh=fresh, alloc=self._alloc)
+        return self._prepack(weights) if final else weights
+
+    def _prepack(self, weights: dict) -> dict:
+        """``weights`` with its projections' packed copies made (when ``self.prepack``), the
+        served weights' reused where a tensor is shared: done while an update is staged, off the
+        scheduler thread, so a swap does not wait for it (``forward`` remakes a stale one)."""
+        if self.prepack:
+            prepacked.prepack(weights, self.weights)
+        return weights
+
+    def prepack_staged(self, weights: dict) -> None:
+        """Make the packed copies of a staging copy built bucket by bucket (``final=False``)
+        before it is installed (under the server's weight lock, as staging)."""
+        self._prepack(weights)
 
     def receive_targets(self, announced: list[tuple[str, torch.dtype, tuple[int, ...]]], onto: dict | None = None):
         """Buffers to receive announced tensors into (``hf_weights.receive_targets``), over the
@@ -411,6 +436,8 @@ class Decoder:
         copy of the projections while an adapter is served."""
         old, old_base = self.weights, self.base
         self.weights, self.base = weights, weights.get(MERGED_ON, weights)
+        if self.base is not weights:  # a base only merged on: its packed copies are not multiplied by
+            self.base.pop(prepacked.PACKED, None)
         kept = {id(t) for t in _fused(weights)} | {id(t) for t in _fused(self.base)}
         gone = {id(t): t for t in _fused(old) + _fused(old_base) if id(t) not in kept}
         self._spares = list(gone.values())
@@ -486,10 +513,15 @@ class Decoder:
         q_out, kv_out = H * hd, KV * hd
         invariant, loras = plan.invariant is not None, plan.loras
         linear = _blocked_linear if invariant else F.linear
+        packs = prepacked.current(w) if self.prepack else None
         x = w["embed"][plan.tokens]
         for i, layer in enumerate(w["layers"]):
+            pk = packs.layers[i] if packs is not None else None
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
-            qkv = linear(h, layer["qkv"], layer["qkv_bias"])
+            if pk is not None:
+                qkv = prepacked.linear(h, pk["qkv"].weight, layer["qkv_bias"])
+            else:
+                qkv = linear(h, layer["qkv"], layer["qkv_bias"])
             _add_lora(qkv, h, loras, i, "qkv", invariant)
             qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
             if s.qk_norm:
@@ -500,17 +532,21 @@ class Decoder:
             ck.view(-1, kv_out).index_copy_(0, plan.write_rows, qk[:, H:].reshape(N, kv_out))
             cv.view(-1, kv_out).index_copy_(0, plan.write_rows, qkv[:, q_out + kv_out :])
             attn = self._attention(plan, qk[:, :H], ck, cv)
-            if invariant:
+            if pk is not None:
+                x = prepacked.linear_add(attn, pk["o"].weight, x)
+            elif invariant:
                 x = x + _blocked_linear(attn, layer["o"])
             else:
                 x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
             _add_lora(x, attn, loras, i, "o", invariant)
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
-            gate_up = linear(h, layer["gate_up"])
+            gate_up = prepacked.linear(h, pk["gate_up"].weight) if pk is not None else linear(h, layer["gate_up"])
             _add_lora(gate_up, h, loras, i, "gate_up", invariant)
             gate, up = gate_up.chunk(2, dim=-1)
             act = F.silu(gate).mul_(up)
-            if invariant:
+            if pk is not None:
+                x = prepacked.linear_add(act, pk["down"].weight, x)
+            elif invariant:
                 x = x + _blocked_linear(act, layer["down"])
             else:
                 x = torch.addmm(x, act, layer["down"].t())
@@ -521,7 +557,13 @@ class Decoder:
                 at = starts[j] + offset
                 step.hidden[j] = _rms_norm(x[at : at + count], w["norm"], s.rms_eps)
         x = _rms_norm(x[torch.tensor(plan.last, device=self.device)], w["norm"], s.rms_eps)
-        return linear(x, w["lm_head"]).float()
+        return self._logits(x, packs)
+
+    def _logits(self, x: torch.Tensor, packs: prepacked.Prepacked | None) -> torch.Tensor:
+        """Float32 logits of final hidden states ``x``."""
+        if packs is not None:
+            return prepacked.linear(x, packs.lm_head.weight).float()
+        return (_blocked_linear if self.batch_invariant else F.linear)(x, self.weights["lm_head"]).float()
 
     def _plan(self, step: Step) -> _Plan:
         """What every layer of ``step``'s forward shares: the packed tokens, their RoPE tables and
@@ -672,10 +714,10 @@ class Decoder:
         lps: list[float] = []
         tops: list[list[tuple[float, int]]] = []
         ids = torch.tensor(targets, device=self.device)
+        packs = prepacked.current(self.weights) if self.prepack else None
         for i in range(0, len(targets), chunk):
             rows = hidden[i : i + chunk]
-            logits = (_blocked_linear if self.batch_invariant else F.linear)(rows, self.weights["lm_head"])
-            logp = logits.float().log_softmax(dim=-1)
+            logp = self._logits(rows, packs).log_softmax(dim=-1)
             lps.extend(logp.gather(1, ids[i : i + chunk, None]).squeeze(1).tolist())
             if top_n:
                 vals, idx = logp.topk(min(top_n, logp.shape[1]), dim=-1)

@@ -1,0 +1,78 @@
+"""Prepacked projections (``agentrl.inference.prepacked``, issue 50): a decoder multiplying by
+oneDNN-packed copies of its weights computes what one on the plain weights computes, after every
+kind of weight update — a served model never multiplies by packed copies of replaced weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentrl.inference.decoder import Decoder, Step
+from agentrl.inference.prepacked import PACKED, available
+
+pytestmark = pytest.mark.skipif(not available(torch.device("cpu"), torch.float32),
+                                reason="this torch has no oneDNN: nothing is prepacked")
+
+
+def logits(dec: Decoder) -> torch.Tensor:
+    """A prefill of two prompts, then a decode step of both: every projection, both kernels' shapes."""
+    first = dec.forward(Step([], [(0, 0, [5, 6, 7, 8, 9, 10, 11]), (1, 0, [12, 13, 14])]))
+    nxt = dec.forward(Step([(20, 7), (21, 3)], []))
+    return torch.cat([first, nxt])
+
+
+def check_same(packed: Decoder, plain: Decoder, before: torch.Tensor | None) -> torch.Tensor:
+    ours, theirs = logits(packed), logits(plain)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))  # the same greedy tokens
+    assert before is None or (theirs - before).abs().max() > 1e-2  # the update changed what is served
+    return theirs
+
+
+def test_after_each_kind_of_update_the_packed_decoder_serves_what_the_plain_one_does(
+        untrained_model_dir, second_model_dir, random_adapter, tmp_path):
+    torch.set_num_threads(1)
+    packed, plain = (Decoder(untrained_model_dir, num_slots=2, max_len=32, prepack=p) for p in (True, False))
+    assert packed.prepack and not plain.prepack
+    assert packed.memory_bytes()["prepacked"] > 0 and plain.memory_bytes()["prepacked"] == 0
+    assert not Decoder(untrained_model_dir, num_slots=1, max_len=8, batch_invariant=True).prepack
+    seen = check_same(packed, plain, None)
+
+    def update(make) -> None:
+        nonlocal seen
+        for dec in (packed, plain):
+            dec.swap_weights(make(dec))
+        seen = check_same(packed, plain, seen)
+
+    update(lambda dec: dec.prepare_weights(second_model_dir))  # from disk
+    lm_head = packed.weights[PACKED].lm_head
+    adapter = random_adapter(untrained_model_dir, tmp_path / "adapter")
+    update(lambda dec: dec.prepare_weights(adapter))  # a LoRA adapter merged in
+    assert packed.weights[PACKED].lm_head is lm_head  # the output layer, not merged on, kept its copy
+    assert PACKED not in packed.base  # the base only merged on holds none
+
+    tensors = sorted(load_file(untrained_model_dir / "model.safetensors").items())
+    layer0 = [(n, t) for n, t in tensors if ".layers.0." in n]
+    update(lambda dec: dec.prepare_tensors(layer0, "test"))  # some tensors, as a broadcast sends them
+
+    def buckets(dec: Decoder) -> dict:  # buckets staged one over another, packed once before the swap
+        half = len(tensors) // 2
+        staged = dec.prepare_tensors(tensors[:half], "test", final=False)
+        staged = dec.prepare_tensors(tensors[half:], "test", onto=staged, final=False)
+        dec.prepack_staged(staged)
+        return staged
+    update(buckets)
+
+    for dec in (packed, plain):  # written in place under the served weights: remade before the next step
+        dec.weights["layers"][1]["gate_up"].mul_(1.5)
+        dec.weights["lm_head"].mul_(0.5)
+    seen = check_same(packed, plain, seen)
+
+
+def test_the_serve_flag_turns_prepacking_off():
+    from agentrl.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--model", "m"]).prepack_weights is True
+    assert parser.parse_args(["serve", "--model", "m", "--no-prepack-weights"]).prepack_weights is False
