@@ -23,7 +23,10 @@ agree with a teacher-forced ``AutoModelForCausalLM`` pass to ~1e-5 (tested).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +58,8 @@ from agentrl.inference.lora_adapter import (
 )
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "Decoder", "Step", "read_config"]
+
+log = logging.getLogger(__name__)
 
 ROW_ATTENTION_MAX = 131072
 """Decode attention takes one matmul per row over all key heads while ``heads * head_dim *
@@ -251,7 +256,9 @@ class Decoder:
         or prefill, is computed alone against its own keys (``_invariant_attention``).
         ``prepack``: the projections multiply by copies of their weights in oneDNN's layout
         (``prepacked``), where that applies: float32 on a CPU, without ``batch_invariant``
-        (whose fixed blocks are the plain kernel's); ``self.prepack`` says whether it does."""
+        (whose fixed blocks are the plain kernel's); ``self.prepack`` says whether it does. The
+        copies of new weights are made on a thread of its own after the swap (``_packs``), so
+        an update's pause does not wait for them."""
         self.batch_invariant = batch_invariant
         self.config = read_config(model_dir)
         self.spec = spec_of(self.config)
@@ -263,7 +270,10 @@ class Decoder:
         self.slots = layout(self.spec, self.tied)
         self.prepack = prepack and not batch_invariant and prepacked.available(self.device, dtype)
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
-        self._prepack(self.weights)
+        self._packer = ThreadPoolExecutor(1, thread_name_prefix="agentrl-prepack") if self.prepack else None
+        self._packing: tuple[dict, Future] | None = None  # the weights being packed, and the job
+        if self.prepack:
+            self.weights[prepacked.PACKED] = prepacked.prepack(self.weights)
         self.base = self.weights  # what a LoRA adapter merges on: the weights of the last full update
         self._spares: list[torch.Tensor] = []  # fused tensors of replaced weights, reused by staging
         self.num_slots, self.max_len = num_slots, max_len
@@ -353,7 +363,7 @@ class Decoder:
         tied = bool(getattr(config, "tie_word_embeddings", False))
         if tied != self.tied:
             raise ModelError(f"{model_dir}: tie_word_embeddings={tied}, the served model has {self.tied}")
-        return self._prepack(load_weights(model_dir, self.spec, tied, self.device, self.dtype, alloc=self._alloc))
+        return load_weights(model_dir, self.spec, tied, self.device, self.dtype, alloc=self._alloc)
 
     def load_adapter(self, adapter_dir: str | Path, name: str) -> LoraWeights:
         """A LoRA adapter directory, validated (``read_adapter``) and laid out for run-time use
@@ -363,7 +373,7 @@ class Decoder:
     def merge_adapter(self, adapter: Adapter) -> dict:
         """A staging copy: the base weights with a validated ``adapter`` merged in (a directory's,
         or one received by broadcast); as ``prepare_weights``, under the server's weight lock."""
-        return self._prepack(merge_adapter(adapter, self.base, self.slots, alloc=self._alloc))
+        return merge_adapter(adapter, self.base, self.slots, alloc=self._alloc)
 
     def runtime_adapter(self, adapter: Adapter, name: str, path: str) -> LoraWeights:
         """A validated ``adapter`` laid out for run-time use, as ``load_adapter``'s."""
@@ -371,14 +381,12 @@ class Decoder:
                                device=self.device, dtype=self.dtype)
 
     def prepare_tensors(self, tensors: list[tuple[str, torch.Tensor]], where: str,
-                        fresh: dict[tuple, torch.Tensor] | None = None, onto: dict | None = None,
-                        final: bool = True) -> dict:
+                        fresh: dict[tuple, torch.Tensor] | None = None, onto: dict | None = None) -> dict:
         """Validate some checkpoint tensors (names as in a Hugging Face checkpoint; each at most
         once) and lay them over a copy of the served weights: the staging copy the engine
         installs. Tensors already received into ``fresh`` (``receive_targets``) stay where they are.
         ``onto``: a staging copy made by an earlier call, laid over instead of the served weights
-        (its own tensors are written in place: after a refusal it must be dropped). ``final``:
-        the copy is complete (not a bucket more are laid over): its projections are prepacked."""
+        (its own tensors are written in place: after a refusal it must be dropped)."""
         named: dict[str, torch.Tensor] = {}
         fresh = {**self._owned(onto), **(fresh or {})}
         placed = {t.data_ptr() for t in fresh.values()}
@@ -389,22 +397,8 @@ class Decoder:
             check_tensor(name, t, self.slots.get(name), where)
             named[name] = t
         rest = {n: t for n, t in named.items() if not _inside(t, fresh, placed)}
-        weights = assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype,
-                           base=self.weights if onto is None else onto, fresh=fresh, alloc=self._alloc)
-        return self._prepack(weights) if final else weights
-
-    def _prepack(self, weights: dict) -> dict:
-        """``weights`` with its projections' packed copies made (when ``self.prepack``), the
-        served weights' reused where a tensor is shared: done while an update is staged, off the
-        scheduler thread, so a swap does not wait for it (``forward`` remakes a stale one)."""
-        if self.prepack:
-            prepacked.prepack(weights, self.weights)
-        return weights
-
-    def prepack_staged(self, weights: dict) -> None:
-        """Make the packed copies of a staging copy built bucket by bucket (``final=False``)
-        before it is installed (under the server's weight lock, as staging)."""
-        self._prepack(weights)
+        return assemble(rest, self.slots, self.spec, device=self.device, dtype=self.dtype,
+                        base=self.weights if onto is None else onto, fresh=fresh, alloc=self._alloc)
 
     def receive_targets(self, announced: list[tuple[str, torch.dtype, tuple[int, ...]]], onto: dict | None = None):
         """Buffers to receive announced tensors into (``hf_weights.receive_targets``), over the
@@ -436,11 +430,42 @@ class Decoder:
         copy of the projections while an adapter is served."""
         old, old_base = self.weights, self.base
         self.weights, self.base = weights, weights.get(MERGED_ON, weights)
-        if self.base is not weights:  # a base only merged on: its packed copies are not multiplied by
-            self.base.pop(prepacked.PACKED, None)
+        if self.prepack:
+            if prepacked.PACKED not in weights and prepacked.PACKED in old:  # what packing them may reuse
+                weights[prepacked.PACKED] = old[prepacked.PACKED]
+            if self.base is not weights:  # a base only merged on: its packed copies are not multiplied by
+                self.base.pop(prepacked.PACKED, None)
         kept = {id(t) for t in _fused(weights)} | {id(t) for t in _fused(self.base)}
         gone = {id(t): t for t in _fused(old) + _fused(old_base) if id(t) not in kept}
         self._spares = list(gone.values())
+
+    def _packs(self) -> prepacked.Prepacked | None:
+        """The served weights' packed copies if every one matches its tensor now; else None — this
+        step multiplies by the plain weights — and the packing thread (re)makes them, taken up
+        by a later step (here, on the scheduler thread: only it assigns ``PACKED``)."""
+        if not self.prepack:
+            return None
+        w, job = self.weights, self._packing
+        if job is not None and job[0] is w and job[1].done():
+            self._packing = None
+            try:
+                w[prepacked.PACKED] = job[1].result()
+            except Exception as e:  # memory, most likely: serve on the plain weights
+                log.warning("prepacking the weights failed (%s); the plain weights serve from now on", e)
+                self.prepack = False
+                return None
+        packed = prepacked.usable(w)
+        if packed is None and (self._packing is None or self._packing[0] is not w):
+            self._packing = (w, self._packer.submit(prepacked.prepack, w))
+        return packed
+
+    def wait_packed(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the packing thread; whether the next forward pass
+        multiplies by packed copies (on the thread that owns the decoder: tests, benchmarks)."""
+        if self._packs() is None and self._packing is not None:
+            with contextlib.suppress(TimeoutError):
+                self._packing[1].result(timeout)
+        return self._packs() is not None
 
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
         """An uninitialised fused tensor: a spare of that shape if there is one (staging runs on
@@ -513,7 +538,7 @@ class Decoder:
         q_out, kv_out = H * hd, KV * hd
         invariant, loras = plan.invariant is not None, plan.loras
         linear = _blocked_linear if invariant else F.linear
-        packs = prepacked.current(w) if self.prepack else None
+        packs = self._packs()
         x = w["embed"][plan.tokens]
         for i, layer in enumerate(w["layers"]):
             pk = packs.layers[i] if packs is not None else None
@@ -714,7 +739,7 @@ class Decoder:
         lps: list[float] = []
         tops: list[list[tuple[float, int]]] = []
         ids = torch.tensor(targets, device=self.device)
-        packs = prepacked.current(self.weights) if self.prepack else None
+        packs = self._packs()
         for i in range(0, len(targets), chunk):
             rows = hidden[i : i + chunk]
             logp = self._logits(rows, packs).log_softmax(dim=-1)

@@ -1,14 +1,14 @@
 """The projections' weights reordered for oneDNN's CPU kernel, kept in step with the plain weights.
 
-What it is: ``prepack(weights)`` gives a weights dict (``hf_weights``' layout) a copy of each
-projection — the fused q/k/v, o, the fused gate/up and down of every layer, and the output
-layer — in oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight``), under the
-dict's ``PACKED`` key; ``linear``/``linear_add`` multiply by such a copy
+What it is: ``prepack(weights)`` makes, for a weights dict (``hf_weights``' layout), a copy of
+each projection — the fused q/k/v, o, the fused gate/up and down of every layer, and the output
+layer — in oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight``), kept under
+the dict's ``PACKED`` key; ``linear``/``linear_add`` multiply by such a copy
 (``torch.ops.mkldnn._linear_pointwise``, the residual add fused in). Each copy remembers the
 plain tensor it was made from and that tensor's version counter, which every in-place write
-bumps (through any view of it), so ``current`` finds and remakes a copy that no longer matches
-what it stands for before a forward pass uses it, and ``prepack`` reuses every copy that still
-matches (the tensors an update left shared with the served weights).
+bumps (through any view of it): ``usable`` gives a dict's copies only while every one matches
+what the dict holds now, and ``prepack`` reuses every copy that still matches (the tensors an
+update left shared with the weights served before).
 
 Why: the projections are most of a decode step from 25 M parameters on, and at a decode
 step's few rows oneDNN's kernel on prepacked weights is several times faster than the sgemm
@@ -16,8 +16,8 @@ behind ``F.linear`` on the plain ones on the CPUs measured (benchmarks/RESULTS.m
 time goes"); vLLM's CPU build multiplies so too (``create_onednn_mm``).
 
 What it is not: the plain weights (kept: staging, LoRA merges and the batch-invariant path
-read them), nor when packing runs (``Decoder``: at load, and off the scheduler thread while an
-update is staged). The copies are as large as the plain projections: a second copy of them.
+read them), nor when packing runs (``Decoder``: at load, then on a thread of its own after
+each swap, the plain weights serving until the copies match). The copies are as large as the plain projections: a second copy of them.
 Only float32 on a CPU whose torch has oneDNN (``available``).
 """
 
@@ -81,28 +81,23 @@ def _pack(t: torch.Tensor, known: dict[int, Packed]) -> Packed:
     return Packed(t, version, torch.ops.mkldnn._reorder_linear_weight(t.contiguous(), PACK_ROWS))
 
 
-def prepack(weights: dict, *also: dict) -> Prepacked:
-    """Give ``weights`` (and return) packed copies of its projections, reusing every copy of its
-    own or of ``also``'s dicts that still matches its tensor; the rest are made now (about a
-    copy's time: a second or so per GB). Never changes another dict's copies."""
+def prepack(weights: dict) -> Prepacked:
+    """Packed copies of the projections of ``weights``, reusing each copy its ``PACKED`` holds
+    that still matches its tensor; the rest are made now (about a copy's time: a second or so per
+    GB). Changes no dict: the caller keeps the result under ``PACKED``."""
     known: dict[int, Packed] = {}
-    for w in (*also, weights):
-        old = w.get(PACKED)
-        if old is not None:
-            known.update({id(p.source): p for packs in old.layers for p in packs.values()})
-            known[id(old.lm_head.source)] = old.lm_head
-    packed = Prepacked([{name: _pack(layer[name], known) for name in PROJECTIONS} for layer in weights["layers"]],
-                       _pack(weights["lm_head"], known))
-    weights[PACKED] = packed
-    return packed
+    old = weights.get(PACKED)
+    if old is not None:
+        known.update({id(p.source): p for packs in old.layers for p in packs.values()})
+        known[id(old.lm_head.source)] = old.lm_head
+    return Prepacked([{name: _pack(layer[name], known) for name in PROJECTIONS} for layer in weights["layers"]],
+                     _pack(weights["lm_head"], known))
 
 
-def current(weights: dict) -> Prepacked:
-    """``weights``' packed copies, each remade first if its tensor changed since (or none made)."""
+def usable(weights: dict) -> Prepacked | None:
+    """``weights``' packed copies if every one matches the tensor the dict holds now, else None."""
     packed = weights.get(PACKED)
-    if packed is not None and packed.matches(weights):
-        return packed
-    return prepack(weights)
+    return packed if packed is not None and packed.matches(weights) else None
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -176,7 +176,7 @@ class _WeightGroups:
                     return _answer(False, f"Failed to receive weights: {e}; " + BROKEN.format(name=name))
                 try:
                     weights = await asyncio.to_thread(self.state.decoder.prepare_tensors, list(zip(names, tensors, strict=True)),
-                                                      "update_weights_from_distributed", fresh, onto, not stage_only)
+                                                      "update_weights_from_distributed", fresh, onto)
                 except ModelError as e:
                     if onto is not None:  # partly overwritten in place
                         self.state.decoder.discard(onto)
@@ -214,7 +214,6 @@ class _WeightGroups:
                 self.state.decoder.discard(staging.weights)
                 return _answer(False, "Failed to update weights: the served weights changed (another update) since "
                                       "these were staged; they are dropped, send them all again")
-            await asyncio.to_thread(self.state.decoder.prepack_staged, staging.weights)
             await asyncio.wrap_future(self.state.scheduler.install_weights(staging.weights, version, abort_all))
         message = "Succeeded to update parameter online."
         if version is not None:

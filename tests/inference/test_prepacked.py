@@ -1,6 +1,7 @@
 """Prepacked projections (``agentrl.inference.prepacked``, issue 50): a decoder multiplying by
 oneDNN-packed copies of its weights computes what one on the plain weights computes, after every
-kind of weight update — a served model never multiplies by packed copies of replaced weights."""
+kind of weight update — right after the swap (the copies still being made) and once they are
+made — so a served model never multiplies by packed copies of replaced weights."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def logits(dec: Decoder) -> torch.Tensor:
 
 
 def check_same(packed: Decoder, plain: Decoder, before: torch.Tensor | None) -> torch.Tensor:
+    """Both decoders' logits agree now, and again once the packed copies are made; the plain one's."""
+    torch.testing.assert_close(logits(packed), logits(plain), rtol=0, atol=1e-4)
+    assert packed.wait_packed(60)
     ours, theirs = logits(packed), logits(plain)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-4)
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))  # the same greedy tokens
@@ -56,15 +60,13 @@ def test_after_each_kind_of_update_the_packed_decoder_serves_what_the_plain_one_
     layer0 = [(n, t) for n, t in tensors if ".layers.0." in n]
     update(lambda dec: dec.prepare_tensors(layer0, "test"))  # some tensors, as a broadcast sends them
 
-    def buckets(dec: Decoder) -> dict:  # buckets staged one over another, packed once before the swap
+    def buckets(dec: Decoder) -> dict:  # buckets staged one over another (written in place), then swapped
         half = len(tensors) // 2
-        staged = dec.prepare_tensors(tensors[:half], "test", final=False)
-        staged = dec.prepare_tensors(tensors[half:], "test", onto=staged, final=False)
-        dec.prepack_staged(staged)
-        return staged
+        staged = dec.prepare_tensors(tensors[:half], "test")
+        return dec.prepare_tensors(tensors[half:], "test", onto=staged)
     update(buckets)
 
-    for dec in (packed, plain):  # written in place under the served weights: remade before the next step
+    for dec in (packed, plain):  # written in place under the served weights: not multiplied by until remade
         dec.weights["layers"][1]["gate_up"].mul_(1.5)
         dec.weights["lm_head"].mul_(0.5)
     seen = check_same(packed, plain, seen)
