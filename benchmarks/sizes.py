@@ -32,7 +32,7 @@ actor peak), ``ratio_publish`` (disk pause / distributed pause) — each above 1
 side is faster or smaller; and ``OUT/sizes.png``, each cost against parameters, log-log. Usage::
 
     .venv/bin/python benchmarks/sizes.py [--sizes 1m,25m,100m,0.5b] [--quick] [--threads 1] [--out DIR]
-        [--reps N] [--engine-only] [--also-serve '--no-prepack-weights']
+        [--reps N] [--engine-only] [--also-serve=--no-prepack-weights]
 
 ``--also-serve FLAGS`` measures a change of agentrl serve against itself and the same vLLM: a
 second server with FLAGS runs in the same alternating rounds (its ratios: ``ratio_*_also``).
@@ -404,7 +404,7 @@ def main() -> None:
     ap.add_argument("--plot", nargs="+", type=Path, metavar="JSONL", help="instead: plot the rows of earlier runs' "
                     "sizes.jsonl files (sizes measured in separate runs) into OUT/sizes.png")
     ap.add_argument("--also-serve", default="", metavar="FLAGS", help="a second agentrl serve with these flags "
-                    "added (e.g. '--no-prepack-weights') in the same engine rounds: its ratios as ratio_*_also")
+                    "added (e.g. --also-serve=--no-prepack-weights) in the same engine rounds: its ratios as ratio_*_also")
     ap.add_argument("--reps", type=int, help="engine rounds and trainer steps (default: the size's workload's)")
     ap.add_argument("--engine-only", action="store_true", help="the engines alone (no trainer, publish or plot)")
     ap.add_argument("--child", choices=("trainer-actor", "trainer-bare", "publish"), help=argparse.SUPPRESS)

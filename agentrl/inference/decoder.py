@@ -61,6 +61,9 @@ __all__ = ["SUPPORTED_MODEL_TYPES", "Decoder", "Step", "read_config"]
 
 log = logging.getLogger(__name__)
 
+_PLAIN = dict.fromkeys(prepacked.PROJECTIONS)
+"""A layer's projections when none multiplies by a packed copy."""
+
 ROW_ATTENTION_MAX = 131072
 """Decode attention takes one matmul per row over all key heads while ``heads * head_dim *
 keys`` stays below this, one per key head above it: for small heads the call overhead of a small
@@ -539,12 +542,13 @@ class Decoder:
         invariant, loras = plan.invariant is not None, plan.loras
         linear = _blocked_linear if invariant else F.linear
         packs = self._packs()
+        chosen = prepacked.chosen(packs, N) if packs is not None else None
         x = w["embed"][plan.tokens]
         for i, layer in enumerate(w["layers"]):
-            pk = packs.layers[i] if packs is not None else None
+            pk = chosen[i] if chosen is not None else _PLAIN  # each projection's packed weight, or None
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
-            if pk is not None:
-                qkv = prepacked.linear(h, pk["qkv"].weight, layer["qkv_bias"])
+            if pk["qkv"] is not None:
+                qkv = prepacked.linear(h, pk["qkv"], layer["qkv_bias"])
             else:
                 qkv = linear(h, layer["qkv"], layer["qkv_bias"])
             _add_lora(qkv, h, loras, i, "qkv", invariant)
@@ -557,20 +561,20 @@ class Decoder:
             ck.view(-1, kv_out).index_copy_(0, plan.write_rows, qk[:, H:].reshape(N, kv_out))
             cv.view(-1, kv_out).index_copy_(0, plan.write_rows, qkv[:, q_out + kv_out :])
             attn = self._attention(plan, qk[:, :H], ck, cv)
-            if pk is not None:
-                x = prepacked.linear_add(attn, pk["o"].weight, x)
+            if pk["o"] is not None:
+                x = prepacked.linear_add(attn, pk["o"], x)
             elif invariant:
                 x = x + _blocked_linear(attn, layer["o"])
             else:
                 x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
             _add_lora(x, attn, loras, i, "o", invariant)
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
-            gate_up = prepacked.linear(h, pk["gate_up"].weight) if pk is not None else linear(h, layer["gate_up"])
+            gate_up = prepacked.linear(h, pk["gate_up"]) if pk["gate_up"] is not None else linear(h, layer["gate_up"])
             _add_lora(gate_up, h, loras, i, "gate_up", invariant)
             gate, up = gate_up.chunk(2, dim=-1)
             act = F.silu(gate).mul_(up)
-            if pk is not None:
-                x = prepacked.linear_add(act, pk["down"].weight, x)
+            if pk["down"] is not None:
+                x = prepacked.linear_add(act, pk["down"], x)
             elif invariant:
                 x = x + _blocked_linear(act, layer["down"])
             else:
@@ -586,7 +590,7 @@ class Decoder:
 
     def _logits(self, x: torch.Tensor, packs: prepacked.Prepacked | None) -> torch.Tensor:
         """Float32 logits of final hidden states ``x``."""
-        if packs is not None:
+        if packs is not None and prepacked.worth(x.shape[0], packs.lm_head.source):
             return prepacked.linear(x, packs.lm_head.weight).float()
         return (_blocked_linear if self.batch_invariant else F.linear)(x, self.weights["lm_head"]).float()
 

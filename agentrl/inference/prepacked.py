@@ -33,6 +33,12 @@ PACKED = "prepacked"
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 """Each layer's projections that get a packed copy (``hf_weights``' fused names)."""
 
+MIN_WORK = 1 << 20
+"""A product of ``rows`` x the weight's elements below this many multiply-adds runs on the plain
+weight: oneDNN's kernel costs a fixed ~10 us more a call than ``F.linear``, which only
+larger products win back (measured crossover: about 16 rows of the demo model's 128 x 256
+q/k/v, one row of a 25 M model's MLP: benchmarks/RESULTS.md)."""
+
 PACK_ROWS = 16
 """The row count oneDNN is told to expect when it picks the blocked layout (a hint: any count
 runs; 16 did as well as 64 at 4-64 rows and better at 1, benchmarks/RESULTS.md)."""
@@ -98,6 +104,18 @@ def usable(weights: dict) -> Prepacked | None:
     """``weights``' packed copies if every one matches the tensor the dict holds now, else None."""
     packed = weights.get(PACKED)
     return packed if packed is not None and packed.matches(weights) else None
+
+
+def chosen(packed: Prepacked, rows: int) -> list[dict[str, torch.Tensor | None]]:
+    """For a forward pass of ``rows`` rows: each layer's packed weight per projection, None where
+    the product is too small to gain from it (``worth``)."""
+    use = {name: worth(rows, p.source) for name, p in packed.layers[0].items()} if packed.layers else {}
+    return [{name: p.weight if use[name] else None for name, p in packs.items()} for packs in packed.layers]
+
+
+def worth(rows: int, weight: torch.Tensor) -> bool:
+    """Whether ``rows`` rows times ``weight`` are enough work for the packed kernel (``MIN_WORK``)."""
+    return rows * weight.numel() >= MIN_WORK
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
