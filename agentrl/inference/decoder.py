@@ -475,6 +475,9 @@ class Decoder:
         one thread at a time, under the server's weight lock, and never while a swap does)."""
         for i, t in enumerate(self._spares):
             if tuple(t.shape) == tuple(shape):
+                # what is written into it next may not bump its version counter (a collective's
+                # receive does not): bump it now, so no packed copy of its old values matches it
+                torch.autograd.graph.increment_version(t)
                 return self._spares.pop(i)
         return torch.empty(shape, device=self.device, dtype=self.dtype)
 

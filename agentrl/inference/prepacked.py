@@ -6,7 +6,8 @@ layer — in oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight`
 the dict's ``PACKED`` key; ``linear``/``linear_add`` multiply by such a copy
 (``torch.ops.mkldnn._linear_pointwise``, the residual add fused in). Each copy remembers the
 plain tensor it was made from and that tensor's version counter, which every in-place write
-bumps (through any view of it): ``usable`` gives a dict's copies only while every one matches
+bumps (through any view of it; a write that does not — a collective's receive — must come
+after a bump: ``Decoder._alloc`` bumps every spare it hands out): ``usable`` gives a dict's copies only while every one matches
 what the dict holds now, and ``prepack`` reuses every copy that still matches (the tensors an
 update left shared with the weights served before).
 

@@ -35,6 +35,15 @@ def check_same(packed: Decoder, plain: Decoder, before: torch.Tensor | None) -> 
     return theirs
 
 
+def broadcast(dec: Decoder, tensors: list[tuple[str, torch.Tensor]]) -> dict:
+    """A staging copy received as ``weight_sync`` receives a broadcast: into the decoder's buffers
+    (spares of replaced weights), written the way a collective writes — bumping no version counter."""
+    targets, fresh = dec.receive_targets([(n, t.dtype, tuple(t.shape)) for n, t in tensors])
+    for target, (_, t) in zip(targets, tensors, strict=True):
+        target.numpy()[...] = t.numpy()
+    return dec.prepare_tensors([(n, t) for (n, _), t in zip(tensors, targets, strict=True)], "test", fresh)
+
+
 def test_after_each_kind_of_update_the_packed_decoder_serves_what_the_plain_one_does(
         untrained_model_dir, second_model_dir, random_adapter, tmp_path, monkeypatch):
     torch.set_num_threads(1)
@@ -67,6 +76,11 @@ def test_after_each_kind_of_update_the_packed_decoder_serves_what_the_plain_one_
         staged = dec.prepare_tensors(tensors[:half], "test")
         return dec.prepare_tensors(tensors[half:], "test", onto=staged)
     update(buckets)
+
+    # two broadcasts, no step between their swaps (the copies of the first never made): the second
+    # lands in the tensors the one before them left — copies of their old values must not serve
+    second = sorted(load_file(second_model_dir / "model.safetensors").items())
+    update(lambda dec: (dec.swap_weights(broadcast(dec, second)), broadcast(dec, second))[1])
 
     for dec in (packed, plain):  # written in place under the served weights: not multiplied by until remade
         dec.weights["layers"][1]["gate_up"].mul_(1.5)
