@@ -477,7 +477,8 @@ class Decoder:
             if tuple(t.shape) == tuple(shape):
                 # what is written into it next may not bump its version counter (a collective's
                 # receive does not): bump it now, so no packed copy of its old values matches it
-                torch.autograd.graph.increment_version(t)
+                if not t.is_inference():  # (an inference tensor has no counter, and no packed copy)
+                    torch.autograd.graph.increment_version(t)
                 return self._spares.pop(i)
         return torch.empty(shape, device=self.device, dtype=self.dtype)
 
