@@ -32,6 +32,10 @@ actor peak), ``ratio_publish`` (disk pause / distributed pause) — each above 1
 side is faster or smaller; and ``OUT/sizes.png``, each cost against parameters, log-log. Usage::
 
     .venv/bin/python benchmarks/sizes.py [--sizes 1m,25m,100m,0.5b] [--quick] [--threads 1] [--out DIR]
+        [--reps N] [--engine-only] [--also-serve=--no-prepack-weights]
+
+``--also-serve FLAGS`` measures a change of agentrl serve against itself and the same vLLM: a
+second server with FLAGS runs in the same alternating rounds (its ratios: ``ratio_*_also``).
 """
 
 from __future__ import annotations
@@ -42,12 +46,13 @@ import contextlib
 import gc
 import json
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -142,8 +147,12 @@ async def ttft_rounds(urls: dict[str, str], prompts: list[list[int]], load: int,
     return out
 
 
-def engine_part(model: Path, work: Workload, threads: int) -> dict:
+def engine_part(model: Path, work: Workload, threads: int, also: tuple[str, ...] = ()) -> dict:
+    """Both engines' rounds; with ``also``, a second ``agentrl serve`` given those flags too
+    (``agentrl_also``), in the same rounds: a change measured against the same vLLM and itself."""
     from transformers import AutoTokenizer
+
+    from agentrl.process.services import ServerProcess
 
     tok = AutoTokenizer.from_pretrained(model)
     demo, long = make_prompts(tok, work.demo_prompts, seed=1), make_prompts(tok, work.long_prompts, seed=2)
@@ -151,8 +160,13 @@ def engine_part(model: Path, work: Workload, threads: int) -> dict:
     running = max(16 * work.demo_prompts, work.ttft_load + 4)
     # KV for `running` requests of 256 tokens each, and a prefix cache of 4,096 tokens (vLLM: 1 GiB of KV):
     # at 0.5b, agentrl serve's defaults would hold 7.5 GiB of cache up front
-    with both_servers(str(model), threads, running, context_length=256,
-                      serve_args=("--prefix-cache-tokens", "4096")) as urls:
+    serve_args = ("--prefix-cache-tokens", "4096")
+    with both_servers(str(model), threads, running, context_length=256, serve_args=serve_args) as urls, \
+            contextlib.ExitStack() as stack:
+        if also:
+            urls["agentrl_also"] = stack.enter_context(ServerProcess(
+                model, "--max-running-requests", str(running), "--context-length", "256", *serve_args, *also,
+                threads=threads, startup_timeout=600)).url
         result = asyncio.run(engine_rounds(urls, demo, long, lengths, work.reps))
         ttft = asyncio.run(ttft_rounds(urls, long, work.ttft_load, work.long_max, work.reps))
     for name in urls:
@@ -263,23 +277,32 @@ def child(part: str, model: Path, work: Workload, threads: int) -> dict:
 # --------------------------------------------------------------------------- one size, the plot
 
 
-def one_size(size: str, work: Workload, threads: int, tmp: Path, quick: bool) -> dict:
+def engine_ratios(engine: dict, ours: str = "agentrl") -> dict:
+    """``ratio_demo``, ``ratio_long`` and ``ratio_ttft`` of the engine ``ours`` against vLLM."""
+    med, a, v = statistics.median, engine[ours], engine["vllm"]
+    return {"ratio_demo": round(med(a["demo_samples_per_s"]) / med(v["demo_samples_per_s"]), 3),
+            "ratio_long": round(med(a["long_tokens_per_s"]) / med(v["long_tokens_per_s"]), 3),
+            "ratio_ttft": round(med(v["ttft_s"]) / med(a["ttft_s"]), 3)}
+
+
+def one_size(size: str, work: Workload, threads: int, tmp: Path, quick: bool, also: tuple[str, ...] = (),
+             engine_only: bool = False) -> dict:
     model = tmp / size
     params = build_model(size, model)
     print(f"{size}: {params / 1e6:.1f} M parameters; engines ...", file=sys.stderr, flush=True)
-    engine = engine_part(model, work, threads)
+    engine = engine_part(model, work, threads, also)
+    row = {"benchmark": "sizes", "size": size, "parameters": params, "threads": threads, "quick": quick,
+           "workload": asdict(work), **engine_ratios(engine)}
+    if also:
+        row |= {"also_serve": list(also), **{f"{k}_also": v for k, v in engine_ratios(engine, "agentrl_also").items()}}
+    if engine_only:
+        return {**row, "engine": engine}
     print(f"{size}: trainer ...", file=sys.stderr, flush=True)
     trainer = {side: child(f"trainer-{side}", model, work, threads) for side in ("actor", "bare")}
     print(f"{size}: publish ...", file=sys.stderr, flush=True)
     publish = child("publish", model, work, threads)
-    med = statistics.median
-    ours, vllm = engine["agentrl"], engine["vllm"]
     return {
-        "benchmark": "sizes", "size": size, "parameters": params, "threads": threads, "quick": quick,
-        "workload": asdict(work),
-        "ratio_demo": round(med(ours["demo_samples_per_s"]) / med(vllm["demo_samples_per_s"]), 3),
-        "ratio_long": round(med(ours["long_tokens_per_s"]) / med(vllm["long_tokens_per_s"]), 3),
-        "ratio_ttft": round(med(vllm["ttft_s"]) / med(ours["ttft_s"]), 3),
+        **row,
         "ratio_trainer": round(trainer["actor"]["tokens_per_s"] / trainer["bare"]["tokens_per_s"], 3),
         "ratio_rss": round(trainer["bare"]["peak_rss_bytes"] / trainer["actor"]["peak_rss_bytes"], 3),
         "ratio_publish": round(publish["disk_pause_s"] / publish["distributed_pause_s"], 3),
@@ -380,6 +403,10 @@ def main() -> None:
                     "first of --sizes for STEPS steps (LoRA, recomputed activations) and report each process's peak RSS")
     ap.add_argument("--plot", nargs="+", type=Path, metavar="JSONL", help="instead: plot the rows of earlier runs' "
                     "sizes.jsonl files (sizes measured in separate runs) into OUT/sizes.png")
+    ap.add_argument("--also-serve", default="", metavar="FLAGS", help="a second agentrl serve with these flags "
+                    "added (e.g. --also-serve=--no-prepack-weights) in the same engine rounds: its ratios as ratio_*_also")
+    ap.add_argument("--reps", type=int, help="engine rounds and trainer steps (default: the size's workload's)")
+    ap.add_argument("--engine-only", action="store_true", help="the engines alone (no trainer, publish or plot)")
     ap.add_argument("--child", choices=("trainer-actor", "trainer-bare", "publish"), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
@@ -410,13 +437,18 @@ def main() -> None:
             print(json.dumps(loop_part(sizes[0], args.loop, out, Path(tmp))), flush=True)
             return
         for size in sizes:
-            row = one_size(size, QUICK if args.quick else WORKLOADS[size], args.threads, Path(tmp), args.quick)
+            work = QUICK if args.quick else WORKLOADS[size]
+            if args.reps:
+                work = replace(work, reps=args.reps)
+            row = one_size(size, work, args.threads, Path(tmp), args.quick, tuple(shlex.split(args.also_serve)),
+                           args.engine_only)
             rows.append(row)
             with open(out / "sizes.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
-    plot(rows, out / "sizes.png")
-    print(f"wrote {out / 'sizes.jsonl'} and {out / 'sizes.png'}", file=sys.stderr)
+    if not args.engine_only:
+        plot(rows, out / "sizes.png")
+    print(f"wrote {out / 'sizes.jsonl'}" + ("" if args.engine_only else f" and {out / 'sizes.png'}"), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     scheduler.py      Scheduler: the continuous-batching thread behind ``agentrl serve``
     decoder.py        weights + slot KV cache + the packed forward pass the scheduler runs
+    prepacked.py      the projections' weights in oneDNN's layout, remade when the weights change
     hf_weights.py     reading an HF checkpoint directory into the decoder's weight layout
     lora_adapter.py   a peft LoRA adapter checked, then merged into the weights or served per request
     prefix_cache.py   the radix tree of cached prompt prefixes (which KV entries hold what)

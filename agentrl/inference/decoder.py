@@ -23,7 +23,10 @@ agree with a teacher-forced ``AutoModelForCausalLM`` pass to ~1e-5 (tested).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.errors import ModelError
+from agentrl.inference import prepacked
 from agentrl.inference.hf_weights import (
     MERGED_ON,
     SUPPORTED_MODEL_TYPES,
@@ -54,6 +58,11 @@ from agentrl.inference.lora_adapter import (
 )
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "Decoder", "Step", "read_config"]
+
+log = logging.getLogger(__name__)
+
+_PLAIN = dict.fromkeys(prepacked.PROJECTIONS)
+"""A layer's projections when none multiplies by a packed copy."""
 
 ROW_ATTENTION_MAX = 131072
 """Decode attention takes one matmul per row over all key heads while ``heads * head_dim *
@@ -242,11 +251,17 @@ class Decoder:
     thread owns it."""
 
     def __init__(self, model_dir: str | Path, *, num_slots: int, max_len: int, device: str = "cpu",
-                 dtype: torch.dtype | None = None, pool_tokens: int = 0, batch_invariant: bool = False) -> None:
+                 dtype: torch.dtype | None = None, pool_tokens: int = 0, batch_invariant: bool = False,
+                 prepack: bool = True) -> None:
         """``batch_invariant``: a token's logits are the same bits whatever shares its forward
         pass (other requests, a prefill split into chunks, keys from the prefix cache): the
         matmuls run in fixed blocks (``INVARIANT_ROWS``) and every token's attention, decode
-        or prefill, is computed alone against its own keys (``_invariant_attention``)."""
+        or prefill, is computed alone against its own keys (``_invariant_attention``).
+        ``prepack``: the projections multiply by copies of their weights in oneDNN's layout
+        (``prepacked``), where that applies: float32 on a CPU, without ``batch_invariant``
+        (whose fixed blocks are the plain kernel's); ``self.prepack`` says whether it does. The
+        copies of new weights are made on a thread of its own after the swap (``_packs``), so
+        an update's pause does not wait for them."""
         self.batch_invariant = batch_invariant
         self.config = read_config(model_dir)
         self.spec = spec_of(self.config)
@@ -256,7 +271,12 @@ class Decoder:
         self.dtype = dtype
         self.tied = bool(getattr(self.config, "tie_word_embeddings", False))
         self.slots = layout(self.spec, self.tied)
+        self.prepack = prepack and not batch_invariant and prepacked.available(self.device, dtype)
         self.weights = load_weights(model_dir, self.spec, self.tied, device, dtype)
+        self._packer = ThreadPoolExecutor(1, thread_name_prefix="agentrl-prepack") if self.prepack else None
+        self._packing: tuple[dict, Future] | None = None  # the weights being packed, and the job
+        if self.prepack:
+            self.weights[prepacked.PACKED] = prepacked.prepack(self.weights)
         self.base = self.weights  # what a LoRA adapter merges on: the weights of the last full update
         self._spares: list[torch.Tensor] = []  # fused tensors of replaced weights, reused by staging
         self.num_slots, self.max_len = num_slots, max_len
@@ -305,7 +325,9 @@ class Decoder:
         spares, and the slot cache with the prefix pool."""
         def size(tensors: list[torch.Tensor]) -> int:
             return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+        packed = self.weights.get(prepacked.PACKED)
         return {"weights": size(_fused(self.weights) + _fused(self.base)), "spares": size(self._spares),
+                "prepacked": size(packed.tensors()) if packed is not None else 0,
                 "kv_cache": size([self.cache_k, self.cache_v, self.pool_k, self.pool_v])}
 
     def _rope_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -411,15 +433,52 @@ class Decoder:
         copy of the projections while an adapter is served."""
         old, old_base = self.weights, self.base
         self.weights, self.base = weights, weights.get(MERGED_ON, weights)
+        if self.prepack:
+            if prepacked.PACKED not in weights and prepacked.PACKED in old:  # what packing them may reuse
+                weights[prepacked.PACKED] = old[prepacked.PACKED]
+            if self.base is not weights:  # a base only merged on: its packed copies are not multiplied by
+                self.base.pop(prepacked.PACKED, None)
         kept = {id(t) for t in _fused(weights)} | {id(t) for t in _fused(self.base)}
         gone = {id(t): t for t in _fused(old) + _fused(old_base) if id(t) not in kept}
         self._spares = list(gone.values())
+
+    def _packs(self) -> prepacked.Prepacked | None:
+        """The served weights' packed copies if every one matches its tensor now; else None — this
+        step multiplies by the plain weights — and the packing thread (re)makes them, taken up
+        by a later step (here, on the scheduler thread: only it assigns ``PACKED``)."""
+        if not self.prepack:
+            return None
+        w, job = self.weights, self._packing
+        if job is not None and job[0] is w and job[1].done():
+            self._packing = None
+            try:
+                w[prepacked.PACKED] = job[1].result()
+            except Exception as e:  # memory, most likely: serve on the plain weights
+                log.warning("prepacking the weights failed (%s); the plain weights serve from now on", e)
+                self.prepack = False
+                return None
+        packed = prepacked.usable(w)
+        if packed is None and (self._packing is None or self._packing[0] is not w):
+            self._packing = (w, self._packer.submit(prepacked.prepack, w))
+        return packed
+
+    def wait_packed(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the packing thread; whether the next forward pass
+        multiplies by packed copies (on the thread that owns the decoder: tests, benchmarks)."""
+        if self._packs() is None and self._packing is not None:
+            with contextlib.suppress(TimeoutError):
+                self._packing[1].result(timeout)
+        return self._packs() is not None
 
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
         """An uninitialised fused tensor: a spare of that shape if there is one (staging runs on
         one thread at a time, under the server's weight lock, and never while a swap does)."""
         for i, t in enumerate(self._spares):
             if tuple(t.shape) == tuple(shape):
+                # what is written into it next may not bump its version counter (a collective's
+                # receive does not): bump it now, so no packed copy of its old values matches it
+                if not t.is_inference():  # (an inference tensor has no counter, and no packed copy)
+                    torch.autograd.graph.increment_version(t)
                 return self._spares.pop(i)
         return torch.empty(shape, device=self.device, dtype=self.dtype)
 
@@ -486,10 +545,16 @@ class Decoder:
         q_out, kv_out = H * hd, KV * hd
         invariant, loras = plan.invariant is not None, plan.loras
         linear = _blocked_linear if invariant else F.linear
+        packs = self._packs()
+        chosen = prepacked.chosen(packs, N) if packs is not None else None
         x = w["embed"][plan.tokens]
         for i, layer in enumerate(w["layers"]):
+            pk = chosen[i] if chosen is not None else _PLAIN  # each projection's packed weight, or None
             h = _rms_norm(x, layer["ln1"], s.rms_eps)
-            qkv = linear(h, layer["qkv"], layer["qkv_bias"])
+            if pk["qkv"] is not None:
+                qkv = prepacked.linear(h, pk["qkv"], layer["qkv_bias"])
+            else:
+                qkv = linear(h, layer["qkv"], layer["qkv_bias"])
             _add_lora(qkv, h, loras, i, "qkv", invariant)
             qk = qkv[:, : q_out + kv_out].view(N, H + KV, hd)
             if s.qk_norm:
@@ -500,17 +565,21 @@ class Decoder:
             ck.view(-1, kv_out).index_copy_(0, plan.write_rows, qk[:, H:].reshape(N, kv_out))
             cv.view(-1, kv_out).index_copy_(0, plan.write_rows, qkv[:, q_out + kv_out :])
             attn = self._attention(plan, qk[:, :H], ck, cv)
-            if invariant:
+            if pk["o"] is not None:
+                x = prepacked.linear_add(attn, pk["o"], x)
+            elif invariant:
                 x = x + _blocked_linear(attn, layer["o"])
             else:
                 x = torch.addmm(x, attn, layer["o"].t())  # x + attn @ o^T, the residual add fused in
             _add_lora(x, attn, loras, i, "o", invariant)
             h = _rms_norm(x, layer["ln2"], s.rms_eps)
-            gate_up = linear(h, layer["gate_up"])
+            gate_up = prepacked.linear(h, pk["gate_up"]) if pk["gate_up"] is not None else linear(h, layer["gate_up"])
             _add_lora(gate_up, h, loras, i, "gate_up", invariant)
             gate, up = gate_up.chunk(2, dim=-1)
             act = F.silu(gate).mul_(up)
-            if invariant:
+            if pk["down"] is not None:
+                x = prepacked.linear_add(act, pk["down"], x)
+            elif invariant:
                 x = x + _blocked_linear(act, layer["down"])
             else:
                 x = torch.addmm(x, act, layer["down"].t())
@@ -521,7 +590,13 @@ class Decoder:
                 at = starts[j] + offset
                 step.hidden[j] = _rms_norm(x[at : at + count], w["norm"], s.rms_eps)
         x = _rms_norm(x[torch.tensor(plan.last, device=self.device)], w["norm"], s.rms_eps)
-        return linear(x, w["lm_head"]).float()
+        return self._logits(x, packs)
+
+    def _logits(self, x: torch.Tensor, packs: prepacked.Prepacked | None) -> torch.Tensor:
+        """Float32 logits of final hidden states ``x``."""
+        if packs is not None and prepacked.worth(x.shape[0], packs.lm_head.source):
+            return prepacked.linear(x, packs.lm_head.weight).float()
+        return (_blocked_linear if self.batch_invariant else F.linear)(x, self.weights["lm_head"]).float()
 
     def _plan(self, step: Step) -> _Plan:
         """What every layer of ``step``'s forward shares: the packed tokens, their RoPE tables and
@@ -672,10 +747,10 @@ class Decoder:
         lps: list[float] = []
         tops: list[list[tuple[float, int]]] = []
         ids = torch.tensor(targets, device=self.device)
+        packs = self._packs()
         for i in range(0, len(targets), chunk):
             rows = hidden[i : i + chunk]
-            logits = (_blocked_linear if self.batch_invariant else F.linear)(rows, self.weights["lm_head"])
-            logp = logits.float().log_softmax(dim=-1)
+            logp = self._logits(rows, packs).log_softmax(dim=-1)
             lps.extend(logp.gather(1, ids[i : i + chunk, None]).squeeze(1).tolist())
             if top_n:
                 vals, idx = logp.topk(min(top_n, logp.shape[1]), dim=-1)

@@ -57,6 +57,10 @@ class ServeConfig:
         False, help="batch-invariant decoding (SGLang's flag): a request's tokens and logprobs do not depend on what "
         "shares its batch or on the prefix cache; with a sampling_seed, the same request gives the same bits "
         "every time (costs speed: agentrl.inference.decoder INVARIANT_ROWS)")
+    prepack_weights: bool = option(
+        True, help="multiply by copies of the projections' weights in oneDNN's blocked layout, remade with every "
+        "weight update (float32 on a CPU, not with --enable-deterministic-inference; elsewhere off): faster "
+        "decoding on a CPU (benchmarks/RESULTS.md) for a second copy of the projections in memory")
     disable_radix_cache: bool = option(False, help="no prefix cache: every prompt is computed in full "
                                        "(SGLang's --disable-radix-cache)")
     prefix_cache_tokens: int | None = option(

@@ -67,7 +67,8 @@ class ServerState:
             config.prefix_cache_tokens or min(config.max_running_requests * context, DEFAULT_PREFIX_CACHE_TOKENS))
         self.decoder = Decoder(config.model, num_slots=config.max_running_requests, max_len=context,
                                device=config.device, pool_tokens=pool,
-                               batch_invariant=config.enable_deterministic_inference)
+                               batch_invariant=config.enable_deterministic_inference,
+                               prepack=config.prepack_weights)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         except Exception as e:
