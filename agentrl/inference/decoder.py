@@ -316,9 +316,12 @@ class Decoder:
             self.kv_released = False
 
     def release_spares(self) -> None:
-        """Free the spare weight copies kept for the next staging (``weights`` tag). The served
-        weights stay where they are: offloading them is not built."""
+        """Free the spare weight copies kept for the next staging and the packed copies of the
+        served weights (``weights`` tag; the first forward pass after it serves on the plain
+        weights while the packing thread makes them again). The served weights stay where they
+        are: offloading them is not built."""
         self._spares = []
+        self.weights.pop(prepacked.PACKED, None)
 
     def memory_bytes(self) -> dict[str, int]:
         """Bytes held now: the served weights (their base too, when an adapter is merged), the

@@ -87,6 +87,11 @@ def test_after_each_kind_of_update_the_packed_decoder_serves_what_the_plain_one_
         dec.weights["lm_head"].mul_(0.5)
     seen = check_same(packed, plain, seen)
 
+    packed.release_spares()  # colocated training's "weights" release frees the packed copies too
+    assert packed.memory_bytes()["prepacked"] == 0
+    torch.testing.assert_close(logits(packed), seen, rtol=0, atol=1e-4)  # the plain weights serve
+    assert packed.wait_packed(60)  # and the copies are made again
+
 
 def test_the_serve_flag_turns_prepacking_off():
     from agentrl.cli import build_parser
