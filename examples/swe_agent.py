@@ -20,8 +20,10 @@ the function's correct line (the same for every repository that has the function
 earlier recipes' ``sed 's|BUGGY|FIXED|'`` copied the buggy line out of the whole printed module
 and mostly failed to (benchmarks/RESULTS.md). ``SHARES`` are tuned like the other examples' (a
 minority of good episodes): every repository's prompt is the same, so the SFT model's first reply
-is submit in most samples and greedily, and runs the tests in the rest — room for RL to learn that
-running the tests and fixing what they name pays.
+is submit in about half of its samples and runs the tests in the rest — room for RL to learn that
+running the tests and fixing what they name pays. Which of the two the greedy reply is rests on
+the last SFT steps (benchmarks/RESULTS.md: a test run after 700 steps of this mix; submit with 65%
+submitting at once).
 
 Pools: SFT and RL repositories from the *train* split (different seeds), held-out repositories
 from the *heldout* split (``tiny_repos.split_of``: module compositions RL never saw).
