@@ -10,13 +10,20 @@ problem statement alone, the tools' descriptions are one line and a command's ou
 cut past 300 bytes.
 
 The supervised stage (``examples/swe_agent_sft.yaml``) learns from scripted agents' episodes,
-their observations as the container gives them (``observations``): ``GOOD`` runs the tests,
-reads which test fails, prints the module, fixes the buggy line of that function with ``sed``,
-runs the tests again and submits; ``BLIND`` fixes the file without running the tests; ``WRONG``
-runs the tests and then "fixes" a function that was not broken; ``RUSHED`` submits at once.
-``SHARES`` are tuned like the other examples' (a minority of good episodes), so that RL starts
-from a model that takes the good path in some samples and greedily rarely: room for RL to learn
-that running the tests and fixing what they name pays.
+their observations as the container gives them (tests/envs/test_tiny_repos.py checks): ``GOOD``
+runs the tests, reads which test fails, prints that function with its line numbers (``grep -n -A3
+'def NAME('``), replaces the buggy line by its number (``sed -i 'Ns|.*|FIXED|'``), runs the tests
+again and submits; ``BLIND`` prints the whole module numbered (``cat -n``) and fixes it without
+running the tests; ``WRONG`` runs the tests and then "fixes" a function they did not name;
+``RUSHED`` submits at once. The edit copies a line number from the output just above it and writes
+the function's correct line (the same for every repository that has the function), where the
+earlier recipes' ``sed 's|BUGGY|FIXED|'`` copied the buggy line out of the whole printed module
+and mostly failed to (benchmarks/RESULTS.md). ``SHARES`` are tuned like the other examples' (a
+minority of good episodes): every repository's prompt is the same, so the SFT model's first reply
+is submit in about half of its samples and runs the tests in the rest — room for RL to learn that
+running the tests and fixing what they name pays. Which of the two the greedy reply is rests on
+the last SFT steps (benchmarks/RESULTS.md: a test run after 700 steps of this mix; submit with 65%
+submitting at once).
 
 Pools: SFT and RL repositories from the *train* split (different seeds), held-out repositories
 from the *heldout* split (``tiny_repos.split_of``: module compositions RL never saw).
@@ -40,11 +47,10 @@ ENV_KWARGS: dict[str, Any] = {"tools": ["bash", "submit"], "prompt": "{instructi
                               "tool_descriptions": {"bash": "Run a shell command.", "submit": "Submit your fix."}}
 """``agentrl/Repo-v0``'s arguments here (the configs' ``env_kwargs`` repeat them)."""
 TEST = "python3 -m pytest"
+GREP_AFTER = 3  # lines grep prints after a def: the longest function's body
 GOOD, BLIND, WRONG, RUSHED = "good", "blind", "wrong", "rushed"
 SHARES = {RUSHED: 0.55, GOOD: 0.3, BLIND: 0.1, WRONG: 0.05}
-"""Shares of the scripted agents in ``sft_conversations`` (the first recipe: greedy, its model submits at once)."""
-SHARES_MORE_GOOD = {RUSHED: 0.4, GOOD: 0.45, BLIND: 0.1, WRONG: 0.05}
-"""Shares in ``sft_conversations_4k``, the recipe of examples/swe_agent_sft.yaml (benchmarks/RESULTS.md)."""
+"""Shares of the scripted agents in the SFT conversations: a minority run the tests first (see the module docstring)."""
 RL_FIRST_SEED, SFT_FIRST_SEED = 1_000_000, 0
 
 
@@ -86,10 +92,23 @@ def failing_assert(row: dict[str, Any], name: str) -> str:
     raise ValueError(f"test_{name} passes on {row['instance_id']}")
 
 
-def sed_fix(buggy_line: str, fixed_line: str) -> str:
-    """``sed -i 's|OLD|NEW|' calc.py`` with OLD's regular-expression characters escaped."""
-    old = re.sub(r"([.*^$\[\]\\])", r"\\\1", buggy_line.strip())
-    return f"sed -i 's|{old}|{fixed_line.strip()}|' {tiny_repos.MODULE}"
+def grep_function(source: str, name: str) -> tuple[str, str]:
+    """``grep -n -A3 'def NAME(' calc.py`` and what it prints on ``source``: the function's lines, numbered."""
+    lines = source.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
+    shown = [f"{first + 1}:{lines[first]}"]
+    shown += [f"{i + 1}-{lines[i]}" for i in range(first + 1, min(first + 1 + GREP_AFTER, len(lines)))]
+    return f"grep -n -A{GREP_AFTER} 'def {name}(' {tiny_repos.MODULE}", "\n".join(shown) + "\n"
+
+
+def cat_numbered(source: str) -> tuple[str, str]:
+    """``cat -n calc.py`` and what it prints on ``source``."""
+    return f"cat -n {tiny_repos.MODULE}", "".join(f"{i:6d}\t{line}\n" for i, line in enumerate(source.splitlines(), 1))
+
+
+def line_fix(number: int, new_line: str) -> str:
+    """``sed -i 'Ns|.*|NEW|' calc.py``: line ``number`` (1-based, as grep numbers it) replaced by ``new_line``."""
+    return f"sed -i '{number}s|.*|{new_line}|' {tiny_repos.MODULE}"
 
 
 def _call(rng: random.Random, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -110,17 +129,20 @@ def conversation(row: dict[str, Any], agent: str, rng: random.Random) -> dict[st
 
     if agent in (GOOD, WRONG):
         bash(TEST, pytest_output(row, [row["function"]]))
-    if agent != RUSHED:
-        bash(f"cat {tiny_repos.MODULE}", row["files"][tiny_repos.MODULE])
+    if agent == GOOD:
+        bash(*grep_function(row["files"][tiny_repos.MODULE], row["function"]))
+    if agent == BLIND:
+        bash(*cat_numbered(row["files"][tiny_repos.MODULE]))
     if agent in (GOOD, BLIND):
-        bash(sed_fix(buggy[line], fixed[line]), "")
-    if agent == WRONG:  # a line of another function, "fixed" into a bug of its own
-        others = [n for n in json.loads(row["PASS_TO_PASS"])]
-        name = rng.choice(others).removeprefix("test_calc.py::test_")
-        kind, wrong = rng.choice(tiny_repos.bugs(name))
-        old, new = next((a, b) for a, b in zip(tiny_repos.FUNCTIONS[name].split("\n"), wrong.split("\n"), strict=True)
-                        if a != b)
-        bash(sed_fix(old, new), "")
+        bash(line_fix(line + 1, fixed[line]), "")
+    if agent == WRONG:  # a function the tests did not name, a line of it "fixed" into a bug of its own
+        name = rng.choice(json.loads(row["PASS_TO_PASS"])).removeprefix("test_calc.py::test_")
+        bash(*grep_function(row["files"][tiny_repos.MODULE], name))
+        _, wrong = rng.choice(tiny_repos.bugs(name))
+        start = buggy.index(tiny_repos.FUNCTIONS[name].split("\n")[0])
+        offset, new = next((i, b) for i, (a, b) in enumerate(zip(tiny_repos.FUNCTIONS[name].split("\n"),
+                                                                  wrong.split("\n"), strict=True)) if a != b)
+        bash(line_fix(start + offset + 1, new), "")
     if agent == GOOD:
         bash(TEST, pytest_output(row, []))
     messages.append({"role": "assistant", "content": None, "tool_calls": [_call(rng, "submit", {})]})
@@ -136,8 +158,8 @@ def sft_conversations(seed: int, n: int = 1024, shares: dict[str, float] = SHARE
 
 
 def sft_conversations_4k(seed: int) -> list[dict[str, Any]]:
-    """``data: [examples.swe_agent:sft_conversations_4k]``: 4,096 repositories, ``SHARES_MORE_GOOD``."""
-    return sft_conversations(seed, 4096, SHARES_MORE_GOOD)
+    """``data: [examples.swe_agent:sft_conversations_4k]``: 4,096 repositories (examples/swe_agent_sft.yaml)."""
+    return sft_conversations(seed, 4096)
 
 
 def sft_heldout(seed: int, n: int = 64) -> list[dict[str, Any]]:

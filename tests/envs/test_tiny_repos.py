@@ -2,8 +2,8 @@
 (examples/swe_agent.py): generation is deterministic and its bugs are real; the rows' ``files`` become
 the commit the row names; and in real containers of agentrl/Repo-v0 the good scripted agent resolves
 its repository under the hidden tests, reading exactly the observations its SFT conversations hold
-(the pytest time aside), while the agent that submits at once and the one that breaks another
-function do not.
+(the pytest time aside), and so does the one that fixes it without running the tests, while the
+agent that submits at once and the one that breaks another function do not.
 """
 
 from __future__ import annotations
@@ -99,12 +99,15 @@ def test_the_scripted_agents_in_real_containers(docker_ready):
 
     async def main():
         return await asyncio.gather(*[_play(row, agent) for agent in (swe_agent.GOOD, swe_agent.RUSHED,
-                                                                       swe_agent.WRONG)])
+                                                                       swe_agent.WRONG, swe_agent.BLIND)])
 
-    (good_seen, good_scripted, good), (_, _, rushed), (_, _, wrong) = asyncio.run(main())
-    assert [_time_free(t) for t in good_seen] == [_time_free(t) for t in good_scripted]
+    (good_seen, good_scripted, good), (_, _, rushed), (wrong_seen, wrong_scripted, wrong), \
+        (blind_seen, blind_scripted, blind) = asyncio.run(main())
+    for seen, scripted in ((good_seen, good_scripted), (wrong_seen, wrong_scripted), (blind_seen, blind_scripted)):
+        assert [_time_free(t) for t in seen] == [_time_free(t) for t in scripted]  # grep -n, cat -n, sed as scripted
     assert good["resolved"] and good["ran_tests"] == 1.0 and good["rewards"]["resolved"] == 1.0, good
     removed = [line for line in good["diff"].splitlines() if line.startswith("-") and not line.startswith("---")]
     assert len(removed) == 1 and "test_calc.py" not in good["diff"], good["diff"]  # the one line; no test file
     assert not rushed["resolved"] and rushed["ran_tests"] == 0.0 and not rushed["patch_applied"], rushed
     assert not wrong["resolved"] and wrong["patch_applied"] and wrong["ran_tests"] == 1.0, wrong
+    assert blind["resolved"] and blind["ran_tests"] == 0.0, blind
