@@ -16,14 +16,11 @@ runs the tests, reads which test fails, prints that function with its line numbe
 again and submits; ``BLIND`` prints the whole module numbered (``cat -n``) and fixes it without
 running the tests; ``WRONG`` runs the tests and then "fixes" a function they did not name;
 ``RUSHED`` submits at once. The edit copies a line number from the output just above it and writes
-the function's correct line (the same for every repository that has the function), where the
-earlier recipes' ``sed 's|BUGGY|FIXED|'`` copied the buggy line out of the whole printed module
-and mostly failed to (benchmarks/RESULTS.md). ``SHARES`` are tuned like the other examples' (a
-minority of good episodes): every repository's prompt is the same, so the SFT model's first reply
-is submit in about half of its samples and runs the tests in the rest — room for RL to learn that
-running the tests and fixing what they name pays. Which of the two the greedy reply is rests on
-the last SFT steps (benchmarks/RESULTS.md: a test run after 700 steps of this mix; submit with 65%
-submitting at once).
+the function's correct line (the same for every repository that has the function): a short
+copy, not the buggy line copied out of the whole printed module. ``SHARES`` are tuned like the
+other examples' (a minority of good episodes): every repository's prompt is the same, so the SFT
+model's first reply is submit in some samples and runs the tests in the rest — room for RL to
+learn that running the tests and fixing what they name pays.
 
 Pools: SFT and RL repositories from the *train* split (different seeds), held-out repositories
 from the *heldout* split (``tiny_repos.split_of``: module compositions RL never saw).

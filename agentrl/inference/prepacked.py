@@ -11,10 +11,10 @@ after a bump: ``Decoder._alloc`` bumps every spare it hands out): ``usable`` giv
 what the dict holds now, and ``prepack`` reuses every copy that still matches (the tensors an
 update left shared with the weights served before).
 
-Why: the projections are most of a decode step from 25 M parameters on, and at a decode
-step's few rows oneDNN's kernel on prepacked weights is several times faster than the sgemm
-behind ``F.linear`` on the plain ones on the CPUs measured (benchmarks/RESULTS.md, "Where the
-time goes"); vLLM's CPU build multiplies so too (``create_onednn_mm``).
+Why: the projections are most of a decode step once a model is past the demo's size, and at a
+decode step's few rows oneDNN's kernel on prepacked weights beats the sgemm behind ``F.linear``
+on the plain ones (benchmarks/RESULTS.md, "Prepacked projections"); vLLM's CPU build multiplies
+so too (``create_onednn_mm``).
 
 What it is not: the plain weights (kept: staging, LoRA merges and the batch-invariant path
 read them), nor when packing runs (``Decoder``: at load, then on a thread of its own after
@@ -36,13 +36,12 @@ PROJECTIONS = ("qkv", "o", "gate_up", "down")
 
 MIN_WORK = 1 << 20
 """A product of ``rows`` x the weight's elements below this many multiply-adds runs on the plain
-weight: oneDNN's kernel costs a fixed ~10 us more a call than ``F.linear``, which only
-larger products win back (measured crossover: about 16 rows of the demo model's 128 x 256
-q/k/v, one row of a 25 M model's MLP: benchmarks/RESULTS.md)."""
+weight: oneDNN's kernel costs a fixed amount more a call than ``F.linear``, which only
+larger products win back (the crossover: benchmarks/RESULTS.md, "Prepacked projections")."""
 
 PACK_ROWS = 16
 """The row count oneDNN is told to expect when it picks the blocked layout (a hint: any count
-runs; 16 did as well as 64 at 4-64 rows and better at 1, benchmarks/RESULTS.md)."""
+runs; the choice: benchmarks/RESULTS.md, "Prepacked projections")."""
 
 
 @dataclass(frozen=True)
