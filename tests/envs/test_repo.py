@@ -322,6 +322,8 @@ async def test_forbidden_actions_are_contained(row):
         call("bash", command="echo after the bomb"),  # may still meet the bomb: it is killed at the timeout
         call("bash", command="echo after the bomb"),
         call("bash", command="echo after the bomb"),
+        call("bash", command="echo after the bomb"),
+        call("bash", command="echo after the bomb"),
         call("bash", command="nohup sleep 1000 >/dev/null 2>&1 & echo started"),
         call("submit")], command_timeout_s=3)
     assert seen[0].split() == ["1", "0", "0", "0"]  # one commit, no reflog or stash, the grading test nowhere
@@ -329,7 +331,7 @@ async def test_forbidden_actions_are_contained(row):
     assert "1 file changed" in seen[2]
     # the episode goes on: the shell answers (on a loaded machine a bomb process killed late may
     # still have printed bash's "fork: retry" lines before it)
-    assert seen[6].splitlines()[-1] == "after the bomb"
+    assert seen[8].splitlines()[-1] == "after the bomb"  # five tries: CI met three killed in a row
     assert (reward, info["resolved"]) == (0.0, False) and "test_six.py" not in info["diff"]
     assert not container_exists(info["container_id"])  # the episode's container went, and the sleep in it
     with contextlib.closing(docker_sdk.from_env()) as client:  # what is left of this process's: the warm ones, idle
